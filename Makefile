@@ -1,0 +1,72 @@
+# bkref: one command sets everything up (`make setup`), and every target that
+# needs the virtualenv depends on it, so `make verify` works on a new machine.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.bkref-installed
+# Debian packages the project runs for real: ZooKeeper (metadata), iptables,
+# nftables and iproute2 (network faults in campaigns).
+APT_PACKAGES := zookeeper iptables nftables iproute2
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+ZK_DEMO_DIR ?= out/zookeeper-demo
+
+.PHONY: zookeeper-demo setup system-packages test verify lint typecheck contracts clean help
+
+help:
+	@echo "make setup     install system packages and the .venv (idempotent)"
+	@echo "make zookeeper-demo  start a private 3-node ZooKeeper ensemble, show it, stop it"
+	@echo "make test      fast test suite (no slow tests)"
+	@echo "make verify    ruff, mypy --strict, import contracts, the whole test suite (what CI runs)"
+
+setup: system-packages $(STAMP)
+
+system-packages:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
+	if [ -n "$$missing" ]; then \
+	  echo "make setup: installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	else \
+	  echo "make setup: Debian packages present ($(APT_PACKAGES), java)"; \
+	fi
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Re-install when the project's metadata changes (dependencies, entry points).
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+contracts: setup
+	$(VENV)/bin/lint-imports
+
+test: setup
+	$(VENV)/bin/pytest -q -m 'not slow'
+
+verify: lint typecheck contracts
+	$(VENV)/bin/pytest -q
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
+
+zookeeper-demo: setup
+	rm -rf $(ZK_DEMO_DIR)
+	$(VENV)/bin/bkref zookeeper start --dir $(ZK_DEMO_DIR) --size 3
+	$(VENV)/bin/bkref zookeeper status --dir $(ZK_DEMO_DIR); \
+	status=$$?; $(VENV)/bin/bkref zookeeper stop --dir $(ZK_DEMO_DIR); exit $$status

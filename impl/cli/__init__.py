@@ -1,0 +1,1 @@
+"""The `bkref` command line: a dispatcher and the impl-side subcommands."""

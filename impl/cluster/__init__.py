@@ -1,0 +1,1 @@
+"""Launchers for local clusters: ZooKeeper servers and (later) bookie processes."""

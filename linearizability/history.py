@@ -1,0 +1,504 @@
+"""The bkref history format: one operation per line, in Jepsen's vocabulary.
+
+A history records what clients asked for and what they were told, in real-time
+order. Other implementations record histories in this format to have bkref
+check them, so the format is documented here and versioned.
+
+JSON Lines (``.jsonl``), one object per line::
+
+    {"index": 0, "time": 12000, "process": 3, "type": "invoke", "f": "add",
+     "ledger": 7, "value": {"entry": 0, "data": "a"}}
+
+- ``index``: strictly increasing; line order is real-time order.
+- ``time``: nanoseconds from one monotonic clock (for latency and display; the
+  checkers order operations by ``index``).
+- ``process``: a non-negative int (a logical client thread) or ``"nemesis"``.
+  Each process runs one operation at a time. A process whose operation
+  completed as ``info`` has crashed and its id is never used again.
+- ``type``: ``invoke``, then one of ``ok`` (it happened), ``fail`` (it certainly
+  did not happen) or ``info`` (unknown: it may take effect at any time after
+  its invocation, or never). An invocation without a completion is unknown too.
+- ``f``: the operation (``create``, ``add``, ``read``, ``read_lac``, ``close``,
+  ``recover``, ...; for nemesis operations the fault: ``kill``, ``partition``).
+- ``ledger``: the ledger id, or null (a ``create`` learns its id on completion).
+- ``value``: any JSON value; see DESIGN.md for the value of each ledger operation.
+
+An optional first line ``{"format": "bkref-history", "version": 1}`` names the
+format; files without it are read as version 1. Nemesis operations are in the
+same history and are not paired.
+
+Parquet files (or a directory of them) have the same columns: ``index``,
+``time``, ``process`` (int64; null means the nemesis), ``type``, ``f``,
+``ledger`` (nullable int64) and ``value`` (JSON text), and carry the format name
+and version in the schema metadata. Parquet is for histories too large for JSON
+Lines; both are read and written as streams.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any, Final, Literal, Self, TypeAlias
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+FORMAT_NAME: Final = "bkref-history"
+FORMAT_VERSION: Final = 1
+NEMESIS: Final = "nemesis"
+OP_TYPES: Final = ("invoke", "ok", "fail", "info")
+FIELDS: Final = ("index", "time", "process", "type", "f", "ledger", "value")
+
+OpType: TypeAlias = Literal["invoke", "ok", "fail", "info"]
+Process: TypeAlias = int | str
+JSON: TypeAlias = Any  # any value json.loads can return
+
+
+class HistoryError(ValueError):
+    """The history is malformed; the message names the line and what is wrong."""
+
+    def __init__(self, message: str, *, line: int | None = None, source: str | None = None) -> None:
+        self.reason = message
+        self.line = line
+        self.source = source
+        where = source or "history"
+        if line is not None:
+            where += f" line {line}"
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One line of a history: an invocation or a completion."""
+
+    index: int
+    time: int
+    process: Process
+    type: OpType
+    f: str
+    ledger: int | None = None
+    value: JSON = None
+
+    @property
+    def is_nemesis(self) -> bool:
+        return self.process == NEMESIS
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "index": self.index,
+            "time": self.time,
+            "process": self.process,
+            "type": self.type,
+            "f": self.f,
+            "ledger": self.ledger,
+            "value": self.value,
+        }
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def op_from_json(obj: object, *, line: int | None = None, source: str | None = None) -> Op:
+    """Build an :class:`Op` from a decoded JSON object, checking every field."""
+
+    def bad(message: str) -> HistoryError:
+        return HistoryError(message, line=line, source=source)
+
+    if not isinstance(obj, Mapping):
+        raise bad(f"expected a JSON object, got {type(obj).__name__}")
+    unknown = set(obj) - set(FIELDS)
+    if unknown:
+        raise bad(f"unknown field(s) {sorted(unknown)}; the fields are {list(FIELDS)}")
+    missing = [k for k in ("index", "time", "process", "type", "f") if k not in obj]
+    if missing:
+        raise bad(f"missing field(s) {missing}")
+    index, t, process, typ, f = obj["index"], obj["time"], obj["process"], obj["type"], obj["f"]
+    ledger = obj.get("ledger")
+    if not _is_int(index) or index < 0:
+        raise bad(f"index must be a non-negative integer, got {index!r}")
+    if not _is_int(t) or t < 0:
+        raise bad(f"time must be a non-negative integer (nanoseconds), got {t!r}")
+    if not ((_is_int(process) and process >= 0) or process == NEMESIS):
+        raise bad(f"process must be a non-negative integer or {NEMESIS!r}, got {process!r}")
+    if typ not in OP_TYPES:
+        raise bad(f"unknown type {typ!r}; the types are {', '.join(OP_TYPES)}")
+    if not isinstance(f, str) or not f:
+        raise bad(f"f must be a non-empty string, got {f!r}")
+    if ledger is not None and not _is_int(ledger):
+        raise bad(f"ledger must be an integer or null, got {ledger!r}")
+    return Op(index, t, process, typ, f, ledger, obj.get("value"))
+
+
+class Validator:
+    """Checks the rules that span lines, one op at a time (streaming).
+
+    - ``index`` strictly increases;
+    - a process has at most one open invocation;
+    - a completion has an open invocation on its process, with the same ``f``
+      and the same ledger (or the invocation had none: ``create``);
+    - a process whose operation completed as ``info`` is not used again.
+    """
+
+    def __init__(self, source: str | None = None) -> None:
+        self.source = source
+        self.last_index = -1
+        self.open: dict[Process, tuple[Op, int | None]] = {}
+        self.crashed: dict[Process, int | None] = {}
+
+    def check(self, op: Op, line: int | None = None) -> Op:
+        def bad(message: str) -> HistoryError:
+            return HistoryError(message, line=line, source=self.source)
+
+        if op.index <= self.last_index:
+            raise bad(
+                f"non-monotonic index: {op.index} after {self.last_index} "
+                "(indices must strictly increase in line order)"
+            )
+        self.last_index = op.index
+        if op.is_nemesis:
+            return op
+        p = op.process
+        if op.type == "invoke":
+            if p in self.open:
+                prev, prev_line = self.open[p]
+                raise bad(
+                    f"two open invocations on process {p}: {op.f!r} invoked while "
+                    f"{prev.f!r} (index {prev.index}, line {prev_line}) has not completed; "
+                    "a process runs one operation at a time"
+                )
+            if p in self.crashed:
+                raise bad(
+                    f"process {p} is reused after its operation completed as info "
+                    f"(line {self.crashed[p]}); a crashed process needs a new id"
+                )
+            self.open[p] = (op, line)
+            return op
+        if p not in self.open:
+            raise bad(f"completion without invocation: {op.type} {op.f!r} on process {p}")
+        inv, _ = self.open.pop(p)
+        if inv.f != op.f:
+            raise bad(f"completion {op.f!r} does not match the invocation {inv.f!r} of process {p}")
+        if inv.ledger is not None and op.ledger != inv.ledger:
+            raise bad(
+                f"completion names ledger {op.ledger} but process {p} invoked "
+                f"{inv.f!r} on ledger {inv.ledger}"
+            )
+        if op.type == "info":
+            self.crashed[p] = line
+        return op
+
+
+def validate(ops: Iterable[Op], source: str | None = None) -> Iterator[Op]:
+    """Yield ``ops`` unchanged, raising :class:`HistoryError` at the first bad one."""
+    v = Validator(source)
+    for n, op in enumerate(ops, start=1):
+        yield v.check(op, n)
+
+
+# ---------------------------------------------------------------- JSON Lines
+
+
+def _check_header(obj: Mapping[str, JSON], line: int, source: str) -> None:
+    if obj.get("format") != FORMAT_NAME:
+        raise HistoryError(f"header names format {obj.get('format')!r}", line=line, source=source)
+    version = obj.get("version")
+    if version != FORMAT_VERSION:
+        raise HistoryError(
+            f"history format version {version!r} is not the version this bkref reads "
+            f"({FORMAT_VERSION}); convert the file or use a matching bkref",
+            line=line,
+            source=source,
+        )
+
+
+def iter_jsonl(stream: IO[str], *, source: str = "history", check: bool = True) -> Iterator[Op]:
+    """Read ops from a text stream of JSON Lines; validates unless ``check`` is false."""
+    validator = Validator(source) if check else None
+    for n, raw in enumerate(stream, start=1):
+        text = raw.strip()
+        if not text:
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise HistoryError(
+                f"not valid JSON: {e.msg} at column {e.colno}", line=n, source=source
+            ) from None
+        if n == 1 and isinstance(obj, Mapping) and "format" in obj:
+            _check_header(obj, n, source)
+            continue
+        op = op_from_json(obj, line=n, source=source)
+        yield validator.check(op, n) if validator is not None else op
+
+
+def read_jsonl(path: str | Path, *, check: bool = True) -> Iterator[Op]:
+    """Stream the ops of a JSON Lines file."""
+    with open(path, encoding="utf-8") as stream:
+        yield from iter_jsonl(stream, source=str(path), check=check)
+
+
+def dumps_op(op: Op) -> str:
+    return json.dumps(op.to_json(), separators=(",", ":"), allow_nan=False)
+
+
+class JsonlWriter:
+    """Write ops as JSON Lines, with the format header; flushes each line."""
+
+    def __init__(self, path: str | Path, *, header: bool = True) -> None:
+        self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        if header:
+            self._file.write(json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION}) + "\n")
+
+    def write(self, op: Op) -> None:
+        self._file.write(dumps_op(op) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def write_jsonl(ops: Iterable[Op], path: str | Path) -> int:
+    """Write ``ops`` to ``path``; returns how many were written."""
+    n = 0
+    with JsonlWriter(path) as w:
+        for op in ops:
+            w.write(op)
+            n += 1
+    return n
+
+
+# ---------------------------------------------------------------- Parquet
+
+
+def parquet_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("index", pa.int64(), nullable=False),
+            pa.field("time", pa.int64(), nullable=False),
+            pa.field("process", pa.int64()),  # null: the nemesis
+            pa.field("type", pa.string(), nullable=False),
+            pa.field("f", pa.string(), nullable=False),
+            pa.field("ledger", pa.int64()),
+            pa.field("value", pa.string()),  # JSON text; null for JSON null
+        ],
+        metadata={"format": FORMAT_NAME, "version": str(FORMAT_VERSION)},
+    )
+
+
+def write_parquet(ops: Iterable[Op], path: str | Path, *, batch_size: int = 65_536) -> int:
+    """Write ``ops`` to one Parquet file in row groups of ``batch_size``; returns the count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = parquet_schema()
+    n = 0
+    with pq.ParquetWriter(str(path), schema, compression="zstd") as writer:
+        cols: dict[str, list[Any]] = {name: [] for name in FIELDS}
+
+        def flush() -> None:
+            if cols["index"]:
+                writer.write_table(pa.table(cols, schema=schema))
+                for c in cols.values():
+                    c.clear()
+
+        for op in ops:
+            cols["index"].append(op.index)
+            cols["time"].append(op.time)
+            cols["process"].append(None if op.is_nemesis else op.process)
+            cols["type"].append(op.type)
+            cols["f"].append(op.f)
+            cols["ledger"].append(op.ledger)
+            cols["value"].append(
+                None if op.value is None else json.dumps(op.value, separators=(",", ":"))
+            )
+            n += 1
+            if len(cols["index"]) >= batch_size:
+                flush()
+        flush()
+    return n
+
+
+def _parquet_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+        if not files:
+            raise HistoryError("no .parquet files in this directory", source=str(path))
+        return files
+    return [path]
+
+
+def read_parquet(path: str | Path, *, check: bool = True) -> Iterator[Op]:
+    """Stream the ops of a Parquet file, or of a directory of them in name order."""
+    import pyarrow.parquet as pq
+
+    files = _parquet_files(Path(path))
+    validator = Validator(str(path)) if check else None
+    row = 0
+    for file in files:
+        pf = pq.ParquetFile(str(file))
+        meta = pf.schema_arrow.metadata or {}
+        version = meta.get(b"version")
+        if version is not None and version != str(FORMAT_VERSION).encode():
+            raise HistoryError(
+                f"history format version {version.decode()} is not {FORMAT_VERSION}",
+                source=str(file),
+            )
+        missing = [c for c in FIELDS if c not in pf.schema_arrow.names]
+        if missing:
+            raise HistoryError(f"missing column(s) {missing}", source=str(file))
+        for batch in pf.iter_batches(columns=list(FIELDS)):
+            cols = batch.to_pydict()
+            for i in range(batch.num_rows):
+                row += 1
+                process = cols["process"][i]
+                text = cols["value"][i]
+                obj = {
+                    "index": cols["index"][i],
+                    "time": cols["time"][i],
+                    "process": NEMESIS if process is None else process,
+                    "type": cols["type"][i],
+                    "f": cols["f"][i],
+                    "ledger": cols["ledger"][i],
+                    "value": None if text is None else json.loads(text),
+                }
+                op = op_from_json(obj, line=row, source=str(file))
+                yield validator.check(op, row) if validator is not None else op
+
+
+def read_history(path: str | Path, *, check: bool = True) -> Iterator[Op]:
+    """Stream a history from JSON Lines or Parquet (a file or a directory), by its name."""
+    p = Path(path)
+    if p.is_dir() or p.suffix == ".parquet":
+        return read_parquet(p, check=check)
+    return read_jsonl(p, check=check)
+
+
+def write_history(ops: Iterable[Op], path: str | Path) -> int:
+    """Write JSON Lines or Parquet, chosen by the file's suffix (``.parquet``)."""
+    if Path(path).suffix == ".parquet":
+        return write_parquet(ops, path)
+    return write_jsonl(ops, path)
+
+
+# ---------------------------------------------------------------- pairing
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """An invocation with its completion (None when it never completed)."""
+
+    invoke: Op
+    complete: Op | None
+
+    @property
+    def process(self) -> Process:
+        return self.invoke.process
+
+    @property
+    def f(self) -> str:
+        return self.invoke.f
+
+    @property
+    def ledger(self) -> int | None:
+        return self.complete.ledger if self.complete is not None else self.invoke.ledger
+
+    @property
+    def status(self) -> Literal["ok", "fail", "info"]:
+        """``info`` also for an invocation that never completed: the outcome is unknown."""
+        if self.complete is None or self.complete.type == "info":
+            return "info"
+        return "ok" if self.complete.type == "ok" else "fail"
+
+    @property
+    def call(self) -> int:
+        """The invocation's index: operations are ordered by index, not time."""
+        return self.invoke.index
+
+    @property
+    def ret(self) -> float:
+        """The completion's index, or infinity if the outcome is unknown."""
+        if self.complete is None or self.complete.type == "info":
+            return math.inf
+        return self.complete.index
+
+    @property
+    def input(self) -> JSON:
+        return self.invoke.value
+
+    @property
+    def output(self) -> JSON:
+        return None if self.complete is None else self.complete.value
+
+
+def pair(ops: Iterable[Op]) -> list[Operation]:
+    """Pair client invocations with their completions, in invocation order.
+
+    Nemesis operations are dropped; validate the history first (the reader
+    does), because pairing trusts one open invocation per process.
+    """
+    pending: dict[Process, int] = {}
+    out: list[Operation] = []
+    for op in ops:
+        if op.is_nemesis:
+            continue
+        if op.type == "invoke":
+            pending[op.process] = len(out)
+            out.append(Operation(op, None))
+        else:
+            i = pending.pop(op.process)
+            out[i] = Operation(out[i].invoke, op)
+    return out
+
+
+# ---------------------------------------------------------------- recording
+
+
+class Recorder:
+    """Assigns ``index`` and ``time`` to ops as they happen; safe across threads.
+
+    Campaign clients call :meth:`invoke` and then :meth:`complete`; every op is
+    written at once, so a crash of the runner leaves a valid prefix on disk.
+    """
+
+    def __init__(self, writer: JsonlWriter) -> None:
+        self._writer = writer
+        self._lock = threading.Lock()
+        self._next = 0
+        self._t0 = time.monotonic_ns()
+
+    def record(self, process: Process, typ: OpType, f: str, ledger: int | None, value: JSON) -> Op:
+        with self._lock:
+            op = Op(self._next, time.monotonic_ns() - self._t0, process, typ, f, ledger, value)
+            self._next += 1
+            self._writer.write(op)
+            return op
+
+    def invoke(self, process: Process, f: str, ledger: int | None, value: JSON = None) -> Op:
+        return self.record(process, "invoke", f, ledger, value)
+
+    def complete(
+        self, invocation: Op, typ: OpType, value: JSON = None, ledger: int | None = None
+    ) -> Op:
+        if typ == "invoke":
+            raise ValueError("a completion is ok, fail or info, not invoke")
+        led = invocation.ledger if ledger is None else ledger
+        return self.record(invocation.process, typ, invocation.f, led, value)

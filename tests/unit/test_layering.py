@@ -1,0 +1,36 @@
+"""Dependency rules that import-linter cannot express: spec is stdlib-only."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _imported_top_levels(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_spec_imports_only_the_standard_library_and_itself() -> None:
+    allowed = set(sys.stdlib_module_names) | {"spec"}
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(_imported_top_levels(path) - allowed)
+        for path in sorted((ROOT / "spec").rglob("*.py"))
+    }
+    offenders = {k: v for k, v in offenders.items() if v}
+    assert offenders == {}, f"spec must stay pure and stdlib-only: {offenders}"
+
+
+def test_the_scan_sees_third_party_imports(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("import json\nfrom kazoo.client import KazooClient\nfrom . import x\n")
+    assert _imported_top_levels(probe) == {"json", "kazoo"}
