@@ -13,12 +13,13 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo
 
-.PHONY: zookeeper-demo setup system-packages test verify lint typecheck contracts clean help
+.PHONY: zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help
 
 help:
 	@echo "make setup     install system packages and the .venv (idempotent)"
 	@echo "make zookeeper-demo  start a private 3-node ZooKeeper ensemble, show it, stop it"
 	@echo "make test      fast test suite (no slow tests)"
+	@echo "make bench     benchmarks; results go to BENCHMARKS.md"
 	@echo "make verify    ruff, mypy --strict, import contracts, the whole test suite (what CI runs)"
 
 setup: system-packages $(STAMP)
@@ -59,8 +60,15 @@ contracts: setup
 test: setup
 	$(VENV)/bin/pytest -q -m 'not slow'
 
-verify: lint typecheck contracts
+verify: lint typecheck contracts bench-smoke
 	$(VENV)/bin/pytest -q
+
+bench: setup
+	$(PY) -m tests.bench
+
+# A small real run of every benchmark, so `make verify` proves they still work.
+bench-smoke: setup
+	$(PY) -m tests.bench --quick --out $${TMPDIR:-/tmp}/bkref-BENCHMARKS.smoke.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
