@@ -1,0 +1,269 @@
+"""Ledger recovery: fence, find the last entry, write back, close.
+
+The steps, after BookKeeper's recovery (the seed's LC, LR, re-replicate):
+
+1. Metadata OPEN -> IN_RECOVERY by CAS (skipped when it is already IN_RECOVERY:
+   a previous recovery client died part-way).
+2. Fencing LAC reads to every bookie of the last segment. A fenced bookie
+   refuses the old writer's adds, so once ack quorum coverage is reached
+   (Wq - Aq + 1 bookies of every write set fenced) the writer cannot confirm
+   another entry. The highest LAC they report is LC.
+3. Recovery reads, which also fence, from LC onwards, one entry at a time:
+   one positive (a copy whose digest verifies) proves the entry may have been
+   confirmed and it is written back to its write set with recovery adds
+   (which bypass the fence); Wq - Aq + 1 negatives from its write set prove it
+   was never confirmed, and the previous entry is the last (LR).
+4. When every write-back has Aq acks, close by CAS with the last entry and length.
+
+A read that errors (bookie down, digest mismatch) is neither positive nor
+negative; if an entry's write set has answered and neither is proven, the
+recovery fails with a message saying so (retry once more bookies are up).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+from impl.core.actions import (
+    Action,
+    RecoveryCompleted,
+    SendAdd,
+    SendRead,
+    SendReadLac,
+    WriteMetadata,
+)
+from impl.core.digest import Digest, DigestMismatchError
+from impl.core.frames import Status
+from impl.core.metadata import LedgerMetadata, LedgerState
+
+
+class RecoveryPhase(enum.Enum):
+    MARKING = "MARKING"  # OPEN -> IN_RECOVERY CAS outstanding
+    FENCING = "FENCING"
+    READING = "READING"
+    CLOSING = "CLOSING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+
+
+@dataclass(slots=True)
+class _Read:
+    positive: bytes | None = None
+    negatives: set[int] = field(default_factory=set)
+    errors: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _WriteBack:
+    acked: set[int] = field(default_factory=set)
+    failed: set[int] = field(default_factory=set)
+
+
+class LedgerRecovery:
+    def __init__(
+        self, ledger_id: int, metadata: LedgerMetadata, version: int, digest: Digest
+    ) -> None:
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self.version = version
+        self.digest = digest
+        self.quorum = metadata.quorum
+        self.phase = RecoveryPhase.MARKING
+        self._actions: list[Action] = []
+        self._lac_answers: dict[int, int] = {}  # ensemble index -> LAC it reported
+        self._lac_failed: set[int] = set()
+        self._reading: int = -1
+        self._read = _Read()
+        self._writebacks: dict[int, _WriteBack] = {}
+        self.last_entry = -1
+        self.length = 0
+        self.message = ""
+        self._proposed = metadata
+        self._closing_sent = False
+        self._lc = -1
+
+    def take_actions(self) -> list[Action]:
+        out, self._actions = self._actions, []
+        return out
+
+    @property
+    def ensemble(self) -> tuple[str, ...]:
+        return self.metadata.last_segment.ensemble
+
+    # ------------------------------------------------------------ events
+
+    def start(self) -> None:
+        if self.metadata.is_closed:
+            self._finish(True, "already closed")
+            self.last_entry, self.length = self.metadata.last_entry, self.metadata.length
+            return
+        if self.metadata.state is LedgerState.IN_RECOVERY:
+            self._start_fencing()
+            return
+        self._proposed = replace(self.metadata, state=LedgerState.IN_RECOVERY)
+        self._actions.append(WriteMetadata(self._proposed, self.version, "mark IN_RECOVERY"))
+
+    def on_metadata_written(self, new_version: int) -> None:
+        self.version = new_version
+        self.metadata = self._proposed
+        if self.phase is RecoveryPhase.MARKING:
+            self._start_fencing()
+        elif self.phase is RecoveryPhase.CLOSING:
+            self._finish(True, "")
+
+    def on_metadata_conflict(self, current: LedgerMetadata, version: int) -> None:
+        """Someone else changed the metadata: a closed ledger means another recovery won."""
+        if current.is_closed:
+            self.metadata, self.version = current, version
+            self.last_entry, self.length = current.last_entry, current.length
+            self._finish(True, "closed by another client")
+        elif self.phase is RecoveryPhase.MARKING or current.state is LedgerState.OPEN:
+            # The writer changed its ensemble meanwhile: start over on the new metadata.
+            self.metadata, self.version = current, version
+            self.phase = RecoveryPhase.MARKING
+            self._lac_answers.clear()
+            self._lac_failed.clear()
+            self.start()
+        else:
+            self._fail(f"metadata changed under recovery (now {current.state.value}); retry")
+
+    def on_read_lac_response(self, bookie: str, status: Status, lac: int) -> None:
+        if self.phase is not RecoveryPhase.FENCING or bookie not in self.ensemble:
+            return
+        idx = self.ensemble.index(bookie)
+        if status in (Status.OK, Status.NO_SUCH_LEDGER, Status.NO_SUCH_ENTRY):
+            self._lac_answers[idx] = lac if status is Status.OK else -1
+        elif status is Status.UNAUTHORIZED:
+            self._fail(f"bookie {bookie} rejected the master key: wrong password")
+            return
+        else:
+            self._lac_failed.add(idx)
+        if self.quorum.is_covered(self._lac_answers):
+            self._start_reading(max(self._lac_answers.values()))
+        elif len(self._lac_answers) + len(self._lac_failed) == len(self.ensemble):
+            self._fail(
+                f"could not fence ledger {self.ledger_id}: {len(self._lac_failed)} "
+                "bookies of its last ensemble did not answer and the rest do not cover "
+                "every write set; retry when more bookies are up"
+            )
+
+    def on_read_response(self, bookie: str, entry_id: int, status: Status, body: bytes) -> None:
+        if self.phase is not RecoveryPhase.READING or entry_id != self._reading:
+            return
+        ensemble = self.metadata.ensemble_for(entry_id)
+        if bookie not in ensemble:
+            return
+        idx = ensemble.index(bookie)
+        r = self._read
+        if status is Status.OK:
+            try:
+                e = self.digest.verify(body, self.ledger_id, entry_id)
+            except DigestMismatchError:
+                r.errors.add(idx)
+            else:
+                if r.positive is None:
+                    r.positive = body
+                    self._entry_found(entry_id, e.length, body)
+                return
+        elif status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
+            r.negatives.add(idx)
+        elif status is Status.UNAUTHORIZED:
+            self._fail(f"bookie {bookie} rejected the master key: wrong password")
+            return
+        else:
+            r.errors.add(idx)
+        if r.positive is not None:
+            return
+        if self.quorum.is_entry_absent(r.negatives, entry_id):
+            self._end_of_ledger()
+        elif len(r.negatives) + len(r.errors) >= self.quorum.write_quorum:
+            self._fail(
+                f"entry {entry_id}: {len(r.negatives)} bookies lack it and "
+                f"{len(r.errors)} failed or returned a bad digest; cannot tell whether "
+                "it was confirmed; retry when more bookies are up"
+            )
+
+    def on_add_response(self, bookie: str, entry_id: int, status: Status) -> None:
+        wb = self._writebacks.get(entry_id)
+        if wb is None or self.phase not in (RecoveryPhase.READING, RecoveryPhase.CLOSING):
+            return
+        ensemble = self.metadata.ensemble_for(entry_id)
+        if bookie not in ensemble:
+            return
+        idx = ensemble.index(bookie)
+        if status is Status.OK:
+            wb.acked.add(idx)
+        else:
+            wb.failed.add(idx)
+            if self.quorum.write_quorum - len(wb.failed) < self.quorum.ack_quorum:
+                self._fail(
+                    f"write-back of entry {entry_id} cannot reach ack quorum: "
+                    f"{len(wb.failed)} bookies of its write set failed ({status.name})"
+                )
+                return
+        self._maybe_close()
+
+    # ------------------------------------------------------------ internals
+
+    def _start_fencing(self) -> None:
+        self.phase = RecoveryPhase.FENCING
+        for b in self.ensemble:
+            self._actions.append(SendReadLac(b, self.ledger_id, fence=True))
+
+    def _start_reading(self, lc: int) -> None:
+        self.phase = RecoveryPhase.READING
+        # Entries before the last segment were confirmed before it was created.
+        start = max(lc, self.metadata.last_segment.first_entry - 1)
+        self._lc = start
+        self.last_entry = start
+        if start < 0:
+            self._read_entry(0)
+        else:
+            # Read LC itself (it is confirmed) to learn the ledger's length there.
+            self._read_entry(start)
+
+    def _read_entry(self, entry_id: int) -> None:
+        self._reading = entry_id
+        self._read = _Read()
+        ensemble = self.metadata.ensemble_for(entry_id)
+        for idx in self.quorum.write_set(entry_id):
+            self._actions.append(SendRead(ensemble[idx], self.ledger_id, entry_id, fence=True))
+
+    def _entry_found(self, entry_id: int, length: int, body: bytes) -> None:
+        self.last_entry, self.length = entry_id, length
+        if entry_id > self._lc:
+            ensemble = self.metadata.ensemble_for(entry_id)
+            self._writebacks[entry_id] = _WriteBack()
+            for idx in self.quorum.write_set(entry_id):
+                self._actions.append(
+                    SendAdd(ensemble[idx], self.ledger_id, entry_id, body, recovery=True)
+                )
+        self._read_entry(entry_id + 1)
+
+    def _end_of_ledger(self) -> None:
+        self._reading = -2
+        self.phase = RecoveryPhase.CLOSING
+        self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        if self.phase is not RecoveryPhase.CLOSING or self._closing_sent:
+            return
+        if all(len(w.acked) >= self.quorum.ack_quorum for w in self._writebacks.values()):
+            self._closing_sent = True
+            self._proposed = self.metadata.closed(self.last_entry, self.length)
+            self._actions.append(
+                WriteMetadata(
+                    self._proposed, self.version, f"recovery close at entry {self.last_entry}"
+                )
+            )
+
+    def _finish(self, ok: bool, message: str) -> None:
+        self.phase = RecoveryPhase.DONE if ok else RecoveryPhase.FAILED
+        self.message = message
+        self._actions.append(RecoveryCompleted(ok, self.last_entry, self.length, message))
+
+    def _fail(self, message: str) -> None:
+        if self.phase in (RecoveryPhase.DONE, RecoveryPhase.FAILED):
+            return
+        self._finish(False, f"recovery of ledger {self.ledger_id} failed: {message}")

@@ -1,0 +1,125 @@
+"""Frames: round trips, incremental decoding, and a fuzz test of the parser."""
+
+from __future__ import annotations
+
+import struct
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from impl.core.checksum import crc32c
+from impl.core.frames import (
+    DEFAULT_MAX_FRAME,
+    AddRequest,
+    AddResponse,
+    ErrorResponse,
+    FrameDecoder,
+    FrameError,
+    Message,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    Status,
+    encode,
+)
+
+u64 = st.integers(0, 2**64 - 1)
+i64 = st.integers(-1, 2**63 - 1)
+key = st.binary(max_size=64)
+statuses = st.sampled_from(list(Status))
+
+messages: st.SearchStrategy[Message] = st.one_of(
+    st.builds(AddRequest, u64, u64, u64, key, st.binary(max_size=2000), st.booleans()),
+    st.builds(ReadRequest, u64, u64, u64, st.booleans(), key),
+    st.builds(ReadLacRequest, u64, u64, st.booleans(), key),
+    st.builds(AddResponse, u64, statuses, u64, u64),
+    st.builds(ReadResponse, u64, statuses, u64, u64, st.binary(max_size=2000)),
+    st.builds(ReadLacResponse, u64, statuses, u64, i64, i64),
+    st.builds(ErrorResponse, u64, statuses, st.text(max_size=100)),
+)
+
+
+@given(st.lists(messages, max_size=8), st.data())
+def test_messages_round_trip_through_arbitrary_chunking(
+    msgs: list[Message], data: st.DataObject
+) -> None:
+    stream = b"".join(encode(m) for m in msgs)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    dec = FrameDecoder()
+    got: list[Message | FrameError] = []
+    prev = 0
+    for c in [*cuts, len(stream)]:
+        got += dec.feed(stream[prev:c])
+        prev = c
+    assert got == msgs
+    assert dec.buffered == 0
+
+
+@settings(max_examples=3000)
+@given(st.binary(max_size=300))
+def test_fuzz_random_bytes_never_crash_the_parser(junk: bytes) -> None:
+    """Thousands of random inputs: each yields messages or FrameError items, nothing else."""
+    dec = FrameDecoder(max_frame=4096)
+    items = dec.feed(junk)
+    for it in items:
+        if isinstance(it, FrameError):
+            assert it.reason
+    # A fatal error is the last item and the decoder stays broken.
+    if dec.broken is not None:
+        assert items[-1] is dec.broken
+        assert dec.feed(b"more") == [dec.broken]
+
+
+@settings(max_examples=3000)
+@given(messages, st.integers(0, 10_000), st.integers(1, 255))
+def test_fuzz_flipped_byte_is_detected_or_harmless(msg: Message, pos: int, xor: int) -> None:
+    frame = bytearray(encode(msg))
+    pos %= len(frame)
+    frame[pos] ^= xor
+    items = FrameDecoder().feed(bytes(frame))
+    # The checksum catches every change inside the frame; a changed length is either
+    # a fatal error or leaves the decoder waiting for more bytes.
+    assert all(isinstance(i, FrameError) for i in items)
+    if pos >= 4:
+        assert len(items) == 1
+
+
+def test_bad_frame_is_skipped_and_the_next_one_decodes() -> None:
+    good = encode(ReadLacRequest(7, 1))
+    bad = bytearray(encode(ReadLacRequest(8, 1)))
+    bad[-1] ^= 1
+    items = FrameDecoder().feed(bytes(bad) + good)
+    assert isinstance(items[0], FrameError)
+    assert "checksum mismatch" in items[0].reason
+    assert items[0].request_id == 8
+    assert not items[0].fatal
+    assert items[1] == ReadLacRequest(7, 1)
+
+
+def test_oversized_frame_is_fatal_and_says_so() -> None:
+    items = FrameDecoder().feed(struct.pack(">I", DEFAULT_MAX_FRAME + 1) + b"x" * 10)
+    assert len(items) == 1
+    err = items[0]
+    assert isinstance(err, FrameError)
+    assert err.fatal
+    assert err.status is Status.TOO_LARGE
+    assert "exceeds the maximum" in err.reason
+
+
+def test_unknown_version_names_both_versions() -> None:
+    inner = struct.pack(">2sBBQ", b"BK", 9, 3, 5) + struct.pack(">QBH", 1, 0, 0)
+    frame = struct.pack(">I", len(inner) + 4) + inner + struct.pack(">I", crc32c(inner))
+    (err,) = FrameDecoder().feed(frame)
+    assert isinstance(err, FrameError)
+    assert err.status is Status.UNSUPPORTED_VERSION
+    assert "version 9" in err.reason
+
+
+def test_declared_body_longer_than_frame_is_an_error_not_a_crash() -> None:
+    inner = struct.pack(">2sBBQ", b"BK", 1, 1, 5) + struct.pack(">QQBH", 1, 2, 0, 0)
+    inner += struct.pack(">I", 10_000) + b"abc"
+    frame = struct.pack(">I", len(inner) + 4) + inner + struct.pack(">I", crc32c(inner))
+    (err,) = FrameDecoder().feed(frame)
+    assert isinstance(err, FrameError)
+    assert "declares 10000 bytes" in err.reason
