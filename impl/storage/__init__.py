@@ -1,0 +1,1 @@
+"""Bookie storage on real files with fsync: journal, entry logs, index, LastLogMark, GC."""
