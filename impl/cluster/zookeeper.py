@@ -26,6 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from impl.cluster.netns import run_in_netns
+
 STATE_FILE = "zookeeper.json"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 # Debian's zookeeper.jar names its dependencies in its manifest's Class-Path;
@@ -60,6 +62,7 @@ class ZooKeeperServer:
     election_port: int
     directory: str
     pid: int | None = None
+    netns: str | None = None  # the network namespace it runs in; None: this one
 
     @property
     def address(self) -> str:
@@ -94,7 +97,9 @@ def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> s
 def server_mode(server: ZooKeeperServer) -> str | None:
     """``leader``, ``follower`` or ``standalone`` if the server serves clients, else None."""
     try:
-        reply = four_letter_word(server.host, server.client_port, "srvr")
+        reply = run_in_netns(
+            server.netns, lambda: four_letter_word(server.host, server.client_port, "srvr")
+        )
     except OSError:
         return None
     for line in reply.splitlines():
@@ -158,7 +163,12 @@ def _classpath(conf_dir: Path) -> str:
 
 @dataclass
 class ZooKeeperEnsemble:
-    """A standalone server (size 1) or an ensemble of ``size`` servers on one host.
+    """A standalone server (size 1) or an ensemble of ``size`` servers.
+
+    By default every server listens on ``host`` (127.0.0.1) on ports the OS
+    picks. With ``placement`` (one ``(network namespace, address)`` pair per
+    server) each server runs inside its own namespace on its own address
+    with the standard ports, so that partitions between them are real.
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. Servers
     are addressed by their ``server_id`` (1-based, the ``myid`` of zoo.cfg).
@@ -167,11 +177,14 @@ class ZooKeeperEnsemble:
     directory: Path
     size: int = 1
     host: str = "127.0.0.1"
+    placement: list[tuple[str, str]] | None = None
     settings: ZooKeeperSettings = field(default_factory=ZooKeeperSettings)
     servers: dict[int, ZooKeeperServer] = field(default_factory=dict)
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        if self.placement is not None:
+            self.size = len(self.placement)
         if self.size < 1:
             raise ValueError(f"an ensemble needs at least one server, not {self.size}")
         self.directory = Path(self.directory).resolve()
@@ -207,13 +220,20 @@ class ZooKeeperEnsemble:
         self.directory.mkdir(parents=True, exist_ok=True)
         for sid in range(1, self.size + 1):
             server_dir = self.directory / f"zk{sid}"
+            if self.placement is not None:
+                netns, address = self.placement[sid - 1]
+                ports = (2181, 2888, 3888)  # each server has an address of its own
+            else:
+                netns, address = None, self.host
+                ports = (free_port(address), free_port(address), free_port(address))
             self.servers[sid] = ZooKeeperServer(
                 server_id=sid,
-                host=self.host,
-                client_port=free_port(self.host),
-                quorum_port=free_port(self.host),
-                election_port=free_port(self.host),
+                host=address,
+                client_port=ports[0],
+                quorum_port=ports[1],
+                election_port=ports[2],
                 directory=str(server_dir),
+                netns=netns,
             )
         for server in self.servers.values():
             self._write_config(server)
@@ -252,7 +272,9 @@ class ZooKeeperEnsemble:
             raise ZooKeeperError(
                 f"ZooKeeper server {server_id} is already running (pid {server.pid})"
             )
+        prefix = ["ip", "netns", "exec", server.netns] if server.netns else []
         argv = [
+            *prefix,  # `ip netns exec` execs java: the PID we record is java's
             _find_java(),
             f"-Xmx{self.settings.heap_mb}m",
             "-XX:+UseSerialGC",
@@ -366,6 +388,7 @@ class ZooKeeperEnsemble:
         state = {
             "size": self.size,
             "host": self.host,
+            "placement": self.placement,
             "settings": asdict(self.settings),
             "servers": [asdict(s) for s in self.servers.values()],
         }
@@ -388,6 +411,7 @@ class ZooKeeperEnsemble:
             directory=Path(directory),
             size=int(state["size"]),
             host=str(state["host"]),
+            placement=[(str(ns), str(ip)) for ns, ip in state.get("placement") or []] or None,
             settings=ZooKeeperSettings(**state["settings"]),
         )
         for raw in state["servers"]:
