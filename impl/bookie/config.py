@@ -1,0 +1,111 @@
+"""Bookie configuration: a TOML file with BookKeeper's parameter names and defaults.
+
+Unknown keys are rejected (a typo must not silently fall back to a default).
+Times keep BookKeeper's units: ``*MSec``/``flushInterval``/``gcWaitTime`` in
+milliseconds, compaction intervals in seconds.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from impl.storage.bookie_storage import StorageConfig
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class BookieConfig:
+    bookiePort: int = 3181  # noqa: N815 (BookKeeper's names, as in bk_server.conf)
+    advertisedAddress: str = "127.0.0.1"  # noqa: N815
+    journalDirectory: str = "/tmp/bk-txn"  # noqa: N815, S108
+    ledgerDirectories: list[str] = field(default_factory=lambda: ["/tmp/bk-data"])  # noqa: N815, S108
+    zkServers: str = "127.0.0.1:2181"  # noqa: N815
+    zkLedgersRootPath: str = "/ledgers"  # noqa: N815
+    zkTimeout: int = 10000  # noqa: N815
+    rack: str = "/default-rack"  # the failure domain (BookKeeper resolves it from the network)
+    journalSyncData: bool = True  # noqa: N815
+    journalMaxGroupWaitMSec: float = 2.0  # noqa: N815
+    journalBufferedWritesThreshold: int = 524288  # noqa: N815
+    journalFlushWhenQueueEmpty: bool = False  # noqa: N815
+    journalMaxSizeMB: int = 2048  # noqa: N815
+    flushInterval: int = 60000  # noqa: N815
+    logSizeLimit: int = 1073741824  # noqa: N815
+    gcWaitTime: int = 600000  # noqa: N815
+    minorCompactionThreshold: float = 0.2  # noqa: N815
+    minorCompactionInterval: int = 3600  # noqa: N815
+    majorCompactionThreshold: float = 0.8  # noqa: N815
+    majorCompactionInterval: int = 86400  # noqa: N815
+    readOnlyModeEnabled: bool = True  # noqa: N815
+    diskUsageThreshold: float = 0.95  # noqa: N815
+    diskUsageLwmThreshold: float = 0.90  # noqa: N815
+    diskCheckInterval: int = 10000  # noqa: N815
+    nettyMaxFrameSizeBytes: int = 5242880  # noqa: N815
+
+    @property
+    def bookie_id(self) -> str:
+        return f"{self.advertisedAddress}:{self.bookiePort}"
+
+    def storage(self) -> StorageConfig:
+        return StorageConfig(
+            journal_sync_data=self.journalSyncData,
+            journal_max_group_wait_ms=self.journalMaxGroupWaitMSec,
+            journal_buffered_writes_threshold=self.journalBufferedWritesThreshold,
+            journal_flush_when_queue_empty=self.journalFlushWhenQueueEmpty,
+            journal_max_size=self.journalMaxSizeMB * 1024 * 1024,
+            entry_log_size_limit=self.logSizeLimit,
+        )
+
+    @staticmethod
+    def from_dict(d: dict[str, Any], source: str = "config") -> BookieConfig:
+        known = {f.name: f for f in fields(BookieConfig)}
+        unknown = sorted(set(d) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"{source}: unknown parameter(s) {', '.join(unknown)}; known: "
+                f"{', '.join(sorted(known))}"
+            )
+        if "ledgerDirectories" in d and isinstance(d["ledgerDirectories"], str):
+            d = {**d, "ledgerDirectories": [d["ledgerDirectories"]]}
+        cfg = BookieConfig(**d)
+        if len(cfg.ledgerDirectories) != 1:
+            raise ConfigError(
+                f"{source}: exactly one ledger directory is supported, got {cfg.ledgerDirectories}"
+            )
+        if cfg.advertisedAddress != "127.0.0.1":
+            raise ConfigError(
+                f"{source}: advertisedAddress must be 127.0.0.1 (bkref serves only on the loopback)"
+            )
+        return cfg
+
+    @staticmethod
+    def load(path: Path) -> BookieConfig:
+        try:
+            with path.open("rb") as f:
+                d = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"cannot read bookie config {path}: {e}") from e
+        return BookieConfig.from_dict(d, str(path))
+
+    def to_toml(self) -> str:
+        lines = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool):
+                lines.append(f"{f.name} = {'true' if v else 'false'}")
+            elif isinstance(v, int | float):
+                lines.append(f"{f.name} = {v}")
+            elif isinstance(v, list):
+                lines.append(f"{f.name} = [{', '.join(_q(x) for x in v)}]")
+            else:
+                lines.append(f"{f.name} = {_q(v)}")
+        return "\n".join(lines) + "\n"
+
+
+def _q(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,284 @@
+"""The bookie server: asyncio TCP on 127.0.0.1, the core decides, storage persists.
+
+Per request: the core returns journal records and a reply; the records are
+applied and journaled, and the reply is sent only after the journal's fsync
+(callbacks from the journal thread come back through ``call_soon_threadsafe``).
+A malformed frame gets an error response; one whose length cannot be trusted
+also closes the connection. Nothing a peer sends can stop the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from impl.bookie.config import BookieConfig
+from impl.bookie.cookie import verify_or_create
+from impl.bookie.registration import Registration
+from impl.core.bookie import BookieCore, BookieDecision
+from impl.core.frames import AddRequest as AddReq
+from impl.core.frames import (
+    ErrorResponse,
+    FrameDecoder,
+    FrameError,
+    ReadLacRequest,
+    ReadRequest,
+    Response,
+    Status,
+    encode,
+)
+from impl.meta.store import ZkMetadataStore, connect
+from impl.storage.bookie_storage import BookieStorage
+
+log = logging.getLogger(__name__)
+
+
+class Bookie:
+    def __init__(self, config: BookieConfig) -> None:
+        self.config = config
+        self.bookie_id = config.bookie_id
+        self.storage: BookieStorage | None = None
+        self.core = BookieCore()
+        self.store: ZkMetadataStore | None = None
+        self.registration: Registration | None = None
+        self._server: asyncio.Server | None = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.frame_errors = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def open_storage_and_register(self) -> None:
+        """Check cookies, replay the journal, register. Raises with a clear message."""
+        c = self.config
+        zk = connect(c.zkServers, timeout=c.zkTimeout / 1000 + 5)
+        self.store = ZkMetadataStore(zk, c.zkLedgersRootPath)
+        self.store.ensure_layout()
+        verify_or_create(self.store, self.bookie_id, c.journalDirectory, c.ledgerDirectories)
+        self.storage = BookieStorage(
+            Path(c.journalDirectory), Path(c.ledgerDirectories[0]), c.storage()
+        )
+        self.core = BookieCore(self.storage.ledger_infos())
+        self.registration = Registration(self.store, self.bookie_id, c.rack)
+
+    async def serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._server = await asyncio.start_server(
+            self._connection, "127.0.0.1", self.config.bookiePort
+        )
+        self.check_disk()
+        assert self.registration is not None
+        await asyncio.to_thread(self.registration.register, self.core.read_only)
+        for name, fn in (("sync", self._sync_loop), ("gc", self._gc_loop)):
+            t = threading.Thread(target=fn, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+        asyncio.get_running_loop().create_task(self._disk_loop())
+        log.info("bookie %s serving (rack %s)", self.bookie_id, self.config.rack)
+        print(f"bookie {self.bookie_id} serving", flush=True)
+        async with self._server:
+            await self._server.serve_forever()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._server is not None:
+            self._server.close()
+        for t in self._threads:
+            t.join(timeout=10)
+        if self.storage is not None:
+            self.storage.close()
+        if self.store is not None:
+            self.store.zk.stop()
+            self.store.zk.close()
+
+    # ------------------------------------------------------------ background work
+
+    def _sync_loop(self) -> None:
+        """The sync thread: checkpoint every flushInterval."""
+        while not self._stop.wait(self.config.flushInterval / 1000):
+            try:
+                assert self.storage is not None
+                self.storage.checkpoint()
+            except Exception:
+                log.exception("checkpoint failed; will retry")
+
+    def _gc_loop(self) -> None:
+        c = self.config
+        last_minor = last_major = time.monotonic()
+        while not self._stop.wait(c.gcWaitTime / 1000):
+            now = time.monotonic()
+            threshold = 0.0
+            if (
+                c.majorCompactionThreshold > 0
+                and c.majorCompactionInterval > 0
+                and (now - last_major >= c.majorCompactionInterval)
+            ):
+                threshold, last_major, last_minor = c.majorCompactionThreshold, now, now
+            elif (
+                c.minorCompactionThreshold > 0
+                and c.minorCompactionInterval > 0
+                and (now - last_minor >= c.minorCompactionInterval)
+            ):
+                threshold, last_minor = c.minorCompactionThreshold, now
+            try:
+                self.garbage_collect(threshold)
+            except Exception:
+                log.exception("garbage collection failed; will retry")
+
+    def garbage_collect(self, threshold: float) -> None:
+        assert self.storage is not None
+        assert self.store is not None
+        candidates = self.storage.ledger_ids()  # before the listing: see garbage_collect
+        live = set(self.store.list_ledgers())
+        r = self.storage.garbage_collect(live, candidates, threshold)
+        if r.deleted_ledgers or r.deleted_logs or r.compacted_logs:
+            log.info(
+                "gc: deleted ledgers %s, removed entry logs %s, compacted %s "
+                "(threshold %.2f), %d bytes reclaimed",
+                r.deleted_ledgers,
+                r.deleted_logs,
+                r.compacted_logs,
+                threshold,
+                r.bytes_reclaimed,
+            )
+
+    def disk_usage(self) -> float:
+        u = shutil.disk_usage(self.config.ledgerDirectories[0])
+        return u.used / u.total
+
+    def check_disk(self) -> bool:
+        """Switch read-only above diskUsageThreshold, back below diskUsageLwmThreshold."""
+        c = self.config
+        usage = self.disk_usage()
+        want = self.core.read_only
+        if usage > c.diskUsageThreshold and c.readOnlyModeEnabled:
+            want = True
+        elif usage < c.diskUsageLwmThreshold:
+            want = False
+        if want != self.core.read_only:
+            log.warning(
+                "disk usage %.3f (threshold %.3f, low-water %.3f): going %s",
+                usage,
+                c.diskUsageThreshold,
+                c.diskUsageLwmThreshold,
+                "read-only" if want else "writable",
+            )
+            self.core.read_only = want
+            return True
+        return False
+
+    async def _disk_loop(self) -> None:
+        while not self._stop.is_set():
+            await asyncio.sleep(self.config.diskCheckInterval / 1000)
+            if self.check_disk() and self.registration is not None:
+                await asyncio.to_thread(self.registration.register, self.core.read_only)
+
+    def reload(self, config: BookieConfig) -> None:
+        """SIGHUP: take the disk thresholds from a re-read config (others need a restart)."""
+        from dataclasses import replace
+
+        self.config = replace(
+            self.config,
+            diskUsageThreshold=config.diskUsageThreshold,
+            diskUsageLwmThreshold=config.diskUsageLwmThreshold,
+            diskCheckInterval=config.diskCheckInterval,
+        )
+        log.info(
+            "reloaded disk thresholds: %.3f / %.3f",
+            config.diskUsageThreshold,
+            config.diskUsageLwmThreshold,
+        )
+
+    # ------------------------------------------------------------ connections
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        dec = FrameDecoder(self.config.nettyMaxFrameSizeBytes + 1024)
+        try:
+            while True:
+                data = await reader.read(256 * 1024)
+                if not data:
+                    break
+                for item in dec.feed(data):
+                    if isinstance(item, FrameError):
+                        self.frame_errors += 1
+                        log.warning(
+                            "bad frame from %s: %s%s",
+                            peer,
+                            item.reason,
+                            " (closing the connection)" if item.fatal else "",
+                        )
+                        writer.write(encode(self.core.on_frame_error(item)))
+                        if item.fatal:
+                            await writer.drain()
+                            return
+                    elif isinstance(item, AddReq | ReadRequest | ReadLacRequest):
+                        self._dispatch(item, writer)
+                    else:
+                        writer.write(
+                            encode(
+                                ErrorResponse(
+                                    item.request_id,
+                                    Status.BAD_REQUEST,
+                                    f"a bookie accepts requests, not {type(item).__name__}",
+                                )
+                            )
+                        )
+                if writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
+                    await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except Exception:
+            log.exception("connection from %s failed; closing it", peer)
+        finally:
+            writer.close()
+
+    def _dispatch(
+        self, req: AddReq | ReadRequest | ReadLacRequest, writer: asyncio.StreamWriter
+    ) -> None:
+        d = self.core.handle(req)
+        if not d.records:
+            self._reply(d, writer, None)
+            return
+        loop = self._loop
+        assert loop is not None
+        assert self.storage is not None
+
+        def durable(err: BaseException | None) -> None:
+            loop.call_soon_threadsafe(self._reply, d, writer, err)
+
+        try:
+            self.storage.persist(d.records, durable)
+        except OSError as e:
+            self._reply(d, writer, e)
+
+    def _reply(
+        self, d: BookieDecision, writer: asyncio.StreamWriter, err: BaseException | None
+    ) -> None:
+        if writer.is_closing():
+            return
+        resp: Response | None
+        if err is not None:
+            rid = (
+                d.read.request_id
+                if d.read is not None
+                else (d.reply.request_id if d.reply is not None else 0)
+            )
+            resp = ErrorResponse(rid, Status.IO_ERROR, f"journal write failed: {err}")
+        elif d.read is not None:
+            assert self.storage is not None
+            try:
+                body = self.storage.read_entry(d.read.ledger_id, d.read.entry_id)
+            except OSError as e:
+                resp = ErrorResponse(d.read.request_id, Status.IO_ERROR, f"read failed: {e}")
+            else:
+                resp = self.core.read_result(d.read, body)
+        else:
+            resp = d.reply
+        if resp is not None:
+            writer.write(encode(resp))

@@ -1,0 +1,1 @@
+"""Metadata in ZooKeeper (through kazoo), laid out after BookKeeper's; every update a CAS."""
