@@ -7,8 +7,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bkref-installed
 # Debian packages the project runs for real: ZooKeeper (metadata), iptables,
-# nftables and iproute2 (network faults in campaigns).
-APT_PACKAGES := zookeeper iptables nftables iproute2
+# nftables and iproute2 (network faults in campaigns), libfuse2 (lazyfs, the
+# disk that loses unsynced writes).
+APT_PACKAGES := zookeeper iptables nftables iproute2 libfuse2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo
