@@ -1,0 +1,514 @@
+"""The ledger checker: linearizability of ledger histories without search.
+
+It decides exactly what the generic checker decides with ``spec.ledger_model``
+(a property test holds the two together), in O(n log n) time and O(n) memory,
+and names each violation with the operations that prove it.
+
+Semantics (``spec.ledger_model`` states them as a sequential model):
+
+- Per ledger: ``create`` (if the history has one) comes first; entries become
+  visible as a prefix 0..n-1, an add taking effect only as the next entry id;
+  ``read(e)`` finds ``e`` with its data iff it is added, and reports "no such
+  entry" iff it is not; ``read_lac`` returns a LAC that never exceeds the added
+  entries and never goes back, and equals the last entry once closed; ``close``
+  and ``recover`` close the ledger at the last added entry, after which no add
+  takes effect.
+- ``fail`` means the operation did not happen, except an add that failed as
+  fenced: recovery may still have kept it, so it counts as unknown. Unknown
+  operations (``info``, never completed) may take effect after their
+  invocation or never. Real-time order is history index order.
+
+Why no search is needed. An operation takes effect at a point strictly inside
+(invocation index, completion index); unknown ones have no upper end. Because
+entry ids fix the order of adds, every ordering constraint is known in advance:
+
+- the adds of the entries that exist, 0..N-1, in id order (N = closed last
+  entry + 1, or else one past the largest entry any ok add, found read or LAC
+  proves; adding more could only add constraints);
+- a found read of ``e`` after add ``e``; a "no such entry" read of ``e < N``
+  before add ``e``; a LAC ``v`` after add ``v`` and after every smaller LAC;
+  a close after add ``N-1`` and after every LAC below ``N-1``; everything after
+  the create.
+
+These constraints form a DAG; points exist iff for every operation, the
+largest invocation index among all operations that must precede it (itself
+included) is smaller than its completion index. Along the chain of adds that
+is a running maximum over entry ids; for LACs a running maximum over LAC
+values (sorted); the rest are single comparisons. Among several candidate
+adds for one entry id, an ok one must be used (two ok ones are a duplicate)
+and otherwise the earliest-invoked one whose data matches what reads found
+dominates the others.
+
+Every violated comparison is reported as an anomaly, in Jepsen's names:
+``lost-write``, ``ack-after-fence``, ``divergent-read``,
+``read-of-truncated-entry``, ``stale-read``, ``future-read``, ``duplicate``,
+``nonmonotonic``, ``disagreeing-closes``, and ``skip`` (an entry id below a
+proven one that no add ever wrote). The history is linearizable iff there is
+none.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple
+
+from linearizability.history import NEMESIS, HistoryError, Op
+from linearizability.models import to_ledger_op
+
+INF: Final = math.inf
+MAX_EXAMPLES: Final = 50  # anomalies kept per kind and ledger; the rest are counted
+
+ANOMALY_KINDS: Final = (
+    "lost-write",
+    "ack-after-fence",
+    "divergent-read",
+    "read-of-truncated-entry",
+    "stale-read",
+    "future-read",
+    "duplicate",
+    "nonmonotonic",
+    "disagreeing-closes",
+    "skip",
+)
+
+
+class Anomaly(NamedTuple):
+    """A violation and the operations (invocation indices) that prove it."""
+
+    kind: str
+    ledger: int
+    ops: tuple[int, ...]
+    message: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "ledger": self.ledger,
+            "ops": list(self.ops),
+            "message": self.message,
+        }
+
+
+@dataclass
+class LedgerVerdict:
+    ledger: int
+    operations: int  # operations that took part (certain failures excluded)
+    entries: int  # N: entries the ledger holds in the linearization
+    closed_at: int | None  # the last entry if closed
+    anomalies: list[Anomaly] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)  # all anomalies, by kind
+
+    @property
+    def valid(self) -> bool:
+        return not self.counts
+
+
+@dataclass
+class LedgerCheckResult:
+    ledgers: dict[int, LedgerVerdict]
+    ops: int  # history lines read (ops, in Jepsen's sense)
+    seconds: float
+
+    @property
+    def valid(self) -> bool:
+        return all(v.valid for v in self.ledgers.values())
+
+    @property
+    def verdict(self) -> str:
+        return "valid" if self.valid else "invalid"
+
+    @property
+    def anomalies(self) -> list[Anomaly]:
+        return [a for v in self.ledgers.values() for a in v.anomalies]
+
+    @property
+    def counts(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for v in self.ledgers.values():
+            total.update(v.counts)
+        return total
+
+
+# One operation of a ledger, compactly: (invocation index, completion index or INF, ...).
+_Add = tuple[int, float, str]  # call, ret, data
+_Read = tuple[int, int, float, str | None]  # entry, call, ret, data (None: not found)
+_Lac = tuple[int, int, float]  # lac, call, ret
+_Close = tuple[int, int, float, str]  # last entry, call, ret, f
+
+
+class _Ledger:
+    """What the checker keeps of one ledger: O(1) per operation."""
+
+    __slots__ = ("adds", "closes", "creates", "extra_adds", "lacs", "n", "reads")
+
+    def __init__(self) -> None:
+        self.creates: list[tuple[int, float]] = []
+        self.adds: dict[int, _Add] = {}  # the first add seen per entry id
+        self.extra_adds: list[tuple[int, _Add]] = []  # more adds of an id already seen
+        self.reads: list[_Read] = []
+        self.lacs: list[_Lac] = []
+        self.closes: list[_Close] = []
+        self.n = 0
+
+
+def _record(  # noqa: PLR0917 - called per operation: positional arguments are cheaper
+    led: _Ledger, f: str, status: str, inp: object, out: object, call: int, ret: int
+) -> None:
+    r = to_ledger_op(f, status, inp, out, call)
+    if r is None:
+        return
+    op, known = r
+    end: float = ret if known else INF
+    led.n += 1
+    if op.f == "add":
+        add = (call, end, op.data or "")
+        if op.entry in led.adds:
+            led.extra_adds.append((op.entry, add))
+        else:
+            led.adds[op.entry] = add
+    elif not known:
+        if op.f == "create":
+            led.creates.append((call, INF))
+        # an unknown read, LAC read or close constrains nothing: it may never happen
+    elif op.f == "read":
+        led.reads.append((op.entry, call, end, op.data if op.found else None))
+    elif op.f == "read_lac":
+        assert op.result is not None
+        led.lacs.append((op.result, call, end))
+    elif op.f == "create":
+        led.creates.append((call, end))
+    else:
+        assert op.result is not None
+        led.closes.append((op.result, call, end, op.f))
+
+
+def check_ledgers(
+    ops: Iterable[Op], *, progress: Callable[[int], None] | None = None
+) -> LedgerCheckResult:
+    """Check every ledger of a history (a stream of ops, validated or not)."""
+    started = time.monotonic()
+    ledgers: dict[int, _Ledger] = {}
+    pending: dict[object, Op] = {}
+    count = 0
+    for op in ops:
+        count += 1
+        if progress is not None and count % 100_000 == 0:
+            progress(count)
+        p = op.process
+        if p == NEMESIS:
+            continue
+        if op.type == "invoke":
+            pending[p] = op
+            continue
+        inv = pending.pop(p, None)
+        if inv is None:
+            raise HistoryError(f"index {op.index}: completion without invocation on process {p}")
+        ledger = op.ledger if op.ledger is not None else inv.ledger
+        if ledger is None:
+            if inv.f == "create":
+                continue
+            raise HistoryError(f"index {inv.index}: {inv.f!r} names no ledger")
+        led = ledgers.get(ledger)
+        if led is None:
+            led = ledgers[ledger] = _Ledger()
+        _record(led, inv.f, op.type, inv.value, op.value, inv.index, op.index)
+    for inv in pending.values():  # never completed: the outcome is unknown
+        if inv.ledger is not None:
+            led = ledgers.get(inv.ledger)
+            if led is None:
+                led = ledgers[inv.ledger] = _Ledger()
+            _record(led, inv.f, "info", inv.value, None, inv.index, -1)
+    verdicts = {lid: _decide(lid, led) for lid, led in sorted(ledgers.items())}
+    return LedgerCheckResult(verdicts, count, time.monotonic() - started)
+
+
+# ---------------------------------------------------------------- the decision
+
+
+class _Reporter:
+    def __init__(self, verdict: LedgerVerdict) -> None:
+        self.v = verdict
+
+    def wants(self, kind: str) -> bool:
+        return self.v.counts[kind] < MAX_EXAMPLES
+
+    def __call__(self, kind: str, ops: Iterable[int], message: str) -> None:
+        self.v.counts[kind] += 1
+        if self.v.counts[kind] <= MAX_EXAMPLES:
+            self.v.anomalies.append(Anomaly(kind, self.v.ledger, tuple(ops), message))
+
+
+# Kinds of the operation that sets a lower bound (its invocation) and of the
+# operation whose completion came too early; together they name the anomaly.
+def _bound_kind(cause: str, victim: str) -> str:
+    if cause == "create":
+        return "future-read"
+    if cause == "missing":
+        return "stale-read"
+    if cause == "add":
+        return "nonmonotonic" if victim == "add" else "future-read"
+    return "nonmonotonic" if victim == "lac" else "stale-read"  # cause: a LAC read
+
+
+_WHY: Final = {
+    ("create", "add"): "add of entry {e} completed before the ledger's create was invoked",
+    ("create", "read"): "read of entry {e} completed before the ledger's create was invoked",
+    ("create", "lac"): "read_lac completed before the ledger's create was invoked",
+    ("create", "close"): "{f} completed before the ledger's create was invoked",
+    ("add", "add"): "add of entry {e} was acknowledged before the add of entry {c} was invoked",
+    ("add", "read"): "read found entry {e} before the add of entry {c} was invoked",
+    ("add", "lac"): "read_lac returned {e} before the add of entry {c} was invoked",
+    ("add", "close"): "{f} returned last entry {e} before the add of entry {c} was invoked",
+    ("missing", "add"): "no such entry {c} in a read that began after entry {e} was acknowledged",
+    ("missing", "read"): "no such entry {c} in a read that began after entry {e} was read",
+    ("missing", "lac"): "no such entry {c} in a read that began after LAC {e} was read",
+    ("missing", "close"): "no such entry {c} in a read that began after {f} returned {e}",
+    ("lac", "lac"): "LAC {c} read after LAC {e} had been returned: the LAC went back",
+    ("lac", "close"): "LAC {c} read after {f} had closed the ledger at {e}",
+}
+
+
+def _decide(ledger: int, led: _Ledger) -> LedgerVerdict:
+    closes = sorted(led.closes, key=lambda c: c[2])  # by completion: the first close is the witness
+    closed_at = closes[0][0] if closes else None
+    verdict = LedgerVerdict(ledger, led.n, 0, closed_at)
+    bad = _Reporter(verdict)
+    names = _Names(led)
+
+    # The create: everything else takes effect after it.
+    floor = -1
+    ok_creates = [c for c in led.creates if c[1] != INF]
+    if len(ok_creates) > 1:
+        bad(
+            "duplicate",
+            [c for c, _ in ok_creates],
+            f"{len(ok_creates)} creates returned ledger {ledger}",
+        )
+    if led.creates:
+        floor = min(c for c, _ in (ok_creates or led.creates))
+
+    for last, call, _, f in closes[1:]:
+        if last != closed_at:
+            first = closes[0]
+            bad(
+                "disagreeing-closes",
+                [first[1], call],
+                f"{first[3]} closed at entry {closed_at} but {f} at entry {last}",
+            )
+
+    # Adds: one candidate per entry id.
+    ok_adds: dict[int, _Add] = {e: a for e, a in led.adds.items() if a[1] != INF}
+    optional: dict[int, list[_Add]] = {}
+    for e, a in led.adds.items():
+        if a[1] == INF:
+            optional.setdefault(e, []).append(a)
+    for e, a in led.extra_adds:
+        if a[1] == INF:
+            optional.setdefault(e, []).append(a)
+        elif e in ok_adds:
+            bad("duplicate", [ok_adds[e][0], a[0]], f"two adds of entry {e} were acknowledged")
+        else:
+            ok_adds[e] = a
+
+    # What reads found, per entry.
+    found: dict[int, tuple[str, int]] = {}  # entry -> (data, the first read that found it)
+    missing_call: dict[int, int] = {}  # entry -> latest invocation of a "no such entry" read of it
+    for e, call, _, data in led.reads:
+        if data is None:
+            if call > missing_call.get(e, -1):
+                missing_call[e] = call
+        elif e not in found:
+            found[e] = (data, call)
+        elif found[e][0] != data:
+            bad(
+                "divergent-read",
+                [found[e][1], call],
+                f"entry {e} read as {found[e][0]!r} and as {data!r}",
+            )
+
+    # N: the entries that exist.
+    proven, proven_op = -1, -1
+    for e, a in ok_adds.items():
+        if e > proven:
+            proven, proven_op = e, a[0]
+    for e, (_, call) in found.items():
+        if e > proven:
+            proven, proven_op = e, call
+    for v, call, _ in led.lacs:
+        if v > proven:
+            proven, proven_op = v, call
+    if closed_at is not None:
+        n = closed_at + 1
+        close_op, close_f, close_ret = closes[0][1], closes[0][3], closes[0][2]
+        for e, a in ok_adds.items():
+            if e >= n:
+                if a[0] > close_ret:
+                    bad(
+                        "ack-after-fence",
+                        [a[0], close_op],
+                        f"add of entry {e} was sent after {close_f} closed the ledger "
+                        f"at {closed_at}, and acknowledged",
+                    )
+                else:
+                    bad(
+                        "lost-write",
+                        [a[0], close_op],
+                        f"entry {e} was acknowledged but {close_f} closed the ledger "
+                        f"at {closed_at}",
+                    )
+        for e, (_, call) in found.items():
+            if e >= n:
+                bad(
+                    "read-of-truncated-entry",
+                    [call, close_op],
+                    f"entry {e} was read but {close_f} closed the ledger at {closed_at}",
+                )
+        for v, call, _ in led.lacs:
+            if v >= n:
+                bad(
+                    "read-of-truncated-entry",
+                    [call, close_op],
+                    f"LAC {v} was read but {close_f} closed the ledger at {closed_at}",
+                )
+        requirer = close_op
+    else:
+        n = proven + 1
+        requirer = proven_op
+    verdict.entries = n
+
+    # The chain of adds 0..N-1. Each add takes effect after every add of a
+    # smaller entry and every "no such entry" read of an entry <= its own, so
+    # the lower bound of its point is a running maximum of their invocation
+    # indices. An operation is named by its invocation index, so the bound is
+    # also the operation that causes it. Adds and reads are kept apart to
+    # name the anomaly by its cause.
+    mx_add = [0] * n
+    mx_miss = [0] * n
+    best_add = best_miss = -1
+    for e in range(n):
+        add = ok_adds.get(e)
+        if add is None:
+            cands = optional.get(e, [])
+            if e in found:
+                cands = [a for a in cands if a[2] == found[e][0]]
+            if cands:
+                add = min(cands)
+            elif optional.get(e):
+                bad(
+                    "divergent-read",
+                    [found[e][1], min(optional[e])[0]],
+                    f"entry {e} was read as {found[e][0]!r}, which no add of entry {e} wrote",
+                )
+            elif e in found:
+                bad("future-read", [found[e][1]], f"entry {e} was read but never written")
+            else:
+                bad("skip", [requirer], f"entry {e} was never written, yet a later entry exists")
+        elif e in found and found[e][0] != add[2]:
+            bad(
+                "divergent-read",
+                [add[0], found[e][1]],
+                f"entry {e} was written as {add[2]!r} but read as {found[e][0]!r}",
+            )
+        if add is not None and add[0] > best_add:
+            best_add = add[0]
+        best_miss = max(best_miss, missing_call.get(e, -1))
+        mx_add[e], mx_miss[e] = best_add, best_miss
+        if add is not None and add[1] <= max(floor, best_add, best_miss):
+            for cause, kind in ((floor, "create"), (best_add, "add"), (best_miss, "missing")):
+                if add[1] <= cause:
+                    _too_early(bad, kind, cause, "add", add[0], e=e, names=names)
+
+    def causes(e: int) -> tuple[tuple[int, str], ...]:
+        """What must precede an operation that comes after add ``e``."""
+        if e < 0:
+            return ((floor, "create"),)
+        return ((floor, "create"), (mx_add[e], "add"), (mx_miss[e], "missing"))
+
+    def check(
+        victim: str,
+        call: int,
+        ret: float,
+        e: int,
+        *,
+        extra: tuple[tuple[int, str], ...] = (),
+        f: str = "close",
+    ) -> None:
+        for cause, kind in causes(e) + extra:
+            if ret <= cause:
+                _too_early(bad, kind, cause, victim, call, e=e, f=f, names=names)
+
+    for e, call, ret, data in led.reads:
+        if data is None:
+            if ret <= floor:
+                _too_early(bad, "create", floor, "read", call, e=e)
+        elif e < n:
+            check("read", call, ret, e)
+
+    # LAC reads, by value: after add v and after every smaller LAC read.
+    lac_floor = -1  # latest invocation of a smaller LAC read
+    below_last = -1  # latest invocation of a LAC read below the last entry
+    lacs = sorted(led.lacs)
+    i = 0
+    while i < len(lacs):
+        v = lacs[i][0]
+        j = i
+        while j < len(lacs) and lacs[j][0] == v:
+            j += 1
+        if v < n:
+            for _, call, ret in lacs[i:j]:
+                check("lac", call, ret, v, extra=((lac_floor, "lac"),))
+                if v < n - 1:
+                    below_last = max(below_last, call)
+            lac_floor = max(lac_floor, *(c for _, c, _ in lacs[i:j]))
+        i = j
+
+    # Closes: after add N-1 and after every LAC read below N-1.
+    for last, call, ret, f in closes:
+        if last == closed_at:
+            check("close", call, ret, n - 1, extra=((below_last, "lac"),), f=f)
+    return verdict
+
+
+class _Names:
+    """The entry id (or LAC) each invocation names, for messages; built on first use."""
+
+    def __init__(self, led: _Ledger) -> None:
+        self.led = led
+        self.by_call: dict[int, int] | None = None
+
+    def __call__(self, call: int) -> int:
+        if self.by_call is None:
+            led = self.led
+            names = {a[0]: e for e, a in led.adds.items()}
+            names.update((a[0], e) for e, a in led.extra_adds)
+            names.update((r[1], r[0]) for r in led.reads)
+            names.update((lac[1], lac[0]) for lac in led.lacs)
+            self.by_call = names
+        return self.by_call.get(call, -1)
+
+
+def _too_early(
+    bad: _Reporter,
+    cause: str,
+    cause_op: int,
+    victim: str,
+    victim_op: int,
+    *,
+    e: int,
+    f: str = "close",
+    names: _Names | None = None,
+) -> None:
+    kind = _bound_kind(cause, victim)
+    message = ""
+    if bad.wants(kind):
+        template = _WHY.get((cause, victim), "{f} completed too early")
+        message = template.format(e=e, c=names(cause_op) if names else -1, f=f)
+    bad(kind, [cause_op, victim_op], message)
+
+
+def iter_anomalies(result: LedgerCheckResult) -> Iterator[Anomaly]:
+    yield from result.anomalies
