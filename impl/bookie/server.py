@@ -56,7 +56,9 @@ class Bookie:
     def open_storage_and_register(self) -> None:
         """Check cookies, replay the journal, register. Raises with a clear message."""
         c = self.config
-        zk = connect(c.zkServers, timeout=c.zkTimeout / 1000 + 5)
+        zk = connect(
+            c.zkServers, timeout=c.zkTimeout / 1000 + 5, session_timeout=c.zkTimeout / 1000
+        )
         self.store = ZkMetadataStore(zk, c.zkLedgersRootPath)
         self.store.ensure_layout()
         verify_or_create(self.store, self.bookie_id, c.journalDirectory, c.ledgerDirectories)

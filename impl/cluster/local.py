@@ -147,6 +147,7 @@ class LocalCluster:
         b = self.bookies[index]
         if b.pid is not None and _alive(b.pid):
             raise ClusterError(f"bookie {index} is already running (pid {b.pid})")
+        stale = self._owners([index])
         with b.log_path.open("ab") as log:
             p = subprocess.Popen(
                 [sys.executable, "-m", "impl.bookie", "--config", str(b.config_path)],
@@ -159,19 +160,46 @@ class LocalCluster:
         b.pid = p.pid
         self._save()
         if wait:
-            self.wait_registered([index], timeout)
+            self.wait_registered([index], timeout, stale=stale)
 
-    def wait_registered(self, indexes: list[int], timeout: float = 60.0) -> None:
+    def _owners(self, indexes: list[int]) -> dict[str, int]:
+        """Session ids of the registrations that exist now (a killed bookie's linger until
+        its session expires)."""
+        zk = KazooClient(hosts=self._zk_hosts)
+        zk.start(timeout=15)
+        try:
+            return self._registered(zk, indexes)
+        finally:
+            zk.stop()
+            zk.close()
+
+    def _registered(self, zk: KazooClient, indexes: list[int]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for i in indexes:
+            bid = self.bookies[i].bookie_id
+            for path in (layout.available(self.zk_root), layout.readonly(self.zk_root)):
+                stat = zk.exists(f"{path}/{bid}")
+                if stat is not None:
+                    out[bid] = int(stat.ephemeralOwner)
+        return out
+
+    def wait_registered(
+        self, indexes: list[int], timeout: float = 60.0, stale: dict[str, int] | None = None
+    ) -> None:
+        """Wait until each bookie has registered (by a session other than ``stale``'s)."""
+        stale = stale or {}
         zk = KazooClient(hosts=self._zk_hosts)
         zk.start(timeout=15)
         try:
             deadline = time.monotonic() + timeout
             while True:
-                names: set[str] = set()
-                for path in (layout.available(self.zk_root), layout.readonly(self.zk_root)):
-                    if zk.exists(path):
-                        names |= set(zk.get_children(path))
-                missing = [i for i in indexes if self.bookies[i].bookie_id not in names]
+                owners = self._registered(zk, indexes)
+                missing = [
+                    i
+                    for i in indexes
+                    if owners.get(self.bookies[i].bookie_id)
+                    in (None, stale.get(self.bookies[i].bookie_id))
+                ]
                 if not missing:
                     return
                 for i in missing:

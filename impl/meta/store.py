@@ -45,8 +45,8 @@ class BookieInfo:
     readonly: bool
 
 
-def connect(hosts: str, timeout: float = 15.0) -> KazooClient:
-    zk = KazooClient(hosts=hosts, timeout=10.0)
+def connect(hosts: str, timeout: float = 15.0, session_timeout: float = 10.0) -> KazooClient:
+    zk = KazooClient(hosts=hosts, timeout=session_timeout)
     zk.start(timeout=timeout)
     return zk
 

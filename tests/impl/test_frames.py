@@ -40,6 +40,7 @@ messages: st.SearchStrategy[Message] = st.one_of(
 )
 
 
+@settings(deadline=None)  # timing belongs to benchmarks, not tests
 @given(st.lists(messages, max_size=8), st.data())
 def test_messages_round_trip_through_arbitrary_chunking(
     msgs: list[Message], data: st.DataObject
@@ -56,7 +57,7 @@ def test_messages_round_trip_through_arbitrary_chunking(
     assert dec.buffered == 0
 
 
-@settings(max_examples=3000)
+@settings(max_examples=3000, deadline=None)
 @given(st.binary(max_size=300))
 def test_fuzz_random_bytes_never_crash_the_parser(junk: bytes) -> None:
     """Thousands of random inputs: each yields messages or FrameError items, nothing else."""
@@ -71,7 +72,7 @@ def test_fuzz_random_bytes_never_crash_the_parser(junk: bytes) -> None:
         assert dec.feed(b"more") == [dec.broken]
 
 
-@settings(max_examples=3000)
+@settings(max_examples=3000, deadline=None)
 @given(messages, st.integers(0, 10_000), st.integers(1, 255))
 def test_fuzz_flipped_byte_is_detected_or_harmless(msg: Message, pos: int, xor: int) -> None:
     frame = bytearray(encode(msg))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from impl.core.digest import Digest, DigestMismatchError, DigestType, master_key
@@ -17,6 +17,7 @@ quorums = st.integers(1, 6).flatmap(
 )
 
 
+@settings(deadline=None)  # timing belongs to benchmarks, not tests
 @given(quorums, st.integers(0, 10_000))
 def test_write_set_is_wq_consecutive_bookies_striped_round_robin(q: Quorum, entry: int) -> None:
     ws = q.write_set(entry)
@@ -25,6 +26,7 @@ def test_write_set_is_wq_consecutive_bookies_striped_round_robin(q: Quorum, entr
     assert ws == tuple((entry + i) % q.ensemble_size for i in range(q.write_quorum))
 
 
+@settings(deadline=None)  # timing belongs to benchmarks, not tests
 @given(quorums, st.data())
 def test_coverage_means_no_write_set_can_reach_ack_quorum_without_a_responder(
     q: Quorum, data: st.DataObject
@@ -36,6 +38,7 @@ def test_coverage_means_no_write_set_can_reach_ack_quorum_without_a_responder(
     assert q.is_covered(responded) == expected
 
 
+@settings(deadline=None)  # timing belongs to benchmarks, not tests
 @given(quorums, st.integers(0, 100), st.data())
 def test_absence_needs_wq_minus_aq_plus_one_negatives(
     q: Quorum, entry: int, data: st.DataObject
@@ -52,6 +55,7 @@ def test_quorum_rejects_inconsistent_sizes() -> None:
         Quorum(2, 3, 1)
 
 
+@settings(deadline=None)  # timing belongs to benchmarks, not tests
 @given(
     st.sampled_from(list(DigestType)),
     st.binary(max_size=200),

@@ -115,7 +115,7 @@ def _run(
     return delivered
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None)
 @given(st.integers(1, 30), st.data())
 def test_completions_are_in_entry_order_whatever_the_ack_order(n: int, data: st.DataObject) -> None:
     cluster, store, digest = _setup(3, 2, 2, 3)
@@ -130,7 +130,7 @@ def test_completions_are_in_entry_order_whatever_the_ack_order(n: int, data: st.
     assert w.lac == n - 1
 
 
-@settings(max_examples=150)
+@settings(max_examples=150, deadline=None)
 @given(st.integers(2, 20), st.data())
 def test_ensemble_change_holds_acks_until_the_metadata_cas_lands(
     n: int, data: st.DataObject
@@ -190,7 +190,7 @@ def test_close_with_adds_in_flight_is_a_local_error() -> None:
         w.close()
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     st.integers(1, 12),
     st.sampled_from([(3, 3, 2), (3, 2, 2), (4, 3, 2), (3, 3, 3)]),
