@@ -1,0 +1,175 @@
+"""Bookies and client: add latency/throughput, read throughput, and raw baselines."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from impl.client.client import BookKeeper
+from impl.cluster.local import LocalCluster
+from impl.cluster.zookeeper import free_port
+
+TITLE = "Bookies and client (impl): adds, reads, and raw baselines"
+
+ENTRY = 1024
+
+_ECHO_SERVER = textwrap.dedent("""
+    import asyncio, struct, sys
+    async def handle(r, w):
+        try:
+            while True:
+                n = struct.unpack(">I", await r.readexactly(4))[0]
+                await r.readexactly(n)
+                w.write(struct.pack(">I", 16) + bytes(16))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            w.close()
+    async def main():
+        s = await asyncio.start_server(handle, "127.0.0.1", int(sys.argv[1]))
+        print("ready", flush=True)
+        await s.serve_forever()
+    asyncio.run(main())
+""")
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+async def _adds(bk: BookKeeper, n: int, inflight: int) -> tuple[float, list[float], int]:
+    h = await bk.create_ledger(3, 3, 2, b"bench")
+    payload = os.urandom(ENTRY)
+    lat: list[float] = []
+    sem = asyncio.Semaphore(inflight)
+
+    async def one() -> None:
+        async with sem:
+            t = time.perf_counter()
+            await h.add(payload)
+            lat.append(time.perf_counter() - t)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    secs = time.perf_counter() - t0
+    await h.close()
+    return n / secs, lat, h.ledger_id
+
+
+async def _reads(bk: BookKeeper, ledger: int, n: int) -> float:
+    r = await bk.open_ledger(ledger, b"bench", recovery=False)
+    t0 = time.perf_counter()
+    data = await r.read(0, n - 1, concurrency=64)
+    assert len(data) == n
+    return n / (time.perf_counter() - t0)
+
+
+async def _loopback(port: int, n: int, inflight: int) -> tuple[float, list[float]]:
+    """Raw asyncio request/response over one loopback connection, ENTRY-byte requests."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    waiting: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
+
+    async def recv() -> None:
+        while True:
+            await reader.readexactly(20)
+            (await waiting.get()).set_result(None)
+
+    rt = asyncio.get_running_loop().create_task(recv())
+    msg = len(os.urandom(ENTRY)).to_bytes(4, "big") + os.urandom(ENTRY)
+    lat: list[float] = []
+    sem = asyncio.Semaphore(inflight)
+
+    async def one() -> None:
+        async with sem:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            t = time.perf_counter()
+            waiting.put_nowait(fut)
+            writer.write(msg)
+            await fut
+            lat.append(time.perf_counter() - t)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    secs = time.perf_counter() - t0
+    rt.cancel()
+    writer.close()
+    return n / secs, lat
+
+
+def _fsync_rate(directory: Path, n: int) -> float:
+    path = directory / "fsync-baseline"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    block = os.urandom(4096)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        os.write(fd, block)
+        os.fdatasync(fd)
+    secs = time.perf_counter() - t0
+    os.close(fd)
+    path.unlink()
+    return n / secs
+
+
+def run(quick: bool) -> str:
+    n1, n32, nraw = (200, 2000, 5000) if quick else (2000, 20000, 50000)
+    rows = ["| what | ops | rate (ops/s) | p50 (ms) | p99 (ms) |", "|---|---:|---:|---:|---:|"]
+
+    def row(label: str, n: int, rate: float, lat: list[float] | None) -> None:
+        p50 = f"{_pct(lat, 0.5) * 1e3:.2f}" if lat else "-"
+        p99 = f"{_pct(lat, 0.99) * 1e3:.2f}" if lat else "-"
+        rows.append(f"| {label} | {n:,} | {rate:,.0f} | {p50} | {p99} |")
+
+    with tempfile.TemporaryDirectory(prefix="bkref-bench-") as d:
+        cluster = LocalCluster(Path(d) / "cluster")
+        try:
+            cluster.up(3)
+
+            async def go() -> dict[str, tuple[float, list[float] | None]]:
+                out: dict[str, tuple[float, list[float] | None]] = {}
+                async with BookKeeper(cluster.zk_hosts) as bk:
+                    r1, l1, _ = await _adds(bk, n1, 1)
+                    out["add1"] = (r1, l1)
+                    r32, l32, ledger = await _adds(bk, n32, 32)
+                    out["add32"] = (r32, l32)
+                    out["read"] = (await _reads(bk, ledger, n32), None)
+                return out
+
+            res = asyncio.run(go())
+        finally:
+            cluster.down()
+        port = free_port()
+        server = subprocess.Popen(
+            [sys.executable, "-c", _ECHO_SERVER, str(port)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert server.stdout is not None
+            server.stdout.readline()
+            lb1 = asyncio.run(_loopback(port, nraw // 5, 1))
+            lb32 = asyncio.run(_loopback(port, nraw, 32))
+        finally:
+            server.terminate()
+            server.wait()
+            if server.stdout is not None:
+                server.stdout.close()
+        fsync = _fsync_rate(Path(d), 200 if quick else 2000)
+
+    row("add 1 KiB, E=Wq=3 Aq=2, fsync, 1 in flight", n1, *res["add1"])
+    row("add 1 KiB, E=Wq=3 Aq=2, fsync, 32 in flight", n32, *res["add32"])
+    row("read 1 KiB entries, 64 in flight", n32, *res["read"])
+    row("baseline: asyncio loopback req/resp 1 KiB, 1 in flight", nraw // 5, *lb1)
+    row("baseline: asyncio loopback req/resp 1 KiB, 32 in flight", nraw, *lb32)
+    row("baseline: 4 KiB append + fdatasync", 200 if quick else 2000, fsync, None)
+    ratio = res["add32"][0] / lb32[0]
+    return "\n".join(rows) + (
+        f"\n\nAdds at 32 in flight reach {ratio:.0%} of the raw loopback baseline (goal: 25%). "
+        "Each add is three bookie requests (Wq = 3) plus a journal fsync on each bookie, "
+        "and the client and every bookie are single-threaded Python event loops on a "
+        "shared 2-core machine: CPU (frame encoding, CRC32C, asyncio per-request overhead) "
+        "limits it before the disk does, since group commit amortises the fsync over the "
+        "requests gathered in journalMaxGroupWaitMSec.\n"
+    )
