@@ -40,13 +40,21 @@ import json
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self, TypeAlias
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+_loads: Callable[[str], Any]
+try:  # orjson parses a line about 3x faster; million-op histories are read line by line
+    from orjson import loads as _orjson_loads
+
+    _loads = _orjson_loads
+except ImportError:  # pragma: no cover - orjson is a dependency; the standard parser still works
+    _loads = json.loads
 
 FORMAT_NAME: Final = "bkref-history"
 FORMAT_VERSION: Final = 1
@@ -107,6 +115,23 @@ class Op(NamedTuple):
 
 def op_from_json(obj: object, *, line: int | None = None, source: str | None = None) -> Op:
     """Build an :class:`Op` from a decoded JSON object, checking every field."""
+    if type(obj) is dict and _FIELD_SET.issuperset(obj):
+        # Fast path for the well-formed case (millions of lines); anything it
+        # does not accept goes through the checks below, which word the error.
+        index, t, process = obj.get("index"), obj.get("time"), obj.get("process")
+        typ, f, ledger = obj.get("type"), obj.get("f"), obj.get("ledger")
+        if (
+            type(index) is int
+            and index >= 0
+            and type(t) is int
+            and t >= 0
+            and ((type(process) is int and process >= 0) or process == NEMESIS)
+            and typ in _TYPE_SET
+            and type(f) is str
+            and f
+            and (ledger is None or type(ledger) is int)
+        ):
+            return Op(index, t, process, typ, f, ledger, obj.get("value"))
 
     def bad(message: str) -> HistoryError:
         return HistoryError(message, line=line, source=source)
@@ -228,11 +253,16 @@ def iter_jsonl(stream: IO[str], *, source: str = "history", check: bool = True) 
         if not text:
             continue
         try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise HistoryError(
-                f"not valid JSON: {e.msg} at column {e.colno}", line=n, source=source
-            ) from None
+            obj = _loads(text)
+        except ValueError:
+            obj = None
+        if obj is None and text != "null":
+            try:  # the standard parser decides, and words the error, for all that orjson refuses
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise HistoryError(
+                    f"not valid JSON: {e.msg} at column {e.colno}", line=n, source=source
+                ) from None
         if n == 1 and isinstance(obj, Mapping) and "format" in obj:
             _check_header(obj, n, source)
             continue

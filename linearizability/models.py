@@ -192,6 +192,8 @@ def _int(value: JSON, name: str, where: int, low: int) -> int:
 
 
 def _field(value: JSON, name: str, where: int) -> JSON:
+    if type(value) is dict and name in value:  # the common case, without the ABC check
+        return value[name]
     if not isinstance(value, Mapping) or name not in value:
         raise HistoryError(f"index {where}: expected a value with {name!r}, got {value!r}")
     return value[name]

@@ -1,0 +1,148 @@
+"""`bkref check`: verdicts, exit codes, JSON, the HTML timeline, bad input."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from linearizability.check_cli import main
+from linearizability.generate import ledger_history, plant, to_ops
+from linearizability.history import write_history
+
+PEER = Path(__file__).resolve().parents[1] / "data" / "peer-histories"
+
+
+def _history(tmp_path: Path, kind: str | None, suffix: str = ".jsonl") -> Path:
+    for seed in range(50):
+        rng = random.Random(seed)
+        ops = to_ops(ledger_history(rng, adds=8, reads=12, end="recover"))
+        if kind is not None:
+            bad = plant(rng, ops, kind)
+            if bad is None:
+                continue
+            ops = bad
+        path = tmp_path / f"h{suffix}"
+        write_history(ops, path)
+        return path
+    raise AssertionError("no history")
+
+
+def test_valid_ledger_history_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(_history(tmp_path, None))]) == 0
+    assert "VALID" in capsys.readouterr().out
+
+
+def test_parquet_is_read_too(tmp_path: Path) -> None:
+    assert main([str(_history(tmp_path, None, ".parquet"))]) == 0
+
+
+def test_invalid_history_exits_1_and_names_the_anomaly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _history(tmp_path, "lost-write")
+    html_out = tmp_path / "t.html"
+    assert main([str(path), "--json", "--html", str(html_out)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "invalid"
+    (file_report,) = report["files"]
+    assert "lost-write" in file_report["anomaly_counts"]
+    assert all(a["ops"] for a in file_report["anomalies"])
+    page = html_out.read_text()
+    assert "lost-write" in page
+    assert 'class="window"' in page
+    assert "hot" in page
+    assert not re.search(r"(src|href)=\"?https?:", page), "the timeline must not need a network"
+
+
+def test_search_engine_agrees_on_the_ledger(tmp_path: Path) -> None:
+    assert main([str(_history(tmp_path, "stale-read")), "--engine", "search"]) == 1
+
+
+def test_peer_formats_are_recognised(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(PEER / "jepsen" / "etcd_002.log")]) == 0
+    html_out = tmp_path / "t.html"
+    assert main([str(PEER / "kv" / "c01-bad.txt"), "--html", str(html_out)]) == 1
+    out = capsys.readouterr().out
+    assert "cannot take effect" in out
+    assert "longest linearizable prefix" in html_out.read_text()
+
+
+def test_out_of_budget_is_unknown_exit_2(tmp_path: Path) -> None:
+    lines = [
+        json.dumps(
+            {
+                "index": i,
+                "time": i,
+                "process": i,
+                "type": "invoke",
+                "f": "write",
+                "ledger": None,
+                "value": i,
+            }
+        )
+        for i in range(18)
+    ]
+    lines += [
+        json.dumps(
+            {
+                "index": 18 + i,
+                "time": 18 + i,
+                "process": i,
+                "type": "ok",
+                "f": "write",
+                "ledger": None,
+                "value": i,
+            }
+        )
+        for i in range(18)
+    ]
+    lines += [
+        json.dumps(
+            {
+                "index": 36,
+                "time": 36,
+                "process": 99,
+                "type": "invoke",
+                "f": "read",
+                "ledger": None,
+                "value": None,
+            }
+        ),
+        json.dumps(
+            {
+                "index": 37,
+                "time": 37,
+                "process": 99,
+                "type": "ok",
+                "f": "read",
+                "ledger": None,
+                "value": -1,
+            }
+        ),
+    ]
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert main([str(path), "--model", "register", "--budget", "0.2"]) == 2
+
+
+def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        '{"index": 0, "time": 0, "process": 0, "type": "ok", "f": "add", "ledger": 1}\n'
+    )
+    assert main([str(path)]) == 2
+    assert "completion without invocation" in capsys.readouterr().err
+    assert main([str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "exit status" in out
+    assert "cas-register" in out
+    assert "Jepsen" in out
