@@ -63,11 +63,13 @@ def ledger_history(
     create: bool = True,
     crash: float = 0.05,
     first_process: int = 0,
+    end_early: float = 0.02,
 ) -> list[tuple[Process, OpType, str, int | None, JSON]]:
     """One ledger's history as (process, type, f, ledger, value) in real-time order.
 
     ``end``: ``"recover"`` (another client opens with recovery, fencing the
-    writer), ``"close"`` (the writer closes) or None (left open).
+    writer), ``"close"`` (the writer closes) or None (left open); at each step
+    it starts with probability ``end_early`` before the adds are all sent.
     """
     sim = _Sim(rng, ledger, first_process)
     active: list[_Active] = []
@@ -89,7 +91,9 @@ def ledger_history(
             sim.emit(a, "ok", CREATE_VALUE)
         elif rng.random() < crash:
             sim.emit(a, "info", None)
-            return  # the process crashed; its id is retired
+            if a.f in ("read", "read_lac"):
+                free_readers.append(sim.fresh())  # the crashed reader's id is retired
+            return
         else:
             sim.emit(a, "ok", a.result)
         if a.f in ("read", "read_lac"):
@@ -150,7 +154,7 @@ def ledger_history(
                 active.append(a)
 
             moves += [invoke_read] * 2
-        if ready and end and ender is None and (next_entry >= adds or rng.random() < 0.02):
+        if ready and end and ender is None and (next_entry >= adds or rng.random() < end_early):
 
             def invoke_end() -> None:
                 nonlocal ender
@@ -208,7 +212,7 @@ def interleave(
 
 
 def many_ledgers(
-    rng: random.Random, ledgers: int, ops_per_ledger: int, **kwargs: int | str | None
+    rng: random.Random, ledgers: int, ops_per_ledger: int, **kwargs: float | str | None
 ) -> list[Op]:
     """``ledgers`` ledgers of about ``ops_per_ledger`` ops each, interleaved."""
     histories = []

@@ -146,3 +146,22 @@ def test_help_explains(capsys: pytest.CaptureFixture[str]) -> None:
     assert "exit status" in out
     assert "cas-register" in out
     assert "Jepsen" in out
+
+
+def test_files_of_whole_ledgers_are_checked_one_after_another(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = random.Random(3)
+    paths = []
+    for lid in (1, 2):
+        ops = to_ops(ledger_history(rng, ledger=lid, adds=5, reads=5, end="close"))
+        if lid == 2:
+            bad = plant(rng, ops, "disagreeing-closes")
+            assert bad is not None
+            ops = bad
+        paths.append(tmp_path / f"ledger{lid}.jsonl")
+        write_history(ops, paths[-1])
+    assert main([str(p) for p in paths]) == 1
+    out = capsys.readouterr().out
+    assert "overall: INVALID" in out
+    assert "disagreeing-closes" in out

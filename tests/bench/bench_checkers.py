@@ -1,0 +1,171 @@
+"""Linearizability checkers: the ledger checker on big histories, the generic search on peers."""
+
+from __future__ import annotations
+
+import csv
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from linearizability import wgl
+from linearizability.generate import ledger_history, many_ledgers, to_ops
+from linearizability.history import Op, pair, write_jsonl
+from linearizability.ledger_checker import check_ledgers
+from linearizability.peer import read_edn_kv, read_jepsen_log
+
+TITLE = "Linearizability checkers"
+PEER = Path(__file__).resolve().parents[1] / "data" / "peer-histories"
+
+# Runs in a fresh interpreter so that its peak memory is the check's own.
+_CHILD = """
+import resource, sys, time
+from linearizability.history import read_jsonl
+from linearizability.ledger_checker import check_ledgers
+t = time.perf_counter()
+r = check_ledgers(read_jsonl(sys.argv[1]))
+s = time.perf_counter() - t
+print(r.verdict, r.ops, s, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def _single(n: int, seed: int) -> list[Op]:
+    """About ``n`` ops of one ledger: 20 concurrent readers, 50 adds in flight."""
+    events = ledger_history(
+        random.Random(seed),
+        adds=n // 5,
+        reads=3 * n // 10,
+        readers=20,
+        in_flight=50,
+        end="recover",
+        crash=0.001,
+        end_early=0.0,
+    )
+    return to_ops(events)
+
+
+def _file_check(path: Path) -> tuple[str, int, float, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path)], check=True, capture_output=True, text=True
+    ).stdout.split()
+    return out[0], int(out[1]), float(out[2]), int(out[3]) / 1024
+
+
+def _ledger_rows(quick: bool) -> list[str]:
+    rows = [
+        "| history | ops | ledgers | verdict | parse + check (s) | ops/s | check only (s) "
+        "| peak RSS (MiB) |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    sizes = (10_000,) if quick else (10_000, 100_000, 1_000_000)
+    cases: list[tuple[str, list[Op]]] = [
+        (f"one ledger, 20 readers, 50 adds in flight, 10^{len(str(n)) - 1}", _single(n, n))
+        for n in sizes
+    ]
+    ledgers, per = (10, 1_000) if quick else (100, 10_000)
+    cases.append(
+        (
+            f"{ledgers} ledgers x {per:,} ops, interleaved",
+            many_ledgers(
+                random.Random(5), ledgers, per, readers=20, in_flight=50, crash=0.001, end_early=0.0
+            ),
+        )
+    )
+    with tempfile.TemporaryDirectory() as d:
+        for label, ops in cases:
+            path = Path(d) / "h.jsonl"
+            write_jsonl(ops, path)
+            t = time.perf_counter()
+            mem = check_ledgers(ops)
+            check_only = time.perf_counter() - t
+            verdict, count, secs, rss = _file_check(path)
+            assert verdict == "valid" == mem.verdict, label
+            rows.append(
+                f"| {label} | {count:,} | {len(mem.ledgers)} | {verdict} | {secs:.2f} | "
+                f"{count / secs:,.0f} | {check_only:.2f} | {rss:,.0f} |"
+            )
+            del ops
+    return rows
+
+
+def _peer_rows(quick: bool) -> list[str]:
+    with open(PEER / "verdicts.tsv", encoding="utf-8") as f:
+        verdicts = {name: flag == "true" for name, flag in list(csv.reader(f, delimiter="\t"))[1:]}
+    groups: dict[str, list[str]] = {"jepsen etcd logs (cas-register)": []}
+    for name in verdicts:
+        if name.startswith("jepsen/"):
+            groups["jepsen etcd logs (cas-register)"].append(name)
+        else:
+            groups[name] = [name]
+    if quick:
+        groups["jepsen etcd logs (cas-register)"] = groups["jepsen etcd logs (cas-register)"][:10]
+        groups = {k: v for k, v in groups.items() if "c50" not in k}
+    rows = [
+        "| peer history | files | operations | expected verdicts met | seconds (1 job) "
+        "| seconds (2 jobs) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, names in groups.items():
+        ops_total, met = 0, 0
+        timings = []
+        for jobs in (1, 2):
+            t = time.perf_counter()
+            met = ops_total = 0
+            for name in names:
+                reader = read_jepsen_log if name.startswith("jepsen/") else read_edn_kv
+                model = "cas-register" if name.startswith("jepsen/") else "kv"
+                operations = pair(reader(PEER / name))
+                ops_total += len(operations)
+                r = wgl.check(model, operations, budget=300, jobs=jobs)
+                met += r.verdict == ("valid" if verdicts[name] else "invalid")
+            timings.append(time.perf_counter() - t)
+        rows.append(
+            f"| {label} | {len(names)} | {ops_total:,} | {met}/{len(names)} | "
+            f"{timings[0]:.2f} | {timings[1]:.2f} |"
+        )
+    return rows
+
+
+def _agreement_rows(quick: bool) -> list[str]:
+    """The generic search on ledger histories, for scale against the ledger checker."""
+    rows = [
+        "| ledger history | ops | generic search (s) | ledger checker (s) |",
+        "|---|---:|---:|---:|",
+    ]
+    for n in (200, 1_000) if quick else (200, 1_000, 5_000):
+        ops = _single(n, 7)
+        t = time.perf_counter()
+        g = wgl.check("ledger", pair(ops), budget=120, jobs=1)
+        gs = time.perf_counter() - t
+        t = time.perf_counter()
+        f = check_ledgers(ops)
+        fs = time.perf_counter() - t
+        assert g.verdict == f.verdict == "valid"
+        rows.append(
+            f"| one ledger, 20 readers, 50 adds in flight | {len(ops):,} | {gs:.2f} | {fs:.3f} |"
+        )
+    return rows
+
+
+def run(quick: bool) -> str:
+    return "\n".join(
+        [
+            "Ledger checker (no search). *parse + check*: a fresh process reads the JSON Lines "
+            "file, validates it and checks it, on one core; *check only*: the same ops from "
+            "memory. Histories come from `linearizability.generate` (valid by construction).",
+            "",
+            *_ledger_rows(quick),
+            "",
+            "Generic WGL search on Porcupine's peer histories (expected verdicts from "
+            "`tests/data/peer-histories/verdicts.tsv`).",
+            "",
+            *_peer_rows(quick),
+            "",
+            "The generic search over `spec.ledger_model` against the ledger checker, "
+            "same histories.",
+            "",
+            *_agreement_rows(quick),
+        ]
+    )
