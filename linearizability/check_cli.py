@@ -89,6 +89,18 @@ class _Progress:
         rate = count / (now - self.started)
         print(f"bkref check: {count:,} ops read ({rate:,.0f} ops/s)", file=sys.stderr, flush=True)
 
+    def keys(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if self.quiet or now - self.last < 2:
+            return
+        self.last = now
+        took = now - self.started
+        print(
+            f"bkref check: {done} of {total} keys decided ({took:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
 
 def _read(path: Path, fmt: str, validate: bool) -> Iterator[Op]:
     if fmt == "jepsen-log":
@@ -153,10 +165,12 @@ def _check_ledger_file(
 
 
 def _check_search_file(
-    path: Path, fmt: str, model: str, args: argparse.Namespace
+    path: Path, fmt: str, model: str, args: argparse.Namespace, progress: _Progress
 ) -> tuple[dict[str, Any], list[Section]]:
     operations: list[Operation] = pair(_read(path, fmt, not args.no_validate))
-    result = wgl.check(model, operations, budget=args.budget, jobs=args.jobs)
+    result = wgl.check(
+        model, operations, budget=args.budget, jobs=args.jobs, progress=progress.keys
+    )
     m = MODELS[model]
     parts = []
     for p in result.partitions:
@@ -260,7 +274,7 @@ def main(argv: list[str]) -> int:
             if fast:
                 report, secs = _check_ledger_file(path, fmt, args, progress)
             else:
-                report, secs = _check_search_file(path, fmt, model, args)
+                report, secs = _check_search_file(path, fmt, model, args, progress)
             reports.append(report)
             sections += [
                 replace(s, title=f"{path.name}: {s.title}") if len(args.history) > 1 else s

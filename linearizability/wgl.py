@@ -226,6 +226,7 @@ def interleave(
     *,
     exhaustive: bool = False,
     stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[PartitionResult]:
     """Search every partition in turns, a slice each, so that one hard key does
     not hide an easy violation in another. The first invalid key ends the
@@ -248,6 +249,8 @@ def interleave(
             why = why or "out of time"
         elif stop():
             why = why or "not finished: another key is not linearizable"
+        if progress is not None:
+            progress(len(results), len(parts))
     for i in active:
         key, calls = parts[i]
         results[i] = _cut_short(key, calls, why)
@@ -285,12 +288,14 @@ def check(
     budget: float | None = None,
     jobs: int | None = None,
     exhaustive: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> CheckResult:
     """Check paired operations against ``model``; ``budget`` in seconds.
 
     ``jobs``: worker processes (default: the CPUs); partitions run in parallel
     only when the history is big enough for that to pay. The first key found
-    not linearizable settles the verdict unless ``exhaustive``.
+    not linearizable settles the verdict unless ``exhaustive``. ``progress``
+    is called with (keys decided, keys) between rounds (in-process search only).
     """
     started = time.monotonic()
     m = MODELS[model] if isinstance(model, str) else model
@@ -314,7 +319,7 @@ def check(
         by_key = {r.key: r for rs in done for r in rs}
         results = [by_key[key] for key, _ in parts]
     else:
-        results = interleave(m, parts, deadline, exhaustive=exhaustive)
+        results = interleave(m, parts, deadline, exhaustive=exhaustive, progress=progress)
     verdicts = {r.verdict for r in results}
     verdict: Verdict = (
         "invalid" if "invalid" in verdicts else "unknown" if "unknown" in verdicts else "valid"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from linearizability.check_cli import main
+from linearizability.check_cli import _Progress, main
 from linearizability.generate import ledger_history, plant, to_ops
 from linearizability.history import write_history
 
@@ -165,3 +165,16 @@ def test_files_of_whole_ledgers_are_checked_one_after_another(
     out = capsys.readouterr().out
     assert "overall: INVALID" in out
     assert "disagreeing-closes" in out
+
+
+def test_long_work_reports_progress_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    progress = _Progress(quiet=False)
+    progress(1000)  # too soon: silent
+    progress.last -= 5
+    progress(200_000)
+    progress.last -= 5
+    progress.keys(3, 10)
+    err = capsys.readouterr().err
+    assert "200,000 ops read" in err
+    assert "3 of 10 keys decided" in err
+    assert "1,000" not in err
