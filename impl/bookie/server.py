@@ -10,6 +10,7 @@ also closes the connection. Nothing a peer sends can stop the server.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import shutil
 import threading
@@ -50,6 +51,12 @@ class Bookie:
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.frame_errors = 0
+        # Journal callbacks arrive on the journal thread; one loop wake-up per batch.
+        self._durable: collections.deque[tuple[BookieDecision, _Out, BaseException | None]] = (
+            collections.deque()
+        )
+        self._wakeup_pending = False
+        self._wakeup_lock = threading.Lock()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -200,6 +207,7 @@ class Bookie:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        out = _Out(writer)
         dec = FrameDecoder(self.config.nettyMaxFrameSizeBytes + 1024)
         try:
             while True:
@@ -215,24 +223,25 @@ class Bookie:
                             item.reason,
                             " (closing the connection)" if item.fatal else "",
                         )
-                        writer.write(encode(self.core.on_frame_error(item)))
+                        out.send(self.core.on_frame_error(item))
                         if item.fatal:
+                            out.flush()
                             await writer.drain()
                             return
                     elif isinstance(item, AddReq | ReadRequest | ReadLacRequest):
-                        self._dispatch(item, writer)
+                        self._dispatch(item, out)
                     else:
-                        writer.write(
-                            encode(
-                                ErrorResponse(
-                                    item.request_id,
-                                    Status.BAD_REQUEST,
-                                    f"a bookie accepts requests, not {type(item).__name__}",
-                                )
+                        out.send(
+                            ErrorResponse(
+                                item.request_id,
+                                Status.BAD_REQUEST,
+                                f"a bookie accepts requests, not {type(item).__name__}",
                             )
                         )
                 if writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
                     await writer.drain()
+            # The peer finished sending: answer what it already asked, then close.
+            await out.drained(timeout=10.0)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except Exception:
@@ -240,29 +249,39 @@ class Bookie:
         finally:
             writer.close()
 
-    def _dispatch(
-        self, req: AddReq | ReadRequest | ReadLacRequest, writer: asyncio.StreamWriter
-    ) -> None:
+    def _dispatch(self, req: AddReq | ReadRequest | ReadLacRequest, out: _Out) -> None:
         d = self.core.handle(req)
         if not d.records:
-            self._reply(d, writer, None)
+            self._reply(d, out, None)
             return
-        loop = self._loop
-        assert loop is not None
         assert self.storage is not None
 
         def durable(err: BaseException | None) -> None:
-            loop.call_soon_threadsafe(self._reply, d, writer, err)
+            with self._wakeup_lock:
+                self._durable.append((d, out, err))
+                if self._wakeup_pending:
+                    return
+                self._wakeup_pending = True
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._drain_durable)
 
+        out.inflight += 1
         try:
             self.storage.persist(d.records, durable)
         except OSError as e:
-            self._reply(d, writer, e)
+            out.inflight -= 1
+            self._reply(d, out, e)
 
-    def _reply(
-        self, d: BookieDecision, writer: asyncio.StreamWriter, err: BaseException | None
-    ) -> None:
-        if writer.is_closing():
+    def _drain_durable(self) -> None:
+        with self._wakeup_lock:
+            batch, self._durable = self._durable, collections.deque()
+            self._wakeup_pending = False
+        for d, out, err in batch:
+            out.inflight -= 1
+            self._reply(d, out, err)
+
+    def _reply(self, d: BookieDecision, out: _Out, err: BaseException | None) -> None:
+        if out.writer.is_closing():
             return
         resp: Response | None
         if err is not None:
@@ -283,4 +302,30 @@ class Bookie:
         else:
             resp = d.reply
         if resp is not None:
-            writer.write(encode(resp))
+            out.send(resp)
+
+
+class _Out:
+    """A connection's outgoing frames, written once per event-loop turn."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self._buf: list[bytes] = []
+        self.inflight = 0  # requests waiting for the journal
+
+    async def drained(self, timeout: float) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.inflight and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.005)
+        self.flush()
+        await self.writer.drain()
+
+    def send(self, resp: Response) -> None:
+        if not self._buf:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._buf.append(encode(resp))
+
+    def flush(self) -> None:
+        data, self._buf = b"".join(self._buf), []
+        if data and not self.writer.is_closing():
+            self.writer.write(data)

@@ -9,6 +9,7 @@ state machine calls happen on the event loop's thread.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -222,7 +223,11 @@ class _Driver:
 
     def _perform(self, a: Action) -> None:
         if isinstance(a, SendAdd):
-            self._spawn(self._add(a))
+            key = self.key
+            sent = self.bk.conn(a.bookie).submit(
+                lambda rid: AddRequest(rid, a.ledger_id, a.entry_id, key, a.body, a.recovery)
+            )
+            sent.add_done_callback(functools.partial(self._add_done, a))
         elif isinstance(a, SendRead):
             self._spawn(self._read(a))
         elif isinstance(a, SendReadLac):
@@ -250,16 +255,15 @@ class _Driver:
         ):
             self.on_recovery.set_result(a)
 
-    async def _add(self, a: SendAdd) -> None:
-        try:
-            resp = await self.bk.request(
-                a.bookie,
-                lambda rid: AddRequest(rid, a.ledger_id, a.entry_id, self.key, a.body, a.recovery),
-            )
-            status = _status(resp)
-        except BookieUnavailableError as e:
+    def _add_done(self, a: SendAdd, fut: asyncio.Future[Response]) -> None:
+        if fut.cancelled():
+            return
+        err = fut.exception()
+        if err is None:
+            status = fut.result().status
+        else:
             log.warning(
-                "add of ledger %d entry %d to %s failed: %s", a.ledger_id, a.entry_id, a.bookie, e
+                "add of ledger %d entry %d to %s failed: %s", a.ledger_id, a.entry_id, a.bookie, err
             )
             status = Status.IO_ERROR
         self.m.on_add_response(a.bookie, a.entry_id, status)

@@ -34,6 +34,12 @@ class BookieConnection:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock = asyncio.Lock()
+        # Frames queued in one event-loop turn go out in one write: a send per request
+        # costs more on loopback than the rest of the request path together.
+        self._out: list[bytes] = []
+        self._connect_tasks: set[asyncio.Task[None]] = set()
+        self._deadlines: dict[int, float] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
 
     async def _ensure(self) -> asyncio.StreamWriter:
         async with self._connecting:
@@ -78,30 +84,75 @@ class BookieConnection:
             if not fut.done():
                 fut.set_exception(BookieUnavailableError(f"bookie {self.bookie_id}: {reason}"))
 
+    def _flush(self, writer: asyncio.StreamWriter) -> None:
+        data, self._out = b"".join(self._out), []
+        if not writer.is_closing():
+            writer.write(data)
+
+    def _expire(self, rid: int) -> None:
+        fut = self._pending.pop(rid, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(
+                BookieUnavailableError(f"bookie {self.bookie_id}: no response in {self.timeout} s")
+            )
+
+    def submit(self, make: Callable[[int], Request]) -> asyncio.Future[Response]:
+        """Send ``make(request_id)`` without a task per request; the future gets the response
+        or BookieUnavailableError."""
+        loop = asyncio.get_running_loop()
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            out: asyncio.Future[Response] = loop.create_future()
+
+            async def connect_then_send() -> None:
+                try:
+                    await self._ensure()
+                    resp = await self.submit(make)
+                except BookieUnavailableError as e:
+                    if not out.done():
+                        out.set_exception(e)
+                else:
+                    if not out.done():
+                        out.set_result(resp)
+
+            task = loop.create_task(connect_then_send())
+            self._connect_tasks.add(task)
+            task.add_done_callback(self._connect_tasks.discard)
+            return out
+        rid = next(self._ids)
+        fut: asyncio.Future[Response] = loop.create_future()
+        self._pending[rid] = fut
+        if not self._out:
+            loop.call_soon(self._flush, writer)
+        self._out.append(encode(make(rid)))
+        self._deadlines[rid] = loop.time() + self.timeout
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(1.0, self._sweep)
+        return fut
+
+    def _sweep(self) -> None:
+        """Expire requests past their deadline: one timer per connection, not per request."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for rid, deadline in list(self._deadlines.items()):
+            if rid not in self._pending:
+                del self._deadlines[rid]
+            elif deadline <= now:
+                del self._deadlines[rid]
+                self._expire(rid)
+        self._sweeper = loop.call_later(1.0, self._sweep) if self._deadlines else None
+
     async def request(self, make: Callable[[int], Request]) -> Response:
         """Send ``make(request_id)``; the response, or BookieUnavailableError."""
-        writer = await self._ensure()
-        rid = next(self._ids)
-        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = fut
-        try:
-            writer.write(encode(make(rid)))
-            if writer.transport.get_write_buffer_size() > 1024 * 1024:
-                await writer.drain()
-            resp = await asyncio.wait_for(fut, self.timeout)
-        except TimeoutError:
-            self._pending.pop(rid, None)
-            raise BookieUnavailableError(
-                f"bookie {self.bookie_id}: no response in {self.timeout} s"
-            ) from None
-        except OSError as e:
-            self._pending.pop(rid, None)
-            raise BookieUnavailableError(f"bookie {self.bookie_id}: {e}") from e
+        resp = await self.submit(make)
         if isinstance(resp, ErrorResponse):
             log.warning("bookie %s answered %s: %s", self.bookie_id, resp.status.name, resp.message)
         return resp
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._reader_task is not None:
             self._reader_task.cancel()
         self._fail_all("client closed the connection")

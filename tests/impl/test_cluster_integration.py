@@ -19,7 +19,7 @@ import pytest
 
 from impl.client.client import BookKeeper, FencedError, WrongPasswordError
 from impl.client.connection import BookieConnection
-from impl.cluster.local import LocalCluster, _alive
+from impl.cluster.local import _alive
 from impl.core.digest import Digest, DigestType, master_key
 from impl.core.frames import (
     AddRequest,
@@ -204,7 +204,12 @@ def test_flipped_byte_in_an_entry_log_is_a_digest_mismatch_and_another_replica_s
             return h.ledger_id
 
     ledger = asyncio.run(write())
-    md = _meta(cluster).read_ledger(ledger)[0]
+    zk = connect(cluster.zk_hosts)
+    try:
+        md = ZkMetadataStore(zk).read_ledger(ledger)[0]
+    finally:
+        zk.stop()
+        zk.close()
     target = 42
     first = md.ensemble_for(target)[target % 2]  # the replica a reader asks first
     index = next(b.index for b in cluster.bookies if b.bookie_id == first)
@@ -233,10 +238,6 @@ def test_flipped_byte_in_an_entry_log_is_a_digest_mismatch_and_another_replica_s
 
 def _read_req(ledger: int, entry: int, rid: int) -> ReadRequest:
     return ReadRequest(rid, ledger, entry)
-
-
-def _meta(cluster: LocalCluster) -> ZkMetadataStore:
-    return ZkMetadataStore(connect(cluster.zk_hosts))
 
 
 def test_wrong_password_rejects_add_and_fence(make_cluster: MakeCluster) -> None:
