@@ -378,6 +378,14 @@ def _decide(ledger: int, led: _Ledger) -> LedgerVerdict:
     else:
         n = proven + 1
         requirer = proven_op
+    if n > 2 * led.n + 16:
+        # An entry id far beyond anything written (a corrupt close or LAC): do
+        # not walk a chain that long; the gap below it already decides.
+        gap = 0
+        while gap in led.adds:
+            gap += 1
+        bad("skip", [requirer], f"entries {gap}..{n - 1} were never written, yet {n - 1} exists")
+        n = gap
     verdict.entries = n
 
     # The chain of adds 0..N-1. Each add takes effect after every add of a

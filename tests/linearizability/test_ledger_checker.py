@@ -167,3 +167,20 @@ def test_ledger_checker_agrees_with_the_generic_search(seed: int, mutations: int
         ops = _mutate(rng, ops)
     fast = check_ledgers(ops)
     assert fast.verdict == _generic(ops), (fast.anomalies, [o.to_json() for o in ops])
+
+
+def test_an_absurd_last_entry_is_a_skip_not_a_memory_blowup() -> None:
+    ops = to_ops(
+        [
+            (0, "invoke", "add", 1, {"entry": 0, "data": "a"}),
+            (0, "ok", "add", 1, {"entry": 0, "data": "a"}),
+            (1, "invoke", "recover", 1, None),
+            (1, "ok", "recover", 1, {"last_entry": 10**15}),
+            (2, "invoke", "read_lac", 1, None),
+            (2, "ok", "read_lac", 1, {"lac": 10**14}),
+        ]
+    )
+    result = check_ledgers(ops)
+    assert not result.valid
+    assert "skip" in result.counts
+    assert result.ledgers[1].entries == 1
