@@ -45,7 +45,12 @@ from impl.core.placement import NotEnoughBookiesError, choose_ensemble, replace_
 from impl.core.reads import read_order
 from impl.core.recovery import LedgerRecovery
 from impl.core.writer import LedgerWriter
-from impl.meta.store import MetadataConflictError, ZkMetadataStore, connect
+from impl.meta.store import (
+    MetadataConflictError,
+    MetadataUnavailableError,
+    ZkMetadataStore,
+    connect,
+)
 
 log = logging.getLogger(__name__)
 
@@ -306,8 +311,11 @@ class _Driver:
     async def _write_metadata(self, a: WriteMetadata) -> None:
         try:
             version = await asyncio.to_thread(
-                self.bk.meta.write_ledger, self.ledger_id, a.metadata, a.expected_version
+                self.bk.meta.cas_ledger, self.ledger_id, a.metadata, a.expected_version
             )
+        except MetadataUnavailableError as e:
+            log.error("ledger %d: %s", self.ledger_id, e)
+            self.m.on_metadata_failed(str(e))
         except MetadataConflictError as e:
             log.info(
                 "ledger %d: metadata CAS (%s) lost to a concurrent update", self.ledger_id, a.reason

@@ -128,6 +128,9 @@ class LedgerRecovery:
         else:
             self._fail(f"metadata changed under recovery (now {current.state.value}); retry")
 
+    def on_metadata_failed(self, message: str) -> None:
+        self._fail(message)
+
     def on_read_lac_response(self, bookie: str, status: Status, lac: int) -> None:
         if self.phase is not RecoveryPhase.FENCING or bookie not in self.ensemble:
             return

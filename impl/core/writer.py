@@ -238,6 +238,16 @@ class LedgerWriter:
             )
             self._actions.append(WriteMetadata(self._proposed, version, "ensemble change retry"))
 
+    def on_metadata_failed(self, message: str) -> None:
+        """A metadata write's outcome is unknown (ZooKeeper unreachable): stop safely."""
+        self._proposed = None
+        if self.state is WriterState.CLOSING:
+            self.state = WriterState.FAILED
+            self.error = message
+            self._actions.append(CloseCompleted(False, self.lac, self.length, message))
+        else:
+            self._fail_all(WriterState.FAILED, Status.IO_ERROR, message)
+
     def close(self) -> None:
         """Fix the last entry at the LAC by a metadata CAS. Await pending adds first."""
         if self.state is WriterState.CLOSED:

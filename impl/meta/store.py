@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 
 from impl.core.metadata import LedgerMetadata
 from impl.meta import layout as paths
@@ -36,6 +43,14 @@ class MetadataConflictError(RuntimeError):
         self.ledger_id = ledger_id
         self.current = current
         self.version = version
+
+
+class MetadataUnavailableError(RuntimeError):
+    """ZooKeeper could not be reached in time; the message says what is unknown."""
+
+
+# Errors after which a write may or may not have happened.
+UNKNOWN_OUTCOME = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +139,36 @@ class ZkMetadataStore:
         except NoNodeError:
             raise NoSuchLedgerError(ledger_id) from None
         return int(stat.version)
+
+    def cas_ledger(
+        self, ledger_id: int, metadata: LedgerMetadata, version: int, patience: float = 30.0
+    ) -> int:
+        """:meth:`write_ledger`, resolving a lost connection: read back, and count the write
+        as done if ZooKeeper holds exactly ``metadata`` at a newer version, retry if it still
+        holds ``version``, else raise MetadataConflictError."""
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                return self.write_ledger(ledger_id, metadata, version)
+            except UNKNOWN_OUTCOME as e:
+                first = e
+            while True:
+                if time.monotonic() > deadline:
+                    raise MetadataUnavailableError(
+                        f"ZooKeeper unreachable for {patience:.0f} s while updating ledger "
+                        f"{ledger_id} ({first!r}); whether the update landed is unknown, so "
+                        "this handle stops. Reopen the ledger once ZooKeeper is back."
+                    )
+                time.sleep(0.2)
+                try:
+                    current, cur_version = self.read_ledger(ledger_id)
+                    break
+                except UNKNOWN_OUTCOME:
+                    continue
+            if cur_version > version and current == metadata:
+                return cur_version
+            if cur_version != version:
+                raise MetadataConflictError(ledger_id, current, cur_version)
 
     def delete_ledger(self, ledger_id: int, version: int = -1) -> None:
         try:

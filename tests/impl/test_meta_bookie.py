@@ -1,0 +1,151 @@
+"""ZooKeeper metadata (real server), registration across session expiry, cookies, config, shell."""
+
+from __future__ import annotations
+
+import json
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
+
+from impl.bookie.config import BookieConfig, ConfigError
+from impl.bookie.cookie import CookieMismatchError, verify_or_create
+from impl.bookie.registration import Registration
+from impl.cli.shell import main as shell_main
+from impl.core.digest import DigestType
+from impl.core.metadata import LedgerMetadata, LedgerState, Segment
+from impl.meta.layout import ledger_path
+from impl.meta.store import MetadataConflictError, ZkMetadataStore, connect
+from tests.impl.conftest import MakeCluster
+
+MD = LedgerMetadata(3, 2, 2, (Segment(0, ("a:1", "b:1", "c:1")),), DigestType.CRC32C, "h")
+
+
+def test_ledger_paths_follow_the_hierarchical_layout() -> None:
+    assert ledger_path("/ledgers", 1234567890) == "/ledgers/12/3456/L7890"
+    assert ledger_path("/ledgers", 1) == "/ledgers/00/0000/L0001"
+
+
+@pytest.fixture
+def store(zk_connect: str) -> Any:
+    zk = connect(zk_connect)
+    s = ZkMetadataStore(zk)
+    s.ensure_layout()
+    yield s
+    zk.stop()
+    zk.close()
+
+
+@pytest.mark.zookeeper
+def test_every_metadata_update_is_a_versioned_cas(store: ZkMetadataStore) -> None:
+    lid, v0 = store.create_ledger(MD)
+    assert store.read_ledger(lid) == (MD, v0)
+    closed = MD.closed(10, 100)
+    v1 = store.write_ledger(lid, closed, v0)
+    with pytest.raises(MetadataConflictError) as e:
+        store.write_ledger(lid, MD.with_segment(5, ("a:1", "b:1", "d:1")), v0)
+    assert e.value.current == closed
+    assert e.value.version == v1
+    assert store.list_ledgers() == [lid]
+    assert closed.state is LedgerState.CLOSED
+
+
+class _LossyZk:
+    """A kazoo double whose first ``set`` lands and then reports a lost connection."""
+
+    def __init__(self, real: KazooClient) -> None:
+        self.real = real
+        self.lost = False
+
+    def set(self, path: str, data: bytes, version: int) -> Any:
+        stat = self.real.set(path, data, version=version)
+        if not self.lost:
+            self.lost = True
+            raise ConnectionLoss("injected after the write landed")
+        return stat
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@pytest.mark.zookeeper
+def test_a_cas_whose_reply_was_lost_is_resolved_by_reading_back(store: ZkMetadataStore) -> None:
+    lid, v0 = store.create_ledger(MD)
+    lossy = ZkMetadataStore(_LossyZk(store.zk), store.root)
+    v1 = lossy.cas_ledger(lid, MD.closed(3, 30), v0)
+    assert store.read_ledger(lid) == (MD.closed(3, 30), v1)
+
+
+@pytest.mark.zookeeper
+def test_registration_is_recreated_after_session_expiry(
+    store: ZkMetadataStore, zk_connect: str
+) -> None:
+    reg = Registration(store, "127.0.0.1:9", "/r1")
+    reg.register()
+    path = f"{store.root}/available/127.0.0.1:9"
+    old_owner = store.zk.exists(path).ephemeralOwner
+    # Expire the session as ZooKeeper would: another client closes it by id.
+    session_id, password = store.zk.client_id
+    other = KazooClient(hosts=zk_connect, client_id=(session_id, password))
+    other.start(timeout=15)
+    other.stop()
+    other.close()
+    deadline = time.monotonic() + 30
+    while True:
+        stat = store.zk.exists(path) if store.zk.connected else None
+        if stat is not None and stat.ephemeralOwner != old_owner:
+            break
+        assert time.monotonic() < deadline, "bookie was not re-registered"
+        time.sleep(0.1)
+    assert reg.registrations == 2
+    assert json.loads(store.zk.get(path)[0])["rack"] == "/r1"
+
+
+@pytest.mark.zookeeper
+def test_cookies_refuse_swapped_directories(store: ZkMetadataStore, tmp_path: Path) -> None:
+    for name in ("j1", "l1", "j2", "l2"):
+        (tmp_path / name).mkdir()
+    j1, l1, j2, l2 = (str(tmp_path / n) for n in ("j1", "l1", "j2", "l2"))
+    verify_or_create(store, "127.0.0.1:1", j1, [l1])
+    verify_or_create(store, "127.0.0.1:2", j2, [l2])
+    verify_or_create(store, "127.0.0.1:1", j1, [l1])  # a normal restart
+    with pytest.raises(CookieMismatchError, match="differs from ZooKeeper's"):
+        verify_or_create(store, "127.0.0.1:1", j1, [l2])
+
+
+def test_config_rejects_unknown_parameters_and_keeps_bookkeeper_defaults(tmp_path: Path) -> None:
+    p = tmp_path / "b.toml"
+    p.write_text("bookiePort = 4000\njournalMaxGroupWaitMsec = 5\n")
+    with pytest.raises(ConfigError, match=r"unknown parameter.*journalMaxGroupWaitMsec"):
+        BookieConfig.load(p)
+    p.write_text("bookiePort = 4000\n")
+    c = BookieConfig.load(p)
+    assert (c.minorCompactionThreshold, c.minorCompactionInterval) == (0.2, 3600)
+    assert (c.majorCompactionThreshold, c.majorCompactionInterval) == (0.8, 86400)
+    assert c.journalSyncData
+    assert BookieConfig.from_dict(tomllib.loads(c.to_toml())) == c
+
+
+@pytest.mark.zookeeper
+def test_shell_commands_against_a_real_cluster(
+    make_cluster: MakeCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = make_cluster(3)
+    zk = ["--zk", cluster.zk_hosts, "--json"]
+    assert shell_main(["simpletest", *zk, "-n", "20"]) == 0
+    ledger = json.loads(capsys.readouterr().out)["ledger"]
+    assert shell_main(["listledgers", *zk]) == 0
+    assert json.loads(capsys.readouterr().out) == [ledger]
+    assert shell_main(["ledgermetadata", str(ledger), *zk]) == 0
+    md = json.loads(capsys.readouterr().out)
+    assert md["state"] == "CLOSED"
+    assert md["lastEntryId"] == 19
+    assert shell_main(["readledger", str(ledger), "--password", "simpletest", *zk]) == 0
+    entries = json.loads(capsys.readouterr().out)["entries"]
+    assert [e["data"] for e in entries] == [f"simpletest entry {i}" for i in range(20)]
+    assert shell_main(["ledgermetadata", "999999", *zk]) == 1
+    assert "does not exist" in capsys.readouterr().err
