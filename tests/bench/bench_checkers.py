@@ -131,20 +131,22 @@ def _peer_rows(quick: bool) -> list[str]:
 def _agreement_rows(quick: bool) -> list[str]:
     """The generic search on ledger histories, for scale against the ledger checker."""
     rows = [
-        "| ledger history | ops | generic search (s) | ledger checker (s) |",
+        "| ledger history | ops | generic search | ledger checker |",
         "|---|---:|---:|---:|",
     ]
-    for n in (200, 1_000) if quick else (200, 1_000, 5_000):
+    for n in (200, 1_000) if quick else (200, 1_000, 2_000, 4_000):
         ops = _single(n, 7)
         t = time.perf_counter()
-        g = wgl.check("ledger", pair(ops), budget=120, jobs=1)
+        g = wgl.check("ledger", pair(ops), budget=60, jobs=1)
         gs = time.perf_counter() - t
         t = time.perf_counter()
         f = check_ledgers(ops)
         fs = time.perf_counter() - t
-        assert g.verdict == f.verdict == "valid"
+        assert f.verdict == "valid"
+        assert g.verdict in ("valid", "unknown")
+        generic = f"{gs:.2f} s" if g.verdict == "valid" else f"unknown after {gs:.0f} s"
         rows.append(
-            f"| one ledger, 20 readers, 50 adds in flight | {len(ops):,} | {gs:.2f} | {fs:.3f} |"
+            f"| one ledger, 20 readers, 50 adds in flight | {len(ops):,} | {generic} | {fs:.3f} s |"
         )
     return rows
 
