@@ -57,6 +57,7 @@ class Bookie:
         )
         self._wakeup_pending = False
         self._wakeup_lock = threading.Lock()
+        self._to_persist: list[tuple[BookieDecision, _Out]] = []
 
     # ------------------------------------------------------------ lifecycle
 
@@ -254,23 +255,32 @@ class Bookie:
         if not d.records:
             self._reply(d, out, None)
             return
+        # Requests decoded in one event-loop turn are journaled as one append.
+        if not self._to_persist:
+            asyncio.get_running_loop().call_soon(self._persist_batch)
+        self._to_persist.append((d, out))
+        out.inflight += 1
+
+    def _persist_batch(self) -> None:
+        batch, self._to_persist = self._to_persist, []
         assert self.storage is not None
+        records = tuple(r for d, _ in batch for r in d.records)
 
         def durable(err: BaseException | None) -> None:
             with self._wakeup_lock:
-                self._durable.append((d, out, err))
+                self._durable.extend((d, out, err) for d, out in batch)
                 if self._wakeup_pending:
                     return
                 self._wakeup_pending = True
             assert self._loop is not None
             self._loop.call_soon_threadsafe(self._drain_durable)
 
-        out.inflight += 1
         try:
-            self.storage.persist(d.records, durable)
+            self.storage.persist(records, durable)
         except OSError as e:
-            out.inflight -= 1
-            self._reply(d, out, e)
+            for d, out in batch:
+                out.inflight -= 1
+                self._reply(d, out, e)
 
     def _drain_durable(self) -> None:
         with self._wakeup_lock:

@@ -229,10 +229,10 @@ class _Driver:
     def _perform(self, a: Action) -> None:
         if isinstance(a, SendAdd):
             key = self.key
-            sent = self.bk.conn(a.bookie).submit(
-                lambda rid: AddRequest(rid, a.ledger_id, a.entry_id, key, a.body, a.recovery)
+            self.bk.conn(a.bookie).send(
+                lambda rid: AddRequest(rid, a.ledger_id, a.entry_id, key, a.body, a.recovery),
+                functools.partial(self._add_done, a),
             )
-            sent.add_done_callback(functools.partial(self._add_done, a))
         elif isinstance(a, SendRead):
             self._spawn(self._read(a))
         elif isinstance(a, SendReadLac):
@@ -260,12 +260,11 @@ class _Driver:
         ):
             self.on_recovery.set_result(a)
 
-    def _add_done(self, a: SendAdd, fut: asyncio.Future[Response]) -> None:
-        if fut.cancelled():
-            return
-        err = fut.exception()
-        if err is None:
-            status = fut.result().status
+    def _add_done(
+        self, a: SendAdd, resp: Response | None, err: BookieUnavailableError | None
+    ) -> None:
+        if resp is not None:
+            status = resp.status
         else:
             log.warning(
                 "add of ledger %d entry %d to %s failed: %s", a.ledger_id, a.entry_id, a.bookie, err

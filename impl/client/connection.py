@@ -23,6 +23,9 @@ class BookieUnavailableError(ConnectionError):
     pass
 
 
+ResponseCallback = Callable[[Response | None, BookieUnavailableError | None], None]
+
+
 class BookieConnection:
     def __init__(self, bookie_id: str, timeout: float = 10.0) -> None:
         self.bookie_id = bookie_id
@@ -30,7 +33,7 @@ class BookieConnection:
         self.host, self.port = host, int(port)
         self.timeout = timeout
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[Response]] = {}
+        self._pending: dict[int, ResponseCallback] = {}
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock = asyncio.Lock()
@@ -67,9 +70,9 @@ class BookieConnection:
                             err = f"stream from bookie broken: {item.reason}"
                             return
                         continue
-                    fut = self._pending.pop(item.request_id, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(item)  # type: ignore[arg-type]
+                    cb = self._pending.pop(item.request_id, None)
+                    if cb is not None:
+                        cb(item, None)  # type: ignore[arg-type]
         except OSError as e:
             err = f"connection lost: {e}"
         finally:
@@ -80,9 +83,9 @@ class BookieConnection:
             self._writer.close()
         self._writer = None
         pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(BookieUnavailableError(f"bookie {self.bookie_id}: {reason}"))
+        self._deadlines.clear()
+        for cb in pending.values():
+            cb(None, BookieUnavailableError(f"bookie {self.bookie_id}: {reason}"))
 
     def _flush(self, writer: asyncio.StreamWriter) -> None:
         data, self._out = b"".join(self._out), []
@@ -90,44 +93,54 @@ class BookieConnection:
             writer.write(data)
 
     def _expire(self, rid: int) -> None:
-        fut = self._pending.pop(rid, None)
-        if fut is not None and not fut.done():
-            fut.set_exception(
-                BookieUnavailableError(f"bookie {self.bookie_id}: no response in {self.timeout} s")
+        cb = self._pending.pop(rid, None)
+        if cb is not None:
+            cb(
+                None,
+                BookieUnavailableError(f"bookie {self.bookie_id}: no response in {self.timeout} s"),
             )
 
-    def submit(self, make: Callable[[int], Request]) -> asyncio.Future[Response]:
-        """Send ``make(request_id)`` without a task per request; the future gets the response
-        or BookieUnavailableError."""
+    def send(self, make: Callable[[int], Request], callback: ResponseCallback) -> None:
+        """Send ``make(request_id)``; ``callback(response, None)`` or ``(None, error)`` runs
+        on the event loop. No task, future or timer per request: adds take this path."""
         loop = asyncio.get_running_loop()
         writer = self._writer
         if writer is None or writer.is_closing():
-            out: asyncio.Future[Response] = loop.create_future()
 
             async def connect_then_send() -> None:
                 try:
                     await self._ensure()
-                    resp = await self.submit(make)
                 except BookieUnavailableError as e:
-                    if not out.done():
-                        out.set_exception(e)
+                    callback(None, e)
                 else:
-                    if not out.done():
-                        out.set_result(resp)
+                    self.send(make, callback)
 
             task = loop.create_task(connect_then_send())
             self._connect_tasks.add(task)
             task.add_done_callback(self._connect_tasks.discard)
-            return out
+            return
         rid = next(self._ids)
-        fut: asyncio.Future[Response] = loop.create_future()
-        self._pending[rid] = fut
+        self._pending[rid] = callback
         if not self._out:
             loop.call_soon(self._flush, writer)
         self._out.append(encode(make(rid)))
         self._deadlines[rid] = loop.time() + self.timeout
         if self._sweeper is None:
             self._sweeper = loop.call_later(1.0, self._sweep)
+
+    def submit(self, make: Callable[[int], Request]) -> asyncio.Future[Response]:
+        """:meth:`send`, with a future for the response (or BookieUnavailableError)."""
+        fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+        def done(resp: Response | None, err: BookieUnavailableError | None) -> None:
+            if fut.done():
+                return
+            if resp is not None:
+                fut.set_result(resp)
+            else:
+                fut.set_exception(err or BookieUnavailableError(self.bookie_id))
+
+        self.send(make, done)
         return fut
 
     def _sweep(self) -> None:
