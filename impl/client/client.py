@@ -328,7 +328,6 @@ class _Driver:
         self.pump()
 
     async def _replace(self, a: NeedReplacement) -> None:
-        assert isinstance(self.m, LedgerWriter)
         self.failed_bookies.add(a.failed)
         candidates = await asyncio.to_thread(self.bk.meta.writable_bookies)
         try:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 
 from impl.core.actions import (
     Action,
+    LocalProtocolError,
+    NeedReplacement,
     RecoveryCompleted,
     SendAdd,
     SendRead,
@@ -56,6 +58,7 @@ class _Read:
 
 @dataclass(slots=True)
 class _WriteBack:
+    body: bytes
     acked: set[int] = field(default_factory=set)
     failed: set[int] = field(default_factory=set)
 
@@ -82,6 +85,14 @@ class LedgerRecovery:
         self._proposed = metadata
         self._closing_sent = False
         self._lc = -1
+        # Reads and fencing use the ensembles as the writer left them; write-backs go to
+        # self.metadata, which gains a segment if a write-back bookie has to be replaced.
+        self._read_md = metadata
+        self._failed: list[str] = []  # write-back bookies awaiting replacement, in order
+        self._changing = False
+        self._replaced_index: int | None = None
+        self._unreplaceable: set[str] = set()
+        self._no_spare_reason = ""
 
     def take_actions(self) -> list[Action]:
         out, self._actions = self._actions, []
@@ -107,7 +118,9 @@ class LedgerRecovery:
     def on_metadata_written(self, new_version: int) -> None:
         self.version = new_version
         self.metadata = self._proposed
-        if self.phase is RecoveryPhase.MARKING:
+        if self._changing:
+            self._ensemble_changed()
+        elif self.phase is RecoveryPhase.MARKING:
             self._start_fencing()
         elif self.phase is RecoveryPhase.CLOSING:
             self._finish(True, "")
@@ -118,9 +131,12 @@ class LedgerRecovery:
             self.metadata, self.version = current, version
             self.last_entry, self.length = current.last_entry, current.length
             self._finish(True, "closed by another client")
+        elif self._changing:
+            self._fail("metadata changed during a write-back ensemble change; retry")
         elif self.phase is RecoveryPhase.MARKING or current.state is LedgerState.OPEN:
             # The writer changed its ensemble meanwhile: start over on the new metadata.
             self.metadata, self.version = current, version
+            self._read_md = current
             self.phase = RecoveryPhase.MARKING
             self._lac_answers.clear()
             self._lac_failed.clear()
@@ -132,9 +148,10 @@ class LedgerRecovery:
         self._fail(message)
 
     def on_read_lac_response(self, bookie: str, status: Status, lac: int) -> None:
-        if self.phase is not RecoveryPhase.FENCING or bookie not in self.ensemble:
+        fenced = self._read_md.last_segment.ensemble
+        if self.phase is not RecoveryPhase.FENCING or bookie not in fenced:
             return
-        idx = self.ensemble.index(bookie)
+        idx = fenced.index(bookie)
         if status in (Status.OK, Status.NO_SUCH_LEDGER, Status.NO_SUCH_ENTRY):
             self._lac_answers[idx] = lac if status is Status.OK else -1
         elif status is Status.UNAUTHORIZED:
@@ -144,7 +161,7 @@ class LedgerRecovery:
             self._lac_failed.add(idx)
         if self.quorum.is_covered(self._lac_answers):
             self._start_reading(max(self._lac_answers.values()))
-        elif len(self._lac_answers) + len(self._lac_failed) == len(self.ensemble):
+        elif len(self._lac_answers) + len(self._lac_failed) == len(fenced):
             self._fail(
                 f"could not fence ledger {self.ledger_id}: {len(self._lac_failed)} "
                 "bookies of its last ensemble did not answer and the rest do not cover "
@@ -154,7 +171,7 @@ class LedgerRecovery:
     def on_read_response(self, bookie: str, entry_id: int, status: Status, body: bytes) -> None:
         if self.phase is not RecoveryPhase.READING or entry_id != self._reading:
             return
-        ensemble = self.metadata.ensemble_for(entry_id)
+        ensemble = self._read_md.ensemble_for(entry_id)
         if bookie not in ensemble:
             return
         idx = ensemble.index(bookie)
@@ -193,31 +210,104 @@ class LedgerRecovery:
             return
         ensemble = self.metadata.ensemble_for(entry_id)
         if bookie not in ensemble:
-            return
+            return  # replaced since
         idx = ensemble.index(bookie)
         if status is Status.OK:
             wb.acked.add(idx)
+        elif status is Status.UNAUTHORIZED:
+            self._fail(f"bookie {bookie} rejected the master key: wrong password")
+            return
         else:
+            # BookKeeper's recovery changes the ensemble like a writer would.
             wb.failed.add(idx)
+            if bookie in self._unreplaceable:
+                self._check_reachable()
+                return
+            if bookie not in self._failed:
+                self._failed.append(bookie)
+                if not self._changing:
+                    self._changing = True
+                    self._actions.append(NeedReplacement(bookie, self.ensemble))
+            return
+        self._maybe_close()
+
+    def replace(self, failed: str, new_bookie: str) -> None:
+        """The shell chose ``new_bookie`` for the failed write-back bookie ``failed``."""
+        if not self._changing or self._failed[:1] != [failed]:
+            raise LocalProtocolError(
+                f"recovery of ledger {self.ledger_id}: unexpected replacement of {failed}"
+            )
+        pending = [e for e, w in self._writebacks.items() if len(w.acked) < self.quorum.ack_quorum]
+        first = min(pending, default=self.last_entry + 1)
+        first = max(first, self.metadata.last_segment.first_entry)
+        self._replaced_index = self.ensemble.index(failed)
+        new = tuple(new_bookie if b == failed else b for b in self.ensemble)
+        self._proposed = self.metadata.with_segment(first, new)
+        self._actions.append(
+            WriteMetadata(
+                self._proposed,
+                self.version,
+                f"recovery ensemble change: {failed} -> {new_bookie} from entry {first}",
+            )
+        )
+
+    def no_replacement(self, failed: str, reason: str) -> None:
+        """No spare bookie: carry on if every write-back can still reach Aq without it."""
+        self._unreplaceable.add(failed)
+        self._failed = [b for b in self._failed if b != failed]
+        self._changing = False
+        self._no_spare_reason = reason
+        if self._failed:
+            self._changing = True
+            self._actions.append(NeedReplacement(self._failed[0], self.ensemble))
+            return
+        if self._check_reachable():
+            self._maybe_close()
+
+    def _check_reachable(self) -> bool:
+        for entry, wb in self._writebacks.items():
             if self.quorum.write_quorum - len(wb.failed) < self.quorum.ack_quorum:
                 self._fail(
-                    f"write-back of entry {entry_id} cannot reach ack quorum: "
-                    f"{len(wb.failed)} bookies of its write set failed ({status.name})"
+                    f"write-back of entry {entry} cannot reach ack quorum: "
+                    f"{len(wb.failed)} bookies of its write set failed and none can "
+                    f"replace them ({self._no_spare_reason})"
                 )
-                return
+                return False
+        return True
+
+    def _ensemble_changed(self) -> None:
+        first = self.metadata.last_segment.first_entry
+        idx = self._replaced_index
+        self._failed.pop(0)
+        self._changing = False
+        self._failed = [b for b in self._failed if b in self.ensemble]
+        for entry, wb in sorted(self._writebacks.items()):
+            if entry < first or idx is None:
+                continue
+            wb.acked.discard(idx)
+            wb.failed.discard(idx)
+            if idx in self.quorum.write_set(entry):
+                self._actions.append(
+                    SendAdd(self.ensemble[idx], self.ledger_id, entry, wb.body, recovery=True)
+                )
+        if self._failed:
+            self._changing = True
+            self._actions.append(NeedReplacement(self._failed[0], self.ensemble))
+            return
         self._maybe_close()
 
     # ------------------------------------------------------------ internals
 
     def _start_fencing(self) -> None:
         self.phase = RecoveryPhase.FENCING
+        self._read_md = self.metadata
         for b in self.ensemble:
             self._actions.append(SendReadLac(b, self.ledger_id, fence=True))
 
     def _start_reading(self, lc: int) -> None:
         self.phase = RecoveryPhase.READING
         # Entries before the last segment were confirmed before it was created.
-        start = max(lc, self.metadata.last_segment.first_entry - 1)
+        start = max(lc, self._read_md.last_segment.first_entry - 1)
         self._lc = start
         self.last_entry = start
         if start < 0:
@@ -229,7 +319,7 @@ class LedgerRecovery:
     def _read_entry(self, entry_id: int) -> None:
         self._reading = entry_id
         self._read = _Read()
-        ensemble = self.metadata.ensemble_for(entry_id)
+        ensemble = self._read_md.ensemble_for(entry_id)
         for idx in self.quorum.write_set(entry_id):
             self._actions.append(SendRead(ensemble[idx], self.ledger_id, entry_id, fence=True))
 
@@ -237,8 +327,10 @@ class LedgerRecovery:
         self.last_entry, self.length = entry_id, length
         if entry_id > self._lc:
             ensemble = self.metadata.ensemble_for(entry_id)
-            self._writebacks[entry_id] = _WriteBack()
+            self._writebacks[entry_id] = _WriteBack(body)
             for idx in self.quorum.write_set(entry_id):
+                if self._changing and ensemble[idx] in self._failed:
+                    continue  # sent once the replacement lands
                 self._actions.append(
                     SendAdd(ensemble[idx], self.ledger_id, entry_id, body, recovery=True)
                 )
@@ -250,7 +342,7 @@ class LedgerRecovery:
         self._maybe_close()
 
     def _maybe_close(self) -> None:
-        if self.phase is not RecoveryPhase.CLOSING or self._closing_sent:
+        if self.phase is not RecoveryPhase.CLOSING or self._closing_sent or self._changing:
             return
         if all(len(w.acked) >= self.quorum.ack_quorum for w in self._writebacks.values()):
             self._closing_sent = True

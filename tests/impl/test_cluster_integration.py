@@ -159,6 +159,29 @@ def test_an_old_writer_is_fenced_by_a_recovery_open(make_cluster: MakeCluster) -
     asyncio.run(go())
 
 
+def test_recovery_replaces_a_dead_bookie_when_write_back_needs_it(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = make_cluster(4)
+
+    async def go() -> None:
+        async with (
+            BookKeeper(cluster.zk_hosts) as writer_bk,
+            BookKeeper(cluster.zk_hosts) as reader_bk,
+        ):
+            h = await writer_bk.create_ledger(3, 3, 3, PW)
+            await h.add_many([b"w%d" % i for i in range(100)])
+            victim = h.writer.ensemble[2]
+            index = next(b.index for b in cluster.bookies if b.bookie_id == victim)
+            await asyncio.to_thread(cluster.kill_bookie, index)
+            r = await reader_bk.open_ledger(h.ledger_id, PW)  # Wq = Aq: needs a new bookie
+            assert r.last_entry == 99
+            assert victim not in r.metadata.last_segment.ensemble
+            assert await r.read(0, 99) == [b"w%d" % i for i in range(100)]
+
+    asyncio.run(go())
+
+
 def test_sigkill_of_a_bookie_after_acks_then_restart_replays_the_journal(
     make_cluster: MakeCluster,
 ) -> None:

@@ -75,7 +75,6 @@ class Driver:
             else:
                 self.m.on_metadata_conflict(self.store.metadata, self.store.version)
         elif isinstance(a, NeedReplacement):
-            assert isinstance(self.m, LedgerWriter)
             spare = [
                 b for b, sb in self.cluster.bookies.items() if sb.alive and b not in a.ensemble
             ]
@@ -244,6 +243,40 @@ def test_recovery_keeps_every_acknowledged_entry_and_fences_the_old_writer(
         late = [c for c in wd.completed if c.entry_id == nxt]
         assert late
         assert late[0].status is not Status.OK
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 8), st.data())
+def test_recovery_replaces_a_dead_write_back_bookie_by_an_ensemble_change(
+    n: int, data: st.DataObject
+) -> None:
+    """With Wq = Aq a dead bookie blocks every write-back: recovery must change the ensemble."""
+    cluster, store, digest = _setup(3, 3, 3, 4)
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+    wd = Driver(cluster, store, w, "w")
+    for i in range(n):
+        w.add(b"q%d" % i)
+    wd.pump()
+    _run(cluster, {"w": wd}, data)
+    assert len(wd.completed) == n
+    dead = data.draw(st.sampled_from(["b0", "b1", "b2"]))
+    cluster.bookies[dead].alive = False
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    rd = Driver(cluster, store, r, "r")
+    r.start()
+    rd.pump()
+    _run(cluster, {"w": wd, "r": rd}, data)
+    (done,) = rd.finished
+    assert isinstance(done, RecoveryCompleted)
+    assert done.ok, done.message
+    md = store.metadata
+    assert md.state is LedgerState.CLOSED
+    assert md.last_entry == n - 1
+    assert dead not in md.last_segment.ensemble
+    # Every entry of the new segment is on all three bookies of its ensemble.
+    for entry in range(md.last_segment.first_entry, n):
+        for b in md.ensemble_for(entry):
+            assert (LEDGER, entry) in cluster.bookies[b].entries
 
 
 def test_bookie_rejects_wrong_master_key_on_add_and_fence() -> None:
