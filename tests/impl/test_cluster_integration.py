@@ -182,6 +182,27 @@ def test_recovery_replaces_a_dead_bookie_when_write_back_needs_it(
     asyncio.run(go())
 
 
+@pytest.mark.slow
+def test_a_fenced_ledger_stays_fenced_across_bookie_restarts(make_cluster: MakeCluster) -> None:
+    cluster = make_cluster(3, zkTimeout=3000, flushInterval=3_600_000)
+
+    async def go() -> None:
+        async with (
+            BookKeeper(cluster.zk_hosts) as writer_bk,
+            BookKeeper(cluster.zk_hosts) as reader_bk,
+        ):
+            h = await writer_bk.create_ledger(3, 3, 2, PW)
+            await h.add_many([b"a", b"b"])
+            await reader_bk.open_ledger(h.ledger_id, PW)  # fences every bookie
+            for b in cluster.bookies:  # the fence is only in the journal: replay restores it
+                await asyncio.to_thread(cluster.kill_bookie, b.index)
+                await asyncio.to_thread(cluster.start_bookie, b.index)
+            with pytest.raises(FencedError):
+                await h.add(b"after restart")
+
+    asyncio.run(go())
+
+
 def test_sigkill_of_a_bookie_after_acks_then_restart_replays_the_journal(
     make_cluster: MakeCluster,
 ) -> None:
