@@ -40,8 +40,9 @@ from linearizability.models import MODELS, Model
 
 Verdict = Literal["valid", "invalid", "unknown"]
 
-# Below this many operations in all, worker processes cost more than they save.
-PARALLEL_MIN_OPS = 2_000
+# Below this many operations in all, worker processes cost more than they save
+# (measured on Porcupine's kv histories of 2,000 ops: see BENCHMARKS.md).
+PARALLEL_MIN_OPS = 10_000
 _SLICE = 512  # search steps between yields
 
 
@@ -289,11 +290,12 @@ def check(
     jobs: int | None = None,
     exhaustive: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    parallel_min_ops: int = PARALLEL_MIN_OPS,
 ) -> CheckResult:
     """Check paired operations against ``model``; ``budget`` in seconds.
 
     ``jobs``: worker processes (default: the CPUs); partitions run in parallel
-    only when the history is big enough for that to pay. The first key found
+    only when the history has ``parallel_min_ops`` operations or more. The first key found
     not linearizable settles the verdict unless ``exhaustive``. ``progress``
     is called with (keys decided, keys) between rounds (in-process search only).
     """
@@ -303,7 +305,7 @@ def check(
     parts = sorted(partition(m, operations).items(), key=lambda kv: kv[1][0].call if kv[1] else 0)
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     total = sum(len(c) for _, c in parts)
-    if jobs > 1 and len(parts) > 1 and total >= PARALLEL_MIN_OPS and MODELS.get(m.name) is m:
+    if jobs > 1 and len(parts) > 1 and total >= parallel_min_ops and MODELS.get(m.name) is m:
         ctx = multiprocessing.get_context("forkserver")
         event = ctx.Event()
         n = min(jobs, len(parts))

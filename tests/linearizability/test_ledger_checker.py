@@ -131,7 +131,7 @@ def _mutate(rng: random.Random, ops: list[Op]) -> list[Op]:
     i = rng.randrange(len(ops))
     op = ops[i]
     v: Any = op.value
-    choice = rng.randrange(6)
+    choice = rng.randrange(7)
     if choice == 0 and isinstance(v, dict) and "entry" in v:
         ops[i] = op._replace(value={**v, "entry": max(0, v["entry"] + rng.choice((-1, 1)))})
     elif choice == 1 and isinstance(v, dict) and "found" in v:
@@ -148,6 +148,16 @@ def _mutate(rng: random.Random, ops: list[Op]) -> list[Op]:
         ops[i], ops[i + 1] = ops[i + 1], op  # move an event across another process's event
     elif choice == 5 and isinstance(v, dict) and "data" in v:
         ops[i] = op._replace(value={**v, "data": "x"})
+    elif choice == 6 and op.type == "invoke":
+        # Copy a whole operation to a later place, on a new process: a second
+        # add of an entry id, another close, another read...
+        done = next((o for o in ops[i + 1 :] if o.process == op.process), None)
+        if done is not None:
+            fresh = max(int(o.process) for o in ops) + 1
+            at = rng.randrange(i, len(ops) + 1)
+            end = rng.randrange(at, len(ops) + 1)
+            ops.insert(end, done._replace(process=fresh))
+            ops.insert(at, op._replace(process=fresh))
     ops = [o._replace(index=k) for k, o in enumerate(ops)]
     try:
         list(validate(ops))
