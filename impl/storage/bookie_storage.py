@@ -248,6 +248,10 @@ class BookieStorage:
                 if lg in self.index.ledgers:
                     self.index.delete(lg)
                     report.deleted_ledgers.append(lg)
+        if report.deleted_ledgers:
+            # Move the LastLogMark past the deleted ledgers' journal records, or a restart
+            # would replay them and bring the ledgers back until the next GC.
+            self.checkpoint()
         for lid, (used, total) in self.entry_log_usage().items():
             if used == 0:
                 self._delete_log(lid)
