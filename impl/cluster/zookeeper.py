@@ -12,7 +12,6 @@ campaigns want session expiry and leader election to happen in seconds.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from types import TracebackType
 from typing import Self
 
 from impl.cluster.netns import run_in_netns
+from impl.cluster.process import log_tail, pid_alive, runs_with, stop_pid
 
 STATE_FILE = "zookeeper.json"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -106,34 +106,6 @@ def server_mode(server: ZooKeeperServer) -> str | None:
         if line.startswith("Mode:"):
             return line.split(":", 1)[1].strip()
     return None  # "This ZooKeeper instance is not currently serving requests"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child is dead for our purposes.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][:1] != "Z"
-    except OSError:
-        return False
-
-
-def _is_our_server(pid: int, server: ZooKeeperServer) -> bool:
-    """True if ``pid`` is still the java process we started for ``server``.
-
-    Guards against killing an unrelated process that re-used the PID.
-    """
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except OSError:
-        return False
-    return str(server.config_path).encode() in argv
 
 
 def _find_java() -> str:
@@ -268,7 +240,7 @@ class ZooKeeperEnsemble:
     def start_server(self, server_id: int, *, wait: bool = True, timeout: float = 60.0) -> None:
         """Start (or restart) one server with its existing config and data."""
         server = self.servers[server_id]
-        if server.pid is not None and _pid_alive(server.pid):
+        if server.pid is not None and pid_alive(server.pid):
             raise ZooKeeperError(
                 f"ZooKeeper server {server_id} is already running (pid {server.pid})"
             )
@@ -335,12 +307,8 @@ class ZooKeeperEnsemble:
             f"{what} did not serve within {timeout:.0f} s; last log lines:\n{logs}"
         )
 
-    def _log_tail(self, server_id: int, lines: int = 15) -> str:
-        try:
-            text = self.servers[server_id].log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+    def _log_tail(self, server_id: int) -> str:
+        return log_tail(self.servers[server_id].log_path, 15)
 
     def kill(self, server_id: int) -> None:
         """SIGKILL one server, as a crash would."""
@@ -361,24 +329,9 @@ class ZooKeeperEnsemble:
         if pid is None:
             return
         child = self._children.pop(server_id, None)
-        if child is None and not _is_our_server(pid, server):
-            server.pid = None  # the PID was re-used by someone else: not ours to kill
-            self._save_state()
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            if child is not None and child.poll() is not None:
-                break
-            time.sleep(0.05)
-        if _pid_alive(pid) and (child is None or child.poll() is None):
-            os.kill(pid, signal.SIGKILL)
-        if child is not None:
-            child.wait()
-        else:
-            while _pid_alive(pid):
-                time.sleep(0.05)
+        # Not our child and no longer running our config: the PID was re-used.
+        if child is not None or runs_with(pid, server.config_path):
+            stop_pid(pid, child=child, sig=sig, grace=grace)
         server.pid = None
         self._save_state()
 
@@ -417,7 +370,7 @@ class ZooKeeperEnsemble:
         for raw in state["servers"]:
             server = ZooKeeperServer(**raw)
             if server.pid is not None and not (
-                _pid_alive(server.pid) and _is_our_server(server.pid, server)
+                pid_alive(server.pid) and runs_with(server.pid, server.config_path)
             ):
                 server.pid = None
             ensemble.servers[server.server_id] = server
