@@ -101,6 +101,15 @@ class Bookie:
         for t in self._threads:
             t.join(timeout=10)
         if self.storage is not None:
+            j = self.storage.journal
+            log.info(
+                "journal: %d records in %d group commits (%.1f per commit), %.1f ms "
+                "queued + committed per record on average",
+                j.records,
+                j.batches,
+                j.records / max(j.batches, 1),
+                1000 * j.wait_seconds / max(j.records, 1),
+            )
             self.storage.close()
         if self.store is not None:
             self.store.zk.stop()

@@ -65,7 +65,7 @@ class Journal:
         self.buffered_threshold = buffered_threshold
         self.max_size = max_size
         self.flush_when_queue_empty = flush_when_queue_empty
-        self._queue: queue.Queue[tuple[bytes, Callback] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[bytes, Callback, float] | None] = queue.Queue()
         self._id = journal_id
         self._fd = self._open(journal_id)
         self._size = 0
@@ -73,6 +73,7 @@ class Journal:
         self._mark_lock = threading.Lock()
         self.batches = 0
         self.records = 0
+        self.wait_seconds = 0.0  # sum over records of queue-to-durable time
         self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
         self._thread.start()
 
@@ -85,7 +86,7 @@ class Journal:
 
     def append(self, data: bytes, callback: Callback) -> None:
         """Queue encoded records; ``callback(None)`` runs on the journal thread once durable."""
-        self._queue.put((data, callback))
+        self._queue.put((data, callback, time.monotonic()))
 
     def mark(self) -> LogMark:
         """Everything before this position is written (and synced, if journalSyncData)."""
@@ -103,9 +104,12 @@ class Journal:
             item = self._queue.get()
             if item is None:
                 break
-            batch = [item]
+            batch = [(item[0], item[1])]
+            queued = [item[2]]
             size = len(item[0])
-            deadline = time.monotonic() + self.max_group_wait
+            # As BookKeeper: the oldest record of a group waits at most maxGroupWait since it
+            # was queued (time spent queued behind the previous fsync counts).
+            deadline = item[2] + self.max_group_wait
             while size < self.buffered_threshold:
                 timeout = deadline - time.monotonic()
                 if timeout <= 0 or (self.flush_when_queue_empty and self._queue.empty()):
@@ -117,9 +121,12 @@ class Journal:
                 if nxt is None:
                     stop = True
                     break
-                batch.append(nxt)
+                batch.append((nxt[0], nxt[1]))
+                queued.append(nxt[2])
                 size += len(nxt[0])
             self._commit(batch)
+            now = time.monotonic()
+            self.wait_seconds += sum(now - q for q in queued)
 
     def _commit(self, batch: list[tuple[bytes, Callback]]) -> None:
         err: BaseException | None = None
