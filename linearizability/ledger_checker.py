@@ -49,6 +49,7 @@ none.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections import Counter
@@ -228,6 +229,18 @@ def check_ledgers(
     ops: Iterable[Op], *, progress: Callable[[int], None] | None = None
 ) -> LedgerCheckResult:
     """Check every ledger of a history (a stream of ops, validated or not)."""
+    # Millions of small acyclic tuples: the cyclic collector would only scan
+    # the growing heap again and again (about 15% of the time at 10^6 ops).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _check_ledgers(ops, progress)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _check_ledgers(ops: Iterable[Op], progress: Callable[[int], None] | None) -> LedgerCheckResult:
     started = time.monotonic()
     ledgers: dict[int, _Ledger] = {}
     pending: dict[object, Op] = {}

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from linearizability import wgl
@@ -62,21 +64,30 @@ def _ledger_rows(quick: bool) -> list[str]:
         "|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     sizes = (10_000,) if quick else (10_000, 100_000, 1_000_000)
-    cases: list[tuple[str, list[Op]]] = [
-        (f"one ledger, 20 readers, 50 adds in flight, 10^{len(str(n)) - 1}", _single(n, n))
+    # Made one at a time: two histories of 10^6 ops in memory would slow the others.
+    cases: list[tuple[str, Callable[[], list[Op]]]] = [
+        (f"one ledger, 20 readers, 50 adds in flight, 10^{len(str(n)) - 1}", partial(_single, n, n))
         for n in sizes
     ]
     ledgers, per = (10, 1_000) if quick else (100, 10_000)
     cases.append(
         (
             f"{ledgers} ledgers x {per:,} ops, interleaved",
-            many_ledgers(
-                random.Random(5), ledgers, per, readers=20, in_flight=50, crash=0.001, end_early=0.0
+            partial(
+                many_ledgers,
+                random.Random(5),
+                ledgers,
+                per,
+                readers=20,
+                in_flight=50,
+                crash=0.001,
+                end_early=0.0,
             ),
         )
     )
     with tempfile.TemporaryDirectory() as d:
-        for label, ops in cases:
+        for label, make in cases:
+            ops = make()
             path = Path(d) / "h.jsonl"
             write_jsonl(ops, path)
             t = time.perf_counter()
