@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -55,6 +56,9 @@ from impl.meta.store import (
 log = logging.getLogger(__name__)
 
 
+TICK = 0.1  # seconds per tick of the core's abstract clock
+
+
 class BKError(RuntimeError):
     """A ledger operation failed; ``status`` says how."""
 
@@ -84,11 +88,13 @@ class BookKeeper:
         root: str = "/ledgers",
         *,
         timeout: float = 10.0,
+        add_entry_timeout: float = 5.0,
         seed: int | None = None,
     ) -> None:
         self.zk_hosts = zk_hosts
         self.root = root
         self.timeout = timeout
+        self.add_entry_timeout = add_entry_timeout  # BookKeeper's addEntryTimeoutSec
         self.rng = random.Random(seed)
         self._conns: dict[str, BookieConnection] = {}
         self.store: ZkMetadataStore | None = None
@@ -450,8 +456,23 @@ class WriteHandle(ReadHandle):
         password: bytes,
     ) -> None:
         super().__init__(bk, ledger_id, metadata, version, password)
-        self.writer = LedgerWriter(ledger_id, metadata, version, self.digest)
+        self.writer = LedgerWriter(
+            ledger_id,
+            metadata,
+            version,
+            self.digest,
+            add_timeout_ticks=max(1, math.ceil(bk.add_entry_timeout / TICK)),
+        )
         self._driver = _Driver(bk, ledger_id, master_key(password), self.writer)
+        self._ticker: asyncio.TimerHandle | None = None
+
+    def _tick(self) -> None:
+        """The writer's clock runs while adds are pending."""
+        self.writer.tick()
+        self._driver.pump()
+        self._ticker = (
+            asyncio.get_running_loop().call_later(TICK, self._tick) if self.writer.pending else None
+        )
 
     def current_metadata(self) -> LedgerMetadata:
         return self.writer.metadata
@@ -468,6 +489,8 @@ class WriteHandle(ReadHandle):
         assigned = self.writer.add(data)
         assert assigned == entry
         self._driver.pump()
+        if self._ticker is None and self.writer.pending:
+            self._ticker = asyncio.get_running_loop().call_later(TICK, self._tick)
         return fut
 
     async def add(self, data: bytes) -> int:

@@ -48,12 +48,18 @@ class _Pending:
     body: bytes
     length: int
     acked: set[int] = field(default_factory=set)  # ensemble indexes
-    sent: set[int] = field(default_factory=set)
+    sent: dict[int, int] = field(default_factory=dict)  # ensemble index -> tick it was sent
 
 
 class LedgerWriter:
     def __init__(
-        self, ledger_id: int, metadata: LedgerMetadata, version: int, digest: Digest
+        self,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        version: int,
+        digest: Digest,
+        *,
+        add_timeout_ticks: int | None = None,
     ) -> None:
         if metadata.state is not LedgerState.OPEN:
             raise LocalProtocolError(
@@ -74,6 +80,10 @@ class LedgerWriter:
         self._replaced_index: int | None = None
         self._actions: list[Action] = []
         self.error: str = ""
+        # Time is abstract: the shell calls tick(); an add unanswered for add_timeout_ticks
+        # ticks counts as a failure of that bookie (BookKeeper's addEntryTimeoutSec).
+        self.add_timeout_ticks = add_timeout_ticks
+        self.ticks = 0
 
     # ------------------------------------------------------------ outputs
 
@@ -137,7 +147,26 @@ class LedgerWriter:
                 f"{self.ledger_id}: wrong password",
             )
         else:
-            p.sent.discard(idx)
+            p.sent.pop(idx, None)
+            self.on_bookie_failed(bookie)
+
+    def tick(self) -> None:
+        """One unit of time passed: bookies that left an add unanswered too long failed."""
+        self.ticks += 1
+        if self.add_timeout_ticks is None or self.state is not WriterState.OPEN:
+            return
+        slow: list[str] = []
+        for entry, p in self._pending.items():
+            ensemble = self.metadata.ensemble_for(entry)
+            for idx, sent_at in p.sent.items():
+                if idx not in p.acked and self.ticks - sent_at >= self.add_timeout_ticks:
+                    slow.append(ensemble[idx])
+        for bookie in dict.fromkeys(slow):
+            for p in self._pending.values():
+                ensemble_idx = [i for i, b in enumerate(self.ensemble) if b == bookie]
+                for i in ensemble_idx:
+                    if i not in p.acked:
+                        p.sent.pop(i, None)
             self.on_bookie_failed(bookie)
 
     def on_bookie_failed(self, bookie: str) -> None:
@@ -184,7 +213,7 @@ class LedgerWriter:
             for entry, p in self._pending.items():
                 if entry >= first and idx is not None:
                     p.acked.discard(idx)
-                    p.sent.discard(idx)
+                    p.sent.pop(idx, None)
             self.state = WriterState.OPEN
             # A bookie that failed meanwhile (still in the new ensemble) needs its own change.
             self._failed = [b for b in self._failed if b in self.ensemble]
@@ -278,7 +307,7 @@ class LedgerWriter:
         ensemble = self.metadata.ensemble_for(entry)
         for idx in self.quorum.write_set(entry):
             if idx not in p.sent and idx not in p.acked:
-                p.sent.add(idx)
+                p.sent[idx] = self.ticks
                 self._actions.append(SendAdd(ensemble[idx], self.ledger_id, entry, p.body))
 
     def _advance(self) -> None:

@@ -139,6 +139,27 @@ def test_sigkill_of_the_writer_then_recovery_keeps_every_acknowledged_entry(
     asyncio.run(go())
 
 
+def test_a_paused_bookie_is_replaced_after_the_add_timeout(make_cluster: MakeCluster) -> None:
+    cluster = make_cluster(4)
+
+    async def go() -> None:
+        async with BookKeeper(cluster.zk_hosts, add_entry_timeout=1.0) as bk:
+            h = await bk.create_ledger(3, 3, 3, PW)
+            await h.add_many([b"p%d" % i for i in range(10)])
+            victim = h.writer.ensemble[1]
+            index = next(b.index for b in cluster.bookies if b.bookie_id == victim)
+            cluster.signal_bookie(index, signal.SIGSTOP)  # alive, connected, silent
+            try:
+                ids = await asyncio.wait_for(h.add_many([b"p%d" % i for i in range(10, 20)]), 30)
+            finally:
+                cluster.signal_bookie(index, signal.SIGCONT)
+            assert ids == list(range(10, 20))
+            assert victim not in h.writer.ensemble
+            await h.close()
+
+    asyncio.run(go())
+
+
 def test_an_old_writer_is_fenced_by_a_recovery_open(make_cluster: MakeCluster) -> None:
     cluster = make_cluster(3)
 

@@ -181,6 +181,28 @@ def test_no_completion_while_the_ensemble_change_is_outstanding() -> None:
     assert AddCompleted(0, Status.OK) in out
 
 
+def test_a_bookie_that_never_answers_is_replaced_after_the_add_timeout() -> None:
+    cluster, store, digest = _setup(3, 3, 3, 4)
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest, add_timeout_ticks=5)
+    drv = Driver(cluster, store, w, "w")
+    w.add(b"t0")
+    w.add(b"t1")
+    drv.pump()
+    silent = "b1"  # swallows its requests; the others answer
+    cluster.inflight = [d for d in cluster.inflight if d.action.bookie != silent]
+    _run(cluster, {"w": drv}, None)
+    for _ in range(4):
+        w.tick()
+        drv.pump()
+    assert drv.completed == []  # Aq = 3 needs b1, and 4 ticks are not yet the timeout
+    assert silent in store.metadata.last_segment.ensemble
+    w.tick()
+    drv.pump()
+    _run(cluster, {"w": drv}, None)
+    assert silent not in store.metadata.last_segment.ensemble
+    assert [c.entry_id for c in drv.completed] == [0, 1]
+
+
 def test_close_with_adds_in_flight_is_a_local_error() -> None:
     _cluster, store, digest = _setup(3, 2, 2, 3)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
