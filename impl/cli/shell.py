@@ -7,6 +7,8 @@ import asyncio
 import json
 import sys
 
+from kazoo.exceptions import KazooException
+
 from impl.client.client import BKError, BookKeeper
 from impl.core.digest import DigestType
 from impl.meta.store import NoSuchLedgerError
@@ -24,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--zk", required=True, help="ZooKeeper connection string")
     common.add_argument("--root", default="/ledgers", help="zkLedgersRootPath")
     common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument(
+        "--zk-timeout", type=float, default=15.0, help="seconds to wait for ZooKeeper (default 15)"
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("listbookies", parents=[common], help="registered bookies (rw and ro)")
     sub.add_parser("listledgers", parents=[common], help="every ledger id")
@@ -56,7 +61,7 @@ def _print(args: argparse.Namespace, obj: object, text: str) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    async with BookKeeper(args.zk, args.root) as bk:
+    async with BookKeeper(args.zk, args.root, connect_timeout=args.zk_timeout) as bk:
         if args.cmd == "listbookies":
             infos = await asyncio.to_thread(bk.meta.bookies)
             rows = [{"bookie": b.bookie_id, "rack": b.rack, "readonly": b.readonly} for b in infos]
@@ -134,4 +139,11 @@ def main(argv: list[str]) -> int:
         return 1
     except RuntimeError as e:
         print(f"bkref shell {args.cmd}: {e}", file=sys.stderr)
+        return 1
+    except KazooException as e:
+        print(
+            f"bkref shell {args.cmd}: ZooKeeper failed mid-operation ({e!r}); the "
+            "operation may or may not have happened",
+            file=sys.stderr,
+        )
         return 1

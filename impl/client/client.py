@@ -89,18 +89,26 @@ class BookKeeper:
         *,
         timeout: float = 10.0,
         add_entry_timeout: float = 5.0,
+        connect_timeout: float = 15.0,
         seed: int | None = None,
     ) -> None:
         self.zk_hosts = zk_hosts
         self.root = root
         self.timeout = timeout
         self.add_entry_timeout = add_entry_timeout  # BookKeeper's addEntryTimeoutSec
+        self.connect_timeout = connect_timeout
         self.rng = random.Random(seed)
         self._conns: dict[str, BookieConnection] = {}
         self.store: ZkMetadataStore | None = None
 
     async def start(self) -> BookKeeper:
-        zk = await asyncio.to_thread(connect, self.zk_hosts)
+        try:
+            zk = await asyncio.to_thread(connect, self.zk_hosts, self.connect_timeout)
+        except Exception as e:  # kazoo raises its own timeout type
+            raise BKError(
+                f"cannot connect to ZooKeeper at {self.zk_hosts}: {e or type(e).__name__}; "
+                "is it running (`bkref cluster status`)?"
+            ) from e
         self.store = ZkMetadataStore(zk, self.root)
         return self
 

@@ -149,3 +149,13 @@ def test_shell_commands_against_a_real_cluster(
     assert [e["data"] for e in entries] == [f"simpletest entry {i}" for i in range(20)]
     assert shell_main(["ledgermetadata", "999999", *zk]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_shell_says_clearly_when_zookeeper_is_unreachable(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from impl.cluster.zookeeper import free_port
+
+    zk = f"127.0.0.1:{free_port()}"
+    assert shell_main(["listbookies", "--zk", zk, "--zk-timeout", "1"]) == 1
+    assert "cannot connect to ZooKeeper" in capsys.readouterr().err
