@@ -179,43 +179,51 @@ class Validator:
         self.open: dict[Process, tuple[Op, int | None]] = {}
         self.crashed: dict[Process, int | None] = {}
 
-    def check(self, op: Op, line: int | None = None) -> Op:
-        def bad(message: str) -> HistoryError:
-            return HistoryError(message, line=line, source=self.source)
+    def _error(self, line: int | None, message: str) -> HistoryError:
+        return HistoryError(message, line=line, source=self.source)
 
+    def check(self, op: Op, line: int | None = None) -> Op:
         if op.index <= self.last_index:
-            raise bad(
+            raise self._error(
+                line,
                 f"non-monotonic index: {op.index} after {self.last_index} "
-                "(indices must strictly increase in line order)"
+                "(indices must strictly increase in line order)",
             )
         self.last_index = op.index
-        if op.is_nemesis:
-            return op
         p = op.process
+        if p == NEMESIS:
+            return op
         if op.type == "invoke":
             if p in self.open:
                 prev, prev_line = self.open[p]
-                raise bad(
+                raise self._error(
+                    line,
                     f"two open invocations on process {p}: {op.f!r} invoked while "
                     f"{prev.f!r} (index {prev.index}, line {prev_line}) has not completed; "
-                    "a process runs one operation at a time"
+                    "a process runs one operation at a time",
                 )
             if p in self.crashed:
-                raise bad(
+                raise self._error(
+                    line,
                     f"process {p} is reused after its operation completed as info "
-                    f"(line {self.crashed[p]}); a crashed process needs a new id"
+                    f"(line {self.crashed[p]}); a crashed process needs a new id",
                 )
             self.open[p] = (op, line)
             return op
         if p not in self.open:
-            raise bad(f"completion without invocation: {op.type} {op.f!r} on process {p}")
+            raise self._error(
+                line, f"completion without invocation: {op.type} {op.f!r} on process {p}"
+            )
         inv, _ = self.open.pop(p)
         if inv.f != op.f:
-            raise bad(f"completion {op.f!r} does not match the invocation {inv.f!r} of process {p}")
+            raise self._error(
+                line, f"completion {op.f!r} does not match the invocation {inv.f!r} of process {p}"
+            )
         if inv.ledger is not None and op.ledger != inv.ledger:
-            raise bad(
+            raise self._error(
+                line,
                 f"completion names ledger {op.ledger} but process {p} invoked "
-                f"{inv.f!r} on ledger {inv.ledger}"
+                f"{inv.f!r} on ledger {inv.ledger}",
             )
         if op.type == "info":
             self.crashed[p] = line
@@ -245,29 +253,36 @@ def _check_header(obj: Mapping[str, JSON], line: int, source: str) -> None:
         )
 
 
+def _parse_slow(raw: str, n: int, source: str) -> object:
+    """A line orjson refused: blank (None), or the standard parser decides and
+    words the error (it also takes NaN and integers beyond 64 bits)."""
+    text = raw.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise HistoryError(
+            f"not valid JSON: {e.msg} at column {e.colno}", line=n, source=source
+        ) from None
+
+
 def iter_jsonl(stream: IO[str], *, source: str = "history", check: bool = True) -> Iterator[Op]:
     """Read ops from a text stream of JSON Lines; validates unless ``check`` is false."""
-    validator = Validator(source) if check else None
+    validate_op = Validator(source).check if check else None
+    loads = _loads
     for n, raw in enumerate(stream, start=1):
-        text = raw.strip()
-        if not text:
-            continue
         try:
-            obj = _loads(text)
+            obj = loads(raw)  # JSON allows the surrounding whitespace and newline
         except ValueError:
-            obj = None
-        if obj is None and text != "null":
-            try:  # the standard parser decides, and words the error, for all that orjson refuses
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise HistoryError(
-                    f"not valid JSON: {e.msg} at column {e.colno}", line=n, source=source
-                ) from None
+            obj = _parse_slow(raw, n, source)
+            if obj is None:
+                continue
         if n == 1 and isinstance(obj, Mapping) and "format" in obj:
             _check_header(obj, n, source)
             continue
         op = op_from_json(obj, line=n, source=source)
-        yield validator.check(op, n) if validator is not None else op
+        yield validate_op(op, n) if validate_op is not None else op
 
 
 def read_jsonl(path: str | Path, *, check: bool = True) -> Iterator[Op]:
