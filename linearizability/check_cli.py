@@ -167,14 +167,19 @@ def _check_ledger_file(
 def _check_search_file(
     path: Path, fmt: str, model: str, args: argparse.Namespace, progress: _Progress
 ) -> tuple[dict[str, Any], list[Section]]:
-    operations: list[Operation] = pair(_read(path, fmt, not args.no_validate))
+    lines = list(_read(path, fmt, not args.no_validate))
+    operations: list[Operation] = pair(lines)
     result = wgl.check(
         model, operations, budget=args.budget, jobs=args.jobs, progress=progress.keys
     )
     m = MODELS[model]
     parts = []
     for p in result.partitions:
-        entry: dict[str, Any] = {"key": _jsonable(p.key), "verdict": p.verdict, "ops": len(p.calls)}
+        entry: dict[str, Any] = {
+            "key": _jsonable(p.key),
+            "verdict": p.verdict,
+            "operations": len(p.calls),
+        }
         if p.verdict == "invalid" and p.blocked is not None:
             blocked = p.calls[p.blocked]
             entry["blocked_op"] = blocked.call
@@ -188,7 +193,8 @@ def _check_search_file(
         "model": model,
         "engine": "search",
         "verdict": result.verdict,
-        "ops": len(operations),
+        "ops": len(lines),  # history lines, as for the ledger checker
+        "operations": len(operations),  # invocations with their completions
         "partitions": parts,
         "seconds": round(result.seconds, 3),
     }

@@ -194,3 +194,14 @@ def test_an_absurd_last_entry_is_a_skip_not_a_memory_blowup() -> None:
     assert not result.valid
     assert "skip" in result.counts
     assert result.ledgers[1].entries == 1
+
+
+def test_nemesis_operations_are_ignored_by_both_checkers() -> None:
+    rng = random.Random(11)
+    events = ledger_history(rng, adds=4, reads=4, end="recover")
+    events[3:3] = [("nemesis", "info", "partition", None, ["b1"])]
+    events.append(("nemesis", "info", "partition", None, "healed"))
+    ops = to_ops(events)
+    list(validate(ops))
+    assert check_ledgers(ops).valid
+    assert _generic(ops) == "valid"
