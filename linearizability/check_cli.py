@@ -207,6 +207,7 @@ def _check_search_file(
             hot = {p.blocked} if p.blocked is not None else set()
             if p.verdict == "invalid" and p.linearization:
                 hot.add(p.linearization[-1])
+            order = {op: k for k, op in enumerate(p.linearization, start=1)}
             bars = []
             for i, c in enumerate(p.calls):
                 o = operations[c.op]
@@ -214,7 +215,15 @@ def _check_search_file(
                     "fail" if o.complete is not None and o.complete.type == "fail" else o.status
                 )
                 bars.append(
-                    Bar(str(o.process), c.call, c.ret, m.describe(c.input), status, i in hot)
+                    Bar(
+                        str(o.process),
+                        c.call,
+                        c.ret,
+                        m.describe(c.input),
+                        status,
+                        hot=i in hot,
+                        order=order.get(i),
+                    )
                 )
             notes = []
             if p.verdict == "invalid" and p.blocked is not None:

@@ -5,7 +5,8 @@ from its invocation to its completion (to the right edge if its outcome is
 unknown). The x axis is the order of events in that section (history indices
 ranked), so a ledger inside a big interleaved history is still readable. The
 failing window is shaded and the operations that prove a violation are drawn
-in red; hovering a bar shows the operation. Inline CSS and JS only: the file
+in red; hovering a bar shows the operation. For the generic search, ``#k``
+marks the k-th operation of the longest linearization it found. Inline CSS and JS only: the file
 opens anywhere without a network.
 """
 
@@ -28,6 +29,7 @@ rect.op{stroke:#555;stroke-width:.6} rect.ok{fill:#cfe8d5} rect.fail{fill:#f3d0d
 rect.info{fill:#e4e4e4;stroke-dasharray:3 2} rect.hot{stroke:#c62828;stroke-width:2.2}
 rect.window{fill:#ffcdd2;opacity:.45} rect.op:hover{fill:#ffe082}
 text{font-size:10px;pointer-events:none} text.lane{fill:#666}
+text.order{font-size:8px;fill:#1565c0}
 #tip{position:fixed;pointer-events:none;background:#fffde7;border:1px solid #aaa;
  padding:3px 6px;border-radius:4px;display:none;font-size:12px;max-width:40em}
 ul.notes{margin:.2em 0 .2em 1.2em;padding:0}
@@ -50,6 +52,7 @@ class Bar:
     label: str
     status: str  # ok, fail or info
     hot: bool = False  # one of the operations that prove a violation
+    order: int | None = None  # its place in the (partial) linearization found, from 1
 
 
 @dataclass
@@ -106,7 +109,10 @@ def _svg(section: Section) -> str:
         x_end = left + step * (rank[int(b.ret)] if b.ret != math.inf else end)
         y = lane_of[b.process] * lane_h + 3
         cls = f"op {b.status}" + (" hot" if b.hot else "")
-        detail = html.escape(f"[{b.call}] process {b.process}: {b.label} ({b.status})", quote=True)
+        place = f", linearized #{b.order}" if b.order is not None else ""
+        detail = html.escape(
+            f"[{b.call}] process {b.process}: {b.label} ({b.status}{place})", quote=True
+        )
         w = max(x_end - x, 6)
         out.append(
             f'<rect class="{cls}" x="{x}" y="{y}" width="{w}" height="{lane_h - 6}" '
@@ -114,6 +120,8 @@ def _svg(section: Section) -> str:
         )
         if w > 7 * len(b.label):
             out.append(f'<text x="{x + 3}" y="{y + 12}">{html.escape(b.label)}</text>')
+        if b.order is not None:
+            out.append(f'<text class="order" x="{x}" y="{y - 1}">#{b.order}</text>')
     out.append("</svg>")
     if note:
         out.insert(0, f"<p><em>{html.escape(note)}</em></p>")

@@ -68,7 +68,9 @@ def test_peer_formats_are_recognised(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main([str(PEER / "kv" / "c01-bad.txt"), "--html", str(html_out)]) == 1
     out = capsys.readouterr().out
     assert "cannot take effect" in out
-    assert "longest linearizable prefix" in html_out.read_text()
+    page = html_out.read_text()
+    assert "longest linearizable prefix" in page
+    assert "linearized #1" in page
 
 
 def test_out_of_budget_is_unknown_exit_2(tmp_path: Path) -> None:
