@@ -53,7 +53,7 @@ import gc
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -570,7 +570,3 @@ def _too_early(
         template = _WHY.get((cause, victim), "{f} completed too early")
         message = template.format(e=e, c=names(cause_op) if names else -1, f=f)
     bad(kind, [cause_op, victim_op], message)
-
-
-def iter_anomalies(result: LedgerCheckResult) -> Iterator[Anomaly]:
-    yield from result.anomalies
