@@ -31,20 +31,39 @@ entry ids fix the order of adds, every ordering constraint is known in advance:
   the create.
 
 These constraints form a DAG; points exist iff for every operation, the
-largest invocation index among all operations that must precede it (itself
-included) is smaller than its completion index. Along the chain of adds that
+largest invocation index among all operations that must precede it,
+transitively (itself included), is smaller than its completion index. Along the chain of adds that
 is a running maximum over entry ids; for LACs a running maximum over LAC
 values (sorted); the rest are single comparisons. Among several candidate
 adds for one entry id, an ok one must be used (two ok ones are a duplicate)
 and otherwise the earliest-invoked one whose data matches what reads found
 dominates the others.
 
-Every violated comparison is reported as an anomaly, in Jepsen's names:
-``lost-write``, ``ack-after-fence``, ``divergent-read``,
-``read-of-truncated-entry``, ``stale-read``, ``future-read``, ``duplicate``,
-``nonmonotonic``, ``disagreeing-closes``, and ``skip`` (an entry id below a
-proven one that no add ever wrote). The history is linearizable iff there is
-none.
+Every violated comparison is reported as an anomaly, in Jepsen's names where
+they fit, each with the invocation indices of the operations that prove it:
+
+- ``lost-write``: an acknowledged entry beyond the last entry of a close or
+  recovery; ``ack-after-fence``: an add sent after a close or recovery had
+  completed, yet acknowledged;
+- ``divergent-read``: an entry read with data its add did not write, or read
+  with two different data;
+- ``read-of-truncated-entry``: an entry (or LAC) read beyond the last entry a
+  close or recovery later fixed;
+- ``stale-read``: "no such entry" for an entry known to exist before the read
+  began (acknowledged, read, within a LAC or a close), or a LAC read after a
+  close that returned less than the last entry;
+- ``future-read``: an entry, LAC or last entry returned before the add it
+  depends on was even invoked, or before the ledger's create; an entry read
+  that no add ever wrote;
+- ``duplicate``: two acknowledged adds of one entry id, or two creates
+  returning one ledger id;
+- ``nonmonotonic``: a LAC read returned less than one that completed before
+  it began, or an add was acknowledged before the add of a smaller entry id
+  was sent;
+- ``disagreeing-closes``: two closes or recoveries with different last entries;
+- ``skip``: an entry id below a proven one that no add ever wrote.
+
+The history is linearizable iff there is none.
 """
 
 from __future__ import annotations
