@@ -218,8 +218,10 @@ class LedgerRecovery:
             self._fail(f"bookie {bookie} rejected the master key: wrong password")
             return
         else:
-            # BookKeeper's recovery changes the ensemble like a writer would.
             wb.failed.add(idx)
+            if bookie not in self.ensemble:
+                return  # a late error for an entry of an earlier segment, already at Aq
+            # BookKeeper's recovery changes the ensemble like a writer would.
             if bookie in self._unreplaceable:
                 self._check_reachable()
                 return
@@ -266,6 +268,8 @@ class LedgerRecovery:
 
     def _check_reachable(self) -> bool:
         for entry, wb in self._writebacks.items():
+            if len(wb.acked) >= self.quorum.ack_quorum:
+                continue
             if self.quorum.write_quorum - len(wb.failed) < self.quorum.ack_quorum:
                 self._fail(
                     f"write-back of entry {entry} cannot reach ack quorum: "
