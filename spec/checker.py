@@ -1,0 +1,235 @@
+"""Explicit-state model checker: breadth-first search, random walks, traces.
+
+``check(cfg)`` explores every state reachable under ``cfg`` breadth first,
+identifying states equal up to renaming of bookies (``spec.symmetry``), and
+tests every invariant of ``spec.invariants`` on every distinct state. The
+first violation found is at minimal depth, so its trace is a shortest one.
+It reports states explored (transitions), distinct states, depth and states
+per second, with a progress line on long runs. ``walk(cfg, steps, seed)``
+follows random enabled actions instead, deeper than BFS can reach.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from spec.config import Config
+from spec.invariants import INVARIANTS, Invariant
+from spec.protocol import State, format_label, initial_state, next_states
+from spec.symmetry import canonical
+
+
+@dataclass(frozen=True)
+class TraceStep:
+    """One step of a trace: the action taken (``"Init"`` first) and the state after it."""
+
+    action: str
+    state: State
+
+
+@dataclass
+class Result:
+    """What a run found and how much it explored."""
+
+    config: Config
+    explored: int = 0  # transitions followed (successor states generated)
+    distinct: int = 0  # distinct states after symmetry reduction
+    depth: int = 0  # BFS depth reached (length of the longest shortest path)
+    seconds: float = 0.0
+    complete: bool = False  # the whole reachable state space was explored
+    violation: str | None = None  # name of the violated invariant
+    trace: list[TraceStep] = field(default_factory=list)
+    skipped: tuple[str, ...] = ()  # invariants not checked under this config
+    graph: Graph | None = None
+
+    @property
+    def rate(self) -> float:
+        """Distinct states per second."""
+        return self.distinct / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Graph:
+    """The explored state graph, kept for liveness checking."""
+
+    states: list[State]
+    edges: list[list[tuple[int, int]]]  # per state: (successor index, action id)
+    actions: list[str]  # action id -> action name (without arguments)
+    parent: array[int]
+
+
+def active_invariants(cfg: Config) -> list[Invariant]:
+    return [inv for inv in INVARIANTS if inv.__name__ not in cfg.skip_invariants]
+
+
+def first_violation(cfg: Config, s: State, invariants: list[Invariant]) -> str | None:
+    for inv in invariants:
+        if not inv(cfg, s):
+            return inv.__name__
+    return None
+
+
+def check(
+    cfg: Config,
+    *,
+    symmetry: bool = True,
+    max_states: int | None = None,
+    keep_graph: bool = False,
+    progress: TextIO | None = None,
+    progress_every: float = 5.0,
+) -> Result:
+    """Breadth-first exhaustive check of every invariant; stops at the first violation."""
+    canon: Callable[[State], State] = canonical if symmetry else (lambda x: x)
+    invariants = active_invariants(cfg)
+    result = Result(config=cfg, skipped=tuple(sorted(cfg.skip_invariants)))
+    started = time.monotonic()
+    init = canon(initial_state(cfg))
+    index: dict[State, int] = {init: 0}
+    states: list[State] = [init]
+    parent = array("i", [-1])
+    edges: list[list[tuple[int, int]]] = [[]] if keep_graph else []
+    action_ids: dict[str, int] = {}
+    frontier = [0]
+    depth = 0
+    explored = 0
+    last_report = started
+    bad = first_violation(cfg, init, invariants)
+    bad_index = 0 if bad else -1
+    while frontier and bad is None:
+        next_frontier: list[int] = []
+        for i in frontier:
+            s = states[i]
+            for label, t in next_states(cfg, s):
+                explored += 1
+                c = canon(t)
+                j = index.get(c)
+                if j is None:
+                    j = len(states)
+                    index[c] = j
+                    states.append(c)
+                    parent.append(i)
+                    next_frontier.append(j)
+                    if keep_graph:
+                        edges.append([])
+                    bad = first_violation(cfg, c, invariants)
+                    if bad is not None:
+                        bad_index = j
+                if keep_graph:
+                    aid = action_ids.setdefault(label[0], len(action_ids))
+                    edges[i].append((j, aid))
+                if bad_index >= 0:
+                    break
+            if bad_index >= 0:
+                break
+            if max_states is not None and len(states) >= max_states:
+                break
+            if progress is not None and time.monotonic() - last_report >= progress_every:
+                last_report = time.monotonic()
+                secs = last_report - started
+                print(
+                    f"  depth {depth + 1}: {len(states):,} distinct, {explored:,} explored, "
+                    f"queue {len(next_frontier):,}, {len(states) / secs:,.0f} states/s",
+                    file=progress,
+                    flush=True,
+                )
+        if bad is not None or (max_states is not None and len(states) >= max_states):
+            if next_frontier:
+                depth += 1
+            break
+        frontier = next_frontier
+        if frontier:
+            depth += 1
+    result.explored = explored
+    result.distinct = len(states)
+    result.depth = depth
+    result.seconds = time.monotonic() - started
+    result.complete = bad is None and not frontier
+    if bad is not None:
+        result.violation = bad
+        path = []
+        k = bad_index
+        while k >= 0:
+            path.append(states[k])
+            k = parent[k]
+        result.trace = concrete_trace(cfg, path[::-1], canon)
+    if keep_graph:
+        result.graph = Graph(
+            states=states,
+            edges=edges,
+            actions=sorted(action_ids, key=action_ids.__getitem__),
+            parent=parent,
+        )
+    return result
+
+
+def concrete_trace(
+    cfg: Config, path: list[State], canon: Callable[[State], State]
+) -> list[TraceStep]:
+    """Replay a path of canonical states from the real initial state, with action labels."""
+    cur = initial_state(cfg)
+    trace = [TraceStep("Init", cur)]
+    for target in path[1:]:
+        for label, t in next_states(cfg, cur):
+            if canon(t) == target:
+                trace.append(TraceStep(format_label(label), t))
+                cur = t
+                break
+        else:  # pragma: no cover - a bug in symmetry or in the search
+            raise AssertionError("trace replay lost the path")
+    return trace
+
+
+@dataclass
+class WalkResult:
+    """What random walks found."""
+
+    config: Config
+    seed: int
+    steps: int = 0
+    walks: int = 0
+    max_depth: int = 0
+    seconds: float = 0.0
+    violation: str | None = None
+    trace: list[TraceStep] = field(default_factory=list)
+
+
+def walk(cfg: Config, steps: int, seed: int, max_depth: int = 10_000) -> WalkResult:
+    """Random walks from the initial state, ``steps`` actions in all, one seed.
+
+    Each walk follows uniformly chosen enabled actions until none is enabled
+    (or ``max_depth``), then a new walk starts. Reproduce a run with the same
+    seed. A violation's trace is the walk's prefix, not a shortest one.
+    """
+    rng = random.Random(seed)
+    invariants = active_invariants(cfg)
+    out = WalkResult(config=cfg, seed=seed)
+    started = time.monotonic()
+    while out.steps < steps and out.violation is None:
+        out.walks += 1
+        cur = initial_state(cfg)
+        trace = [TraceStep("Init", cur)]
+        for _ in range(max_depth):
+            succ = list(next_states(cfg, cur))
+            if not succ or out.steps >= steps:
+                break
+            label, cur = rng.choice(succ)
+            out.steps += 1
+            trace.append(TraceStep(format_label(label), cur))
+            bad = first_violation(cfg, cur, invariants)
+            if bad is not None:
+                out.violation = bad
+                out.trace = trace
+                break
+        out.max_depth = max(out.max_depth, len(trace) - 1)
+    out.seconds = time.monotonic() - started
+    return out
+
+
+def print_progress_header(cfg: Config, stream: TextIO = sys.stderr) -> None:
+    print(f"checking config {cfg.name}: {cfg.bounds()}", file=stream, flush=True)

@@ -1,0 +1,182 @@
+"""Model-check the protocol spec: list configs and mutants, check, walk, liveness.
+
+    bkref spec list
+    bkref spec check --config NAME [--mutant NAME] [--walk N --seed S] [--json]
+    bkref spec check --mutant NAME          (uses the config the mutant needs)
+
+Exit status: 0 when no invariant is violated (and liveness holds, where the
+config names a liveness goal), 1 with a trace when one is, 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, NoReturn
+
+from spec.checker import Result, WalkResult, check, print_progress_header, walk
+from spec.config import MUTANTS, Config
+from spec.configs import CONFIGS, MUTANT_CONFIGS
+from spec.trace import dumps, format_trace, trace_json
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # exit 2 on bad arguments, as documented
+        self.print_usage(sys.stderr)
+        print(f"bkref spec: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="bkref spec",
+        description=__doc__.splitlines()[0],
+        epilog="Exit status: 0 no violation, 1 violation (trace printed), 2 bad arguments.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="one line per named config and per mutant")
+    c = sub.add_parser(
+        "check",
+        help="exhaustive BFS (or random walks) over a config",
+        description="Check every invariant in every reachable state of a config; print a "
+        "shortest trace on a violation. With --walk, follow random actions instead.",
+    )
+    c.add_argument("--config", help="a config name from `bkref spec list`")
+    c.add_argument("--mutant", help="switch on a mutant (without --config: its own config)")
+    c.add_argument("--walk", type=int, metavar="N", help="random walks of N actions in all")
+    c.add_argument("--seed", type=int, default=0, help="seed of the random walks (default 0)")
+    c.add_argument("--max-states", type=int, metavar="N", help="stop the BFS after N states")
+    c.add_argument("--no-symmetry", action="store_true", help="do not identify bookie renamings")
+    c.add_argument("--no-liveness", action="store_true", help="skip the config's liveness goal")
+    c.add_argument("--no-fairness", action="store_true", help="liveness without fairness")
+    c.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    c.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return p
+
+
+def _list() -> int:
+    for name, cfg in CONFIGS.items():
+        print(f"config {name}: {cfg.description} ({cfg.bounds()})")
+    for name, bug in MUTANTS.items():
+        print(f"mutant {name}: {bug} [config {MUTANT_CONFIGS[name].name}]")
+    return 0
+
+
+def _resolve(args: argparse.Namespace) -> Config:
+    if args.config is None and args.mutant is None:
+        raise SystemExit(_bad("check needs --config or --mutant"))
+    if args.mutant is not None and args.mutant not in MUTANTS:
+        raise SystemExit(_bad(f"unknown mutant {args.mutant!r}; see `bkref spec list`"))
+    if args.config is None:
+        cfg = MUTANT_CONFIGS[args.mutant]
+    elif args.config in CONFIGS:
+        cfg = CONFIGS[args.config]
+    else:
+        configs = {c.name: c for c in MUTANT_CONFIGS.values()}
+        if args.config not in configs:
+            raise SystemExit(_bad(f"unknown config {args.config!r}; see `bkref spec list`"))
+        cfg = configs[args.config]
+    return cfg.with_mutant(args.mutant) if args.mutant else cfg
+
+
+def _bad(message: str) -> int:
+    print(f"bkref spec: {message}", file=sys.stderr)
+    return 2
+
+
+def _summary(r: Result) -> dict[str, Any]:
+    return {
+        "config": r.config.name,
+        "mutants": sorted(r.config.mutants),
+        "explored": r.explored,
+        "distinct": r.distinct,
+        "depth": r.depth,
+        "seconds": round(r.seconds, 2),
+        "states_per_second": round(r.rate),
+        "complete": r.complete,
+        "skipped_invariants": list(r.skipped),
+        "violation": r.violation,
+        "trace": trace_json(r.trace) if r.violation else [],
+    }
+
+
+def _walk_summary(r: WalkResult) -> dict[str, Any]:
+    return {
+        "config": r.config.name,
+        "mutants": sorted(r.config.mutants),
+        "seed": r.seed,
+        "steps": r.steps,
+        "walks": r.walks,
+        "max_depth": r.max_depth,
+        "seconds": round(r.seconds, 2),
+        "violation": r.violation,
+        "trace": trace_json(r.trace) if r.violation else [],
+    }
+
+
+def _check(args: argparse.Namespace) -> int:
+    cfg = _resolve(args)
+    progress = None if args.quiet or args.json else sys.stderr
+    if progress is not None:
+        print_progress_header(cfg, progress)
+    if args.walk is not None:
+        w = walk(cfg, args.walk, args.seed)
+        if args.json:
+            print(dumps(_walk_summary(w)))
+        else:
+            print(
+                f"{w.steps:,} steps in {w.walks:,} walks (seed {w.seed}), deepest {w.max_depth}, "
+                f"{w.seconds:.1f} s"
+            )
+            if w.violation:
+                print(f"VIOLATION of {w.violation} (reproduce with --seed {w.seed}):")
+                print(format_trace(w.trace))
+            else:
+                print("no invariant violated")
+        return 1 if w.violation else 0
+    r = check(cfg, symmetry=not args.no_symmetry, max_states=args.max_states, progress=progress)
+    if args.json:
+        summary = _summary(r)
+    else:
+        print(
+            f"{r.distinct:,} distinct states, {r.explored:,} explored, depth {r.depth}, "
+            f"{r.seconds:.1f} s, {r.rate:,.0f} states/s"
+            + ("" if r.complete or r.violation else " (incomplete: state limit)")
+        )
+        if r.skipped:
+            print(f"not checked under this config: {', '.join(r.skipped)}")
+        if r.violation:
+            print(f"VIOLATION of {r.violation}; a shortest trace:")
+            print(format_trace(r.trace))
+        else:
+            print("no invariant violated")
+    status = 1 if r.violation else 0
+    if not r.violation and cfg.liveness and not args.no_liveness and r.complete:
+        from spec.liveness import check_liveness
+
+        lv = check_liveness(cfg, fair=not args.no_fairness)
+        if args.json:
+            summary["liveness"] = {"goal": lv.goal, "holds": lv.holds, "reason": lv.reason}
+        else:
+            fairness = "no fairness" if args.no_fairness else "weak fairness"
+            print(f"liveness <>{lv.goal} under {fairness}: {'holds' if lv.holds else 'FAILS'}")
+            if not lv.holds:
+                print(lv.reason)
+                print(format_trace(lv.prefix))
+                if lv.cycle:
+                    print("   then forever: " + " -> ".join(lv.cycle))
+        status = status or (0 if lv.holds else 1)
+    if args.json:
+        print(dumps(summary))
+    return status
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        if args.command == "list":
+            return _list()
+        return _check(args)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2

@@ -1,0 +1,144 @@
+"""Bounds of a model-checking run (the config object) and the protocol mutants.
+
+A config fixes the cluster (bookies, E/Wq/Aq), the ledgers and what the
+environment may do (crashes, message losses and duplicates, autorecovery
+toggles, auditor elections). Every budget is finite, so every run ends.
+
+A mutant re-creates one known BookKeeper bug as a switch; the spec's action
+functions consult ``config.mutants``. The correct spec has no mutant on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+# Mutant names and the bug each re-creates (printed by `bkref spec list`).
+MUTANTS: dict[str, str] = {
+    "recovery-reads-without-fencing": (
+        "recovery reads do not fence, so an unfenced bookie still accepts the old "
+        "writer's add after the recovery client decided the entry is absent (BOOKKEEPER-2614)"
+    ),
+    "recovery-from-lac-minus-one": (
+        "recovery starts at LAC + 1 even when LAC is -1 in a ledger of several segments, "
+        "and changes the ensemble from there, writing an earlier first entry (BOOKKEEPER-2615)"
+    ),
+    "acks-before-ensemble-change-lands": (
+        "the writer confirms entries acknowledged by the new ensemble before the "
+        "ensemble-change metadata write lands (BOOKKEEPER-1591)"
+    ),
+    "negative-read-without-coverage": (
+        "one NoSuchEntry recovery read is taken as final, without quorum coverage "
+        "(Wq - Aq + 1 negatives of the write set)"
+    ),
+    "replicate-open-segment-without-fencing": (
+        "a replication worker copies the open last segment and swaps the lost bookie "
+        "without fencing the ledger first (the open-ledger data loss of the 2012 design)"
+    ),
+    "delete-task-without-version-check": (
+        "the worker deletes the under-replication task without a version check while "
+        "the auditor records a new loss in it"
+    ),
+    "ack-before-journal-sync": (
+        "a bookie acknowledges an add before its journal is synced, then crashes and "
+        "loses the unsynced entry"
+    ),
+    "wiped-bookie-rejoins": (
+        "a bookie restarted with a wiped disk rejoins under the same identity, "
+        "forgetting entries and fences (no cookie check, BOOKKEEPER-2612)"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The bounds of one model-checking run.
+
+    Ledgers ``0 .. closed_ledgers-1`` start CLOSED with ``closed_entries``
+    entries on every bookie of their write sets (ensemble = the first E bookies);
+    the last ledger, if ``writer``, belongs to the writer and starts uncreated,
+    or OPEN and empty when ``writer_ledger_created``.
+    """
+
+    name: str
+    description: str
+    bookies: int = 4
+    ensemble: int = 3
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    entries: int = 2  # entries the writer may add to its ledger
+    pipeline: int = 1  # adds the writer may have unconfirmed at once
+    writer: bool = True
+    writer_ledger_created: bool = False
+    # The writer's ledger starts with two segments: e0 confirmed on the first
+    # E bookies, then the last of them replaced by the next bookie from e1 on.
+    two_segments: bool = False
+    recovery_client: bool = True  # a client may open the writer's ledger with recovery
+    closed_ledgers: int = 0
+    closed_entries: int = 1
+    losses: int = 0  # messages the network may drop
+    duplicates: int = 0  # messages the network may duplicate
+    crashes: int = 0  # bookie crashes
+    restarts: bool = True  # a crashed bookie may restart with its synced data
+    wipes: int = 0  # restarts with a wiped disk
+    autorecovery: bool = False  # auditor and replication workers
+    workers: int = 1
+    elections: int = 0  # auditor session losses (each followed by a new election)
+    toggles: int = 0  # operator disables / enables autorecovery
+    mutants: frozenset[str] = field(default_factory=frozenset)
+    # Invariants that do not hold under this config's faults (e.g. Aq replicas
+    # once disks may be wiped); the checker skips them and says so.
+    skip_invariants: frozenset[str] = field(default_factory=frozenset)
+    liveness: str = ""  # name of the goal checked under weak fairness, "" for none
+
+    def __post_init__(self) -> None:
+        if not self.bookies >= self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
+            raise ValueError("need bookies >= E >= Wq >= Aq >= 1")
+        if self.bookies > 8 or self.entries > 6:
+            raise ValueError("bounds too large for explicit-state checking")
+        unknown = self.mutants - MUTANTS.keys()
+        if unknown:
+            raise ValueError(f"unknown mutants: {sorted(unknown)}")
+
+    @property
+    def ledgers(self) -> int:
+        return self.closed_ledgers + (1 if self.writer else 0)
+
+    @property
+    def writer_ledger(self) -> int:
+        """Index of the writer's ledger (the last one)."""
+        return self.ledgers - 1
+
+    def with_mutant(self, mutant: str) -> Config:
+        return replace(self, mutants=self.mutants | {mutant})
+
+    def bounds(self) -> str:
+        """One line saying what the config bounds."""
+        parts = [
+            f"{self.bookies} bookies",
+            f"E={self.ensemble} Wq={self.write_quorum} Aq={self.ack_quorum}",
+        ]
+        if self.writer:
+            parts.append(f"writer with {self.entries} entries")
+            if self.recovery_client:
+                parts.append("a recovery client")
+        if self.two_segments:
+            parts.append("writer's ledger starts with two segments")
+        if self.closed_ledgers:
+            parts.append(f"{self.closed_ledgers} closed ledger(s) of {self.closed_entries} entries")
+        for n, what in (
+            (self.losses, "message loss(es)"),
+            (self.duplicates, "duplicate(s)"),
+            (self.crashes, "bookie crash(es)"),
+            (self.wipes, "wiped-disk restart(s)"),
+            (self.elections, "auditor session loss(es)"),
+            (self.toggles, "autorecovery toggle(s)"),
+        ):
+            if n:
+                parts.append(f"{n} {what}")
+        if self.crashes and not self.restarts:
+            parts.append("no restarts")
+        if self.autorecovery:
+            parts.append(f"auditor and {self.workers} worker(s)")
+        if self.liveness:
+            parts.append(f"liveness: {self.liveness}")
+        return ", ".join(parts)

@@ -1,0 +1,182 @@
+"""Named configs: the bounds each exhaustive check runs under, and the mutants' configs.
+
+``CONFIGS`` holds the three full configs of the issue (``a``, ``b``, ``c``),
+their short versions for ``make verify`` (``*-short``) and small configs
+for liveness. ``MUTANT_CONFIGS`` names, per mutant, the config that
+re-creates its bug (``bkref spec check --mutant M`` uses it).
+"""
+
+from __future__ import annotations
+
+from spec.config import MUTANTS, Config
+
+_A = Config(
+    name="a",
+    description="one ledger: writer and recovery client, one message loss",
+    bookies=4,
+    ensemble=3,
+    write_quorum=3,
+    ack_quorum=2,
+    entries=2,
+    losses=1,
+)
+_B = Config(
+    name="b",
+    description="striping E=4 > Wq=3 with an ensemble change after a bookie crash",
+    bookies=5,
+    ensemble=4,
+    write_quorum=3,
+    ack_quorum=2,
+    entries=2,
+    crashes=1,
+    restarts=False,
+)
+_C = Config(
+    name="c",
+    description="AutoRecovery: a closed and an open ledger, one bookie crash, auditor and a worker",
+    bookies=4,
+    ensemble=3,
+    write_quorum=3,
+    ack_quorum=2,
+    entries=1,
+    writer_ledger_created=True,
+    recovery_client=False,
+    closed_ledgers=1,
+    closed_entries=1,
+    crashes=1,
+    autorecovery=True,
+    workers=1,
+)
+
+CONFIGS: dict[str, Config] = {
+    c.name: c
+    for c in (
+        _A,
+        _B,
+        _C,
+        Config(
+            **{
+                **_A.__dict__,
+                "name": "a-short",
+                "entries": 1,
+                "description": "config a with one entry",
+            }
+        ),
+        Config(
+            **{
+                **_B.__dict__,
+                "name": "b-short",
+                "entries": 1,
+                "description": "config b with one entry",
+            }
+        ),
+        Config(
+            **{
+                **_C.__dict__,
+                "name": "c-short",
+                "closed_ledgers": 0,
+                "description": "config c without the closed ledger",
+            }
+        ),
+        Config(
+            name="live-a",
+            description="liveness: the ledger is eventually closed (writer, recovery, one entry)",
+            entries=1,
+            liveness="ledger-closed",
+        ),
+        Config(
+            **{
+                **_C.__dict__,
+                "name": "live-c",
+                "closed_ledgers": 0,
+                "liveness": "repaired",
+                "description": "liveness: under-replication is eventually repaired",
+            }
+        ),
+    )
+}
+
+_M = Config(
+    name="m",
+    description="a ledger with a writer and a recovery client, one entry",
+    entries=1,
+)
+
+# The config each mutant needs: small, so that the BFS finds the bug fast.
+MUTANT_CONFIGS: dict[str, Config] = {
+    "recovery-reads-without-fencing": Config(
+        **{
+            **_M.__dict__,
+            "name": "m-2614",
+            "losses": 1,
+            "description": "one entry, one message loss (a fence that never arrives)",
+        }
+    ),
+    "recovery-from-lac-minus-one": Config(
+        **{
+            **_M.__dict__,
+            "name": "m-2615",
+            "losses": 1,
+            "entries": 2,
+            "two_segments": True,
+            "description": "the writer's ledger has two segments (e0 confirmed, then an "
+            "ensemble change), one message loss during recovery",
+        }
+    ),
+    "acks-before-ensemble-change-lands": Config(
+        **{
+            **_M.__dict__,
+            "name": "m-1591",
+            "losses": 1,
+            "description": "one entry, one message loss that forces an ensemble change",
+        }
+    ),
+    "negative-read-without-coverage": Config(
+        **{
+            **_M.__dict__,
+            "name": "m-coverage",
+            "description": "one entry, no faults: slow adds are enough",
+        }
+    ),
+    "replicate-open-segment-without-fencing": Config(
+        **{
+            **_C.__dict__,
+            "name": "m-open-segment",
+            "closed_ledgers": 0,
+            "description": "an open ledger, one bookie crash and restart, auditor and a worker",
+        }
+    ),
+    "delete-task-without-version-check": Config(
+        **{
+            **_C.__dict__,
+            "name": "m-task-version",
+            "writer": False,
+            "crashes": 2,
+            "description": "a closed ledger, two bookie crashes, auditor and a worker",
+        }
+    ),
+    "ack-before-journal-sync": Config(
+        **{
+            **_M.__dict__,
+            "name": "m-journal",
+            "crashes": 1,
+            "description": "one entry, one bookie crash and restart",
+        }
+    ),
+    "wiped-bookie-rejoins": Config(
+        **{
+            **_M.__dict__,
+            "name": "m-2612",
+            "crashes": 1,
+            "wipes": 1,
+            "skip_invariants": frozenset({"AllCommittedEntriesReachAckQuorum"}),
+            "description": "one entry, one bookie crash and a restart on a wiped disk",
+        }
+    ),
+}
+assert MUTANT_CONFIGS.keys() == MUTANTS.keys()
+
+
+def mutant_config(mutant: str) -> Config:
+    """The config that re-creates ``mutant``'s bug, with the mutant switched on."""
+    return MUTANT_CONFIGS[mutant].with_mutant(mutant)

@@ -1,0 +1,1287 @@
+"""The BookKeeper ledger protocol and its AutoRecovery as a state machine.
+
+Scope. One writer's ledger through its whole life: creation, adds striped
+over the ensemble (E >= Wq >= Aq), acknowledgement at ack quorum and the LAC
+over a contiguous prefix, ensemble changes by metadata CAS, the writer's close,
+and recovery by another client (OPEN -> IN_RECOVERY, fencing LAC reads,
+recovery reads that also fence, quorum coverage, write-back with recovery
+adds, recovery ensemble changes, close by CAS). Beside it, closed ledgers and
+AutoRecovery: the elected auditor marks the ledgers of a lost bookie as
+under-replicated, a replication worker locks a ledger, copies the closed
+segments of the lost bookie to its own bookie, swaps the ensemble by CAS and
+deletes the task with a version check; an open last segment is fenced
+through recovery before it is replicated. The environment crashes and
+restarts bookies (with their synced data, or with a wiped disk that the
+cookie check refuses), loses and duplicates messages, and an operator turns
+AutoRecovery off and on.
+
+Not modelled. Entry payloads and digests (an entry is its id: the writer is
+the only source of data, so equal ids mean equal data); regular (non-recovery)
+reads and long-poll LAC reads (readability is an invariant over stored data
+instead); more than one writer or one recovery client per ledger; ledger
+deletion, garbage collection and compaction; the bookie's journal, entry log
+and index as separate structures (a bookie's synced entries stand for all of
+them: in the correct spec, the journal fsync and the reply are one step);
+time (the grace period before fencing an open ledger is any interleaving);
+responses in flight (a bookie's answer reaches the client in the step that
+handles the request, or is lost there: a delayed answer is the same as a
+later handling of the request, for every decision the clients make);
+the auditor's periodic check of entries present on live bookies (the
+seed's open question); recovery aborts (a recovery client with a missing
+response waits and retries instead). Messages are unordered: every in-flight
+message is deliverable.
+
+State. One frozen, hashable ``State`` tuple. Bookies are indices
+``0..N-1`` and bookie sets are bitmasks; entries are ids ``0..K-1`` and entry
+sets are bitmasks. Variables are grouped by owner with a prefix: ``meta_``
+(the metadata store: ledgers, under-replication tasks, locks, the
+AutoRecovery switch, the auditor election), ``b_`` (per bookie), ``w_`` (the
+writer), ``rc_`` (the recovery client of the writer's ledger), ``wk_`` (the
+replication workers), ``au_`` (auditor candidates), ``msgs`` (messages in
+flight) and ``budget`` (faults the environment may still inject).
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections.abc import Callable, Iterator
+from typing import NamedTuple, TypeVar, cast
+
+from spec.config import Config
+from spec.quorum import (
+    contiguous_confirmed,
+    fencing_covers_ensemble,
+    has_quorum_coverage,
+    popcount,
+    recovery_start_entry,
+    write_set_positions,
+)
+
+# ------------------------------------------------------------------ constants
+
+# Ledger status in the metadata store (meta_status).
+NONE, OPEN, IN_RECOVERY, CLOSED = 0, 1, 2, 3
+STATUS_NAMES = ("NONE", "OPEN", "IN_RECOVERY", "CLOSED")
+
+# Writer status (w_status).
+W_NONE, W_OPEN, W_CLOSED, W_WITHDRAWN = 0, 1, 2, 3
+W_NAMES = ("NONE", "OPEN", "CLOSED", "WITHDRAWN")
+
+# Recovery client phase (rc_phase).
+RC_IDLE, RC_FENCING, RC_READING, RC_WRITING, RC_CLOSED = 0, 1, 2, 3, 4
+RC_NAMES = ("IDLE", "FENCING", "READING", "WRITING", "CLOSED")
+
+# Bookie liveness (b_up).
+DOWN, UP, REFUSED = 0, 1, 2
+UP_NAMES = ("DOWN", "UP", "REFUSED")
+
+# Request kinds. A request is (kind, bookie, entry, a, b); all concern the
+# writer's ledger. ADD: a = piggybacked LAC, b = recovery flag (1: from the
+# recovery client). FENCE: the fencing LAC read. READ: recovery read, a = fence
+# flag. A bookie's answer reaches its client in the step that handles the
+# request, or is lost in that step (see the module docstring).
+ADD, FENCE, READ = 0, 1, 2
+MSG_NAMES = ("add", "fence_lac_read", "recovery_read")
+
+# Budget slots.
+B_LOSS, B_DUP, B_CRASH, B_WIPE, B_ELECT, B_TOGGLE = 0, 1, 2, 3, 4, 5
+
+Segment = tuple[int, tuple[int, ...]]  # (first entry id, ensemble of bookie indices)
+Segments = tuple[Segment, ...]
+Msg = tuple[int, int, int, int, int]
+# Per bookie, per ledger: (synced entries, unsynced entries, fenced, LAC).
+LedgerOnBookie = tuple[int, int, int, int]
+
+
+class State(NamedTuple):
+    """One state of the whole system; field comments say what each variable is."""
+
+    # --- metadata store (ZooKeeper), one slot per ledger
+    meta_status: tuple[int, ...]  # NONE / OPEN / IN_RECOVERY / CLOSED
+    meta_segments: tuple[Segments, ...]  # segments: first entry id -> ensemble
+    meta_last: tuple[int, ...]  # last entry id, set on close (-1: empty)
+    meta_version: tuple[int, ...]  # ledger metadata version, bumped by every CAS
+    meta_task: tuple[tuple[int, int], ...]  # under-replication task: (version, lost bookies mask)
+    meta_lock: tuple[int, ...]  # worker holding the ledger's replication lock, -1: none
+    meta_rereplicated: tuple[tuple[tuple[int, int], ...], ...]  # (segment, bookie) a worker filled
+    meta_autorecovery: int  # 1 enabled, 0 disabled by the operator
+    meta_auditor: tuple[int, int]  # (election epoch, node holding the leader znode or -1)
+    # --- bookies, one slot per bookie
+    b_up: tuple[int, ...]  # DOWN / UP / REFUSED (wiped disk, cookie mismatch)
+    b_ledgers: tuple[tuple[LedgerOnBookie, ...], ...]  # per ledger: synced, unsynced, fenced, LAC
+    # --- the writer of the last ledger
+    w_status: int  # NONE / OPEN / CLOSED / WITHDRAWN (fenced or lost the CAS)
+    w_version: int  # metadata version the writer last wrote or read
+    w_segments: Segments  # the writer's view of the segments
+    w_change: Segments | None  # segments of an ensemble change whose CAS is in flight
+    w_next: int  # next entry id to add (LAP + 1)
+    w_lac: int  # last add confirmed: acknowledged to the application
+    w_acks: tuple[int, ...]  # per entry: write-set bookies that acknowledged it
+    w_sent: tuple[int, ...]  # per entry: bookies the add was sent to
+    # --- the recovery client of the writer's ledger
+    rc_phase: int  # IDLE / FENCING / READING / WRITING / CLOSED
+    rc_requested: int  # 1 when a replication worker asked for recovery (grace period over)
+    rc_version: int  # metadata version after marking IN_RECOVERY
+    rc_segments: Segments  # its copy of the segments, changed locally by recovery ensemble changes
+    rc_base: int  # index of the last segment when recovery started
+    rc_fenced: int  # bookies that answered the fencing LAC read
+    rc_max_lac: int  # highest LAC among those answers
+    rc_reading: int  # entry being read
+    rc_negative: int  # bookies that answered NoSuchEntry for it
+    rc_last: int  # last recoverable entry once reading is over (-2 before)
+    rc_lac: int  # contiguous prefix of written-back entries at ack quorum
+    rc_acks: tuple[int, ...]  # per entry: bookies that acknowledged the recovery add
+    rc_sent: tuple[int, ...]  # per entry: bookies the recovery add was sent to
+    # --- replication workers: (own bookie, ledger locked or -1, task version, pending copy)
+    wk: tuple[tuple[int, int, int, tuple[int, int, int] | None], ...]
+    # --- auditor candidates (one per worker node): epoch it believes it leads, 0 none
+    au_leads: tuple[int, ...]
+    au_stale: int  # 1 when bookie registrations changed since the auditor's last audit
+    # --- network and environment
+    msgs: tuple[Msg, ...]  # messages in flight, a sorted multiset
+    budget: tuple[int, ...]  # losses, duplicates, crashes, wipes, elections, toggles left
+
+
+Label = tuple[str, tuple[object, ...]]  # action name and its arguments
+Step = tuple[Label, State]
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def bit(i: int) -> int:
+    return 1 << i
+
+
+def segment_index_of(segments: Segments, entry: int) -> int:
+    """Index of the segment that holds ``entry``: the last one starting at or before it."""
+    idx = 0
+    for i, (first, _ens) in enumerate(segments):
+        if first <= entry:
+            idx = i
+    return idx
+
+
+def write_set(cfg: Config, segments: Segments, entry: int) -> int:
+    """Bookies (mask) that store ``entry`` according to ``segments``."""
+    ens = segments[segment_index_of(segments, entry)][1]
+    mask = 0
+    for p in write_set_positions(entry, cfg.ensemble, cfg.write_quorum):
+        mask |= bit(ens[p])
+    return mask
+
+
+def last_ensemble_write_set(cfg: Config, segments: Segments, entry: int) -> int:
+    """Write set of ``entry`` in the last segment's ensemble (where new writes go)."""
+    ens = segments[-1][1]
+    mask = 0
+    for p in write_set_positions(entry, cfg.ensemble, cfg.write_quorum):
+        mask |= bit(ens[p])
+    return mask
+
+
+def ensemble_mask(ens: tuple[int, ...]) -> int:
+    m = 0
+    for b in ens:
+        m |= bit(b)
+    return m
+
+
+def bookies_of(mask: int) -> Iterator[int]:
+    i = 0
+    while mask:
+        if mask & 1:
+            yield i
+        mask >>= 1
+        i += 1
+
+
+def send(msgs: tuple[Msg, ...], *new: Msg) -> tuple[Msg, ...]:
+    out = list(msgs)
+    for m in new:
+        insort(out, m)
+    return tuple(out)
+
+
+def consume(msgs: tuple[Msg, ...], m: Msg) -> tuple[Msg, ...]:
+    i = msgs.index(m)
+    return msgs[:i] + msgs[i + 1 :]
+
+
+T = TypeVar("T")
+
+
+def set_at(t: tuple[T, ...], i: int, v: T) -> tuple[T, ...]:
+    return (*t[:i], v, *t[i + 1 :])
+
+
+def with_segment_change(segments: Segments, first: int, failed: int, new: int) -> Segments:
+    """Segments after replacing ``failed`` by ``new`` from entry ``first`` on.
+
+    A new segment is appended, unless the last segment starts at ``first``
+    (nothing of it is confirmed yet), which is replaced in place.
+    """
+    ens = tuple(new if b == failed else b for b in segments[-1][1])
+    if segments[-1][0] == first:
+        return (*segments[:-1], (first, ens))
+    return (*segments, (first, ens))
+
+
+def in_flight(msgs: tuple[Msg, ...], kind: int, b: int, entry: int, rec: int | None = None) -> bool:
+    for m in msgs:
+        if m[0] == kind and m[1] == b and m[2] == entry and (rec is None or m[4] == rec):
+            return True
+    return False
+
+
+def ledger_on(s: State, b: int, ledger: int) -> LedgerOnBookie:
+    return s.b_ledgers[b][ledger]
+
+
+def set_ledger_on(
+    s: State, b: int, ledger: int, v: LedgerOnBookie
+) -> tuple[tuple[LedgerOnBookie, ...], ...]:
+    return set_at(s.b_ledgers, b, set_at(s.b_ledgers[b], ledger, v))
+
+
+def _stored(s: State, b: int, ledger: int) -> int:
+    """Entries a bookie holds for a ledger, synced or not."""
+    synced, unsynced, _f, _lac = s.b_ledgers[b][ledger]
+    return synced | unsynced
+
+
+def segment_end(s: State, cfg: Config, ledger: int, idx: int) -> int:
+    """Last entry id of segment ``idx``: the next segment's first - 1, or the ledger's last."""
+    segs = s.meta_segments[ledger]
+    if idx + 1 < len(segs):
+        return segs[idx + 1][0] - 1
+    if s.meta_status[ledger] == CLOSED:
+        return s.meta_last[ledger]
+    return cfg.entries - 1  # open: anything the writer may have written
+
+
+def segment_is_closed(s: State, ledger: int, idx: int) -> bool:
+    """A segment is closed when a later one exists or the ledger is CLOSED."""
+    return idx + 1 < len(s.meta_segments[ledger]) or s.meta_status[ledger] == CLOSED
+
+
+def auditor_node(s: State) -> int:
+    """The node that is auditor now: it holds the leader znode and knows it, else -1."""
+    epoch, node = s.meta_auditor
+    if node >= 0 and s.au_leads[node] == epoch:
+        return node
+    return -1
+
+
+# ------------------------------------------------------------------ initial state
+
+
+def initial_state(cfg: Config) -> State:
+    """Closed ledgers fully written on the first E bookies; the writer's ledger not yet created."""
+    n_l = cfg.ledgers
+    first_ens = tuple(range(cfg.ensemble))
+    status = [CLOSED] * cfg.closed_ledgers
+    segs: list[Segments] = [((0, first_ens),)] * cfg.closed_ledgers
+    last = [cfg.closed_entries - 1] * cfg.closed_ledgers
+    per_bookie: list[list[LedgerOnBookie]] = [[(0, 0, 0, -1)] * n_l for _ in range(cfg.bookies)]
+    for ledger in range(cfg.closed_ledgers):
+        for e in range(cfg.closed_entries):
+            for p in write_set_positions(e, cfg.ensemble, cfg.write_quorum):
+                m, u, f, lac = per_bookie[first_ens[p]][ledger]
+                per_bookie[first_ens[p]][ledger] = (m | bit(e), u, f, max(lac, e - 1))
+    w_status, w_segments = W_NONE, cast(Segments, ())
+    w_next, w_lac, w_acks = 0, -1, (0,) * cfg.entries
+    if cfg.writer and cfg.two_segments:
+        # The writer confirmed e0 on b0..b2, then replaced b2 by b3 from e1 on.
+        seg1 = tuple(b if b != cfg.ensemble - 1 else cfg.ensemble for b in first_ens)
+        status.append(OPEN)
+        segs.append(((0, first_ens), (1, seg1)))
+        w_status, w_segments = W_OPEN, segs[-1]
+        wl = len(status) - 1
+        written = 0
+        for p in write_set_positions(0, cfg.ensemble, cfg.write_quorum):
+            per_bookie[first_ens[p]][wl] = (1, 0, 0, -1)
+            written |= bit(first_ens[p])
+        w_next, w_lac, w_acks = 1, 0, (written,) + (0,) * (cfg.entries - 1)
+        last.append(-1)
+    elif cfg.writer:
+        if cfg.writer_ledger_created:
+            status.append(OPEN)
+            segs.append(((0, first_ens),))
+            w_status, w_segments = W_OPEN, ((0, first_ens),)
+        else:
+            status.append(NONE)
+            segs.append(())
+        last.append(-1)
+    workers = cfg.workers if cfg.autorecovery else 0
+    # Worker nodes run on the last bookies (outside the initial ensembles).
+    wk = tuple((cfg.bookies - 1 - w, -1, 0, None) for w in range(workers))
+    au_leads = tuple(1 if w == 0 else 0 for w in range(workers))
+    return State(
+        meta_status=tuple(status),
+        meta_segments=tuple(segs),
+        meta_last=tuple(last),
+        meta_version=tuple(
+            (2 if cfg.two_segments and i == cfg.writer_ledger else 1) if st != NONE else 0
+            for i, st in enumerate(status)
+        ),
+        meta_task=((0, 0),) * n_l,
+        meta_lock=(-1,) * n_l,
+        meta_rereplicated=((),) * n_l,
+        meta_autorecovery=1,
+        meta_auditor=(1, 0) if workers else (0, -1),
+        b_up=(UP,) * cfg.bookies,
+        b_ledgers=tuple(tuple(x) for x in per_bookie),
+        w_status=w_status,
+        w_version=(2 if cfg.two_segments else 1) if w_status == W_OPEN else 0,
+        w_segments=w_segments,
+        w_change=None,
+        w_next=w_next,
+        w_lac=w_lac,
+        w_acks=w_acks,
+        w_sent=w_acks,
+        rc_phase=RC_IDLE,
+        rc_requested=0,
+        rc_version=0,
+        rc_segments=(),
+        rc_base=0,
+        rc_fenced=0,
+        rc_max_lac=-1,
+        rc_reading=0,
+        rc_negative=0,
+        rc_last=-2,
+        rc_lac=-1,
+        rc_acks=(0,) * (cfg.entries + 1),
+        rc_sent=(0,) * (cfg.entries + 1),
+        wk=wk,
+        au_leads=au_leads,
+        au_stale=0,
+        msgs=(),
+        budget=(cfg.losses, cfg.duplicates, cfg.crashes, cfg.wipes, cfg.elections, cfg.toggles),
+    )
+
+
+# ================================================================== WRITER ACTIONS
+
+
+def writer_creates_ledger(cfg: Config, s: State, ens: tuple[int, ...]) -> State | None:
+    """The writer creates its ledger: metadata OPEN with one segment on ``ens``.
+
+    Key points: a metadata-only step; the ensemble is any E live bookies (the
+    checker's symmetry makes every choice one). Guard first, then effect.
+    """
+    wl = cfg.writer_ledger
+    if s.w_status != W_NONE or s.meta_status[wl] != NONE:
+        return None
+    if any(s.b_up[b] != UP for b in ens):
+        return None
+    segs: Segments = ((0, ens),)
+    return s._replace(
+        meta_status=set_at(s.meta_status, wl, OPEN),
+        meta_segments=set_at(s.meta_segments, wl, segs),
+        meta_version=set_at(s.meta_version, wl, 1),
+        w_status=W_OPEN,
+        w_version=1,
+        w_segments=segs,
+    )
+
+
+def writer_sends_add(cfg: Config, s: State) -> State | None:
+    """The writer sends the next entry to its write set (round-robin striping).
+
+    Key points: the add carries the writer's LAC (piggybacked, bookies store
+    it); no new add while an ensemble change waits for its CAS, nor beyond
+    ``cfg.pipeline`` unconfirmed adds.
+    """
+    if s.w_status != W_OPEN or s.w_change is not None or s.w_next >= cfg.entries:
+        return None
+    if s.w_next - s.w_lac > cfg.pipeline:  # at most `pipeline` adds unconfirmed
+        return None
+    e = s.w_next
+    ws = last_ensemble_write_set(cfg, s.w_segments, e)
+    new = tuple((ADD, b, e, s.w_lac, 0) for b in bookies_of(ws))
+    return s._replace(w_next=e + 1, w_sent=set_at(s.w_sent, e, ws), msgs=send(s.msgs, *new))
+
+
+def _writer_view(s: State) -> Segments:
+    return s.w_change if s.w_change is not None else s.w_segments
+
+
+def _writer_lac(cfg: Config, s: State, acks: tuple[int, ...], view: Segments) -> int:
+    counts = tuple(popcount(acks[e] & write_set(cfg, view, e)) for e in range(s.w_next))
+    return contiguous_confirmed(s.w_lac, counts, cfg.ack_quorum)
+
+
+def writer_receives_add_response(cfg: Config, s: State, b: int, e: int, ok: int) -> State:
+    """The writer takes a bookie's answer to an add (in the bookie's step).
+
+    Key points: a success counts only from a bookie of the entry's current
+    write set; the LAC advances over the contiguous prefix at Aq, but not
+    while an ensemble change waits for its CAS (acks are held). A fenced
+    answer means a recovery has begun: the writer withdraws.
+    """
+    if s.w_status != W_OPEN:
+        return s  # a late answer to a writer that is done
+    if not ok:
+        return s._replace(w_status=W_WITHDRAWN)
+    view = _writer_view(s)
+    if not write_set(cfg, view, e) & bit(b):
+        return s
+    acks = set_at(s.w_acks, e, s.w_acks[e] | bit(b))
+    lac = s.w_lac
+    if s.w_change is None or "acks-before-ensemble-change-lands" in cfg.mutants:
+        lac = _writer_lac(cfg, s, acks, view)
+    return s._replace(w_acks=acks, w_lac=lac)
+
+
+def _writer_timed_out(cfg: Config, s: State, b: int) -> bool:
+    """An add to ``b`` is unanswered and nothing is in flight for it: a timeout."""
+    view = _writer_view(s)
+    for e in range(s.w_lac + 1, s.w_next):
+        if write_set(cfg, view, e) & s.w_sent[e] & ~s.w_acks[e] & bit(b) and not in_flight(
+            s.msgs, ADD, b, e, 0
+        ):
+            return True
+    return False
+
+
+def writer_changes_ensemble(cfg: Config, s: State, failed: int, new: int) -> State | None:
+    """The writer replaces a bookie whose add timed out and CASes the metadata.
+
+    Key points: the new segment starts at LAC + 1 (replacing the last one if
+    it starts there); the failed bookie's acks of unconfirmed entries are
+    dropped; the CAS is in flight until ``writer_completes_ensemble_change``,
+    and until then acks are held.
+    """
+    if s.w_status != W_OPEN or s.w_change is not None:
+        return None
+    last_ens = s.w_segments[-1][1]
+    if failed not in last_ens or new in last_ens or s.b_up[new] != UP:
+        return None
+    if not _writer_timed_out(cfg, s, failed):
+        return None
+    first = s.w_lac + 1
+    change = with_segment_change(s.w_segments, first, failed, new)
+    acks = tuple(a & ~bit(failed) if e >= first else a for e, a in enumerate(s.w_acks))
+    return s._replace(w_change=change, w_acks=acks)
+
+
+def writer_resends_add(cfg: Config, s: State, e: int, b: int) -> State | None:
+    """The writer sends a pending entry to a bookie that joined its write set.
+
+    Key points: after an ensemble change, unconfirmed entries go to the
+    replacement bookie (its acks count, but are held until the CAS lands).
+    """
+    if s.w_status != W_OPEN or not s.w_lac < e < s.w_next:
+        return None
+    ws = write_set(cfg, _writer_view(s), e)
+    if not ws & bit(b) or s.w_sent[e] & bit(b):
+        return None
+    return s._replace(
+        w_sent=set_at(s.w_sent, e, s.w_sent[e] | bit(b)),
+        msgs=send(s.msgs, (ADD, b, e, s.w_lac, 0)),
+    )
+
+
+def writer_completes_ensemble_change(cfg: Config, s: State) -> State | None:
+    """The ensemble-change CAS lands: the metadata gets the new segments.
+
+    Key points: a version conflict with the ledger still OPEN (a worker
+    swapped a bookie of a closed segment) is resolved by re-reading: the
+    earlier segments come from the store, the tail from the writer. If the
+    ledger is no longer OPEN (recovery began), the writer withdraws. The
+    held acks are released: the LAC catches up.
+    """
+    if s.w_status != W_OPEN or s.w_change is None:
+        return None
+    wl = cfg.writer_ledger
+    if s.meta_status[wl] != OPEN:
+        return s._replace(w_status=W_WITHDRAWN, w_change=None)
+    n = len(s.w_segments)
+    merged = s.meta_segments[wl][: n - 1] + s.w_change[n - 1 :]
+    version = s.meta_version[wl] + 1
+    s2 = s._replace(
+        meta_segments=set_at(s.meta_segments, wl, merged),
+        meta_version=set_at(s.meta_version, wl, version),
+        w_version=version,
+        w_segments=merged,
+        w_change=None,
+    )
+    return s2._replace(w_lac=_writer_lac(cfg, s2, s2.w_acks, merged))
+
+
+def writer_closes_ledger(cfg: Config, s: State) -> State | None:
+    """The writer closes its ledger by CAS: CLOSED, last entry = its LAC.
+
+    Key points: only if the ledger is still OPEN in the store; otherwise the
+    writer learns it is being recovered and withdraws.
+    """
+    if s.w_status != W_OPEN or s.w_change is not None:
+        return None
+    wl = cfg.writer_ledger
+    if s.meta_status[wl] != OPEN:
+        return s._replace(w_status=W_WITHDRAWN)
+    version = s.meta_version[wl] + 1
+    return s._replace(
+        meta_status=set_at(s.meta_status, wl, CLOSED),
+        meta_last=set_at(s.meta_last, wl, s.w_lac),
+        meta_version=set_at(s.meta_version, wl, version),
+        w_status=W_CLOSED,
+        w_version=version,
+    )
+
+
+# ================================================================== BOOKIE ACTIONS
+
+
+def _handled(s: State, m: Msg, reply_lost: int) -> State | None:
+    """Consume request ``m``; a lost reply spends one message loss."""
+    if reply_lost:
+        if s.budget[B_LOSS] == 0:
+            return None
+        return s._replace(
+            msgs=consume(s.msgs, m), budget=set_at(s.budget, B_LOSS, s.budget[B_LOSS] - 1)
+        )
+    return s._replace(msgs=consume(s.msgs, m))
+
+
+def bookie_handles_add(cfg: Config, s: State, m: Msg, reply_lost: int) -> State | None:
+    """A bookie handles an add: stores the entry and acknowledges, or answers fenced.
+
+    Key points: a fenced ledger rejects the writer's adds but accepts
+    recovery adds. The journal is synced before the reply (one step), so an
+    acknowledged entry survives a crash; the mutant ``ack-before-journal-sync``
+    replies first and keeps the entry unsynced. The answer goes to the
+    writer or the recovery client, unless it is lost.
+    """
+    kind, b, e, lac, rec = m
+    if kind != ADD or s.b_up[b] != UP:
+        return None
+    t = _handled(s, m, reply_lost)
+    if t is None:
+        return None
+    wl = cfg.writer_ledger
+    synced, unsynced, fenced, b_lac = ledger_on(s, b, wl)
+    ok = 1
+    if fenced and not rec:
+        ok = 0
+    else:
+        if "ack-before-journal-sync" in cfg.mutants and not synced & bit(e):
+            unsynced |= bit(e)
+        else:
+            synced |= bit(e)
+        t = t._replace(
+            b_ledgers=set_ledger_on(t, b, wl, (synced, unsynced, fenced, max(b_lac, lac)))
+        )
+    if reply_lost:
+        return t
+    if rec:
+        return recovery_client_receives_add_response(cfg, t, b, e)
+    return writer_receives_add_response(cfg, t, b, e, ok)
+
+
+def bookie_syncs_journal(cfg: Config, s: State, b: int) -> State | None:
+    """A bookie's journal fsync makes its unsynced entries durable (mutant runs only)."""
+    wl = cfg.writer_ledger
+    synced, unsynced, fenced, lac = ledger_on(s, b, wl)
+    if s.b_up[b] != UP or not unsynced:
+        return None
+    return s._replace(b_ledgers=set_ledger_on(s, b, wl, (synced | unsynced, 0, fenced, lac)))
+
+
+def bookie_handles_fencing_lac_read(cfg: Config, s: State, m: Msg, reply_lost: int) -> State | None:
+    """A bookie fences the ledger and answers with its LAC.
+
+    Key points: fencing works for a ledger the bookie has never seen (it must,
+    or the old writer could still write to it); the fence is durable.
+    """
+    kind, b, _e, _a, _r = m
+    if kind != FENCE or s.b_up[b] != UP:
+        return None
+    t = _handled(s, m, reply_lost)
+    if t is None:
+        return None
+    wl = cfg.writer_ledger
+    synced, unsynced, _f, lac = ledger_on(s, b, wl)
+    t = t._replace(b_ledgers=set_ledger_on(t, b, wl, (synced, unsynced, 1, lac)))
+    return t if reply_lost else recovery_client_receives_fencing_response(cfg, t, b, lac)
+
+
+def bookie_handles_recovery_read(cfg: Config, s: State, m: Msg, reply_lost: int) -> State | None:
+    """A bookie answers a recovery read (found or NoSuchEntry), fencing first if asked."""
+    kind, b, e, fence, _r = m
+    if kind != READ or s.b_up[b] != UP:
+        return None
+    t = _handled(s, m, reply_lost)
+    if t is None:
+        return None
+    wl = cfg.writer_ledger
+    synced, unsynced, fenced, lac = ledger_on(s, b, wl)
+    found = 1 if (synced | unsynced) & bit(e) else 0
+    t = t._replace(b_ledgers=set_ledger_on(t, b, wl, (synced, unsynced, fenced | fence, lac)))
+    return t if reply_lost else recovery_client_receives_read_response(cfg, t, b, e, found)
+
+
+def _drop_messages_of(msgs: tuple[Msg, ...], b: int) -> tuple[Msg, ...]:
+    return tuple(m for m in msgs if m[1] != b)
+
+
+def bookie_crashes(cfg: Config, s: State, b: int) -> State | None:
+    """A bookie crashes: its connections drop (messages to and from it are lost).
+
+    Key points: unsynced entries are lost (none exist in the correct spec);
+    its registration disappears, which the auditor notices.
+    """
+    if s.b_up[b] != UP or s.budget[B_CRASH] == 0:
+        return None
+    ledgers = tuple((sy, 0, f, lac) for sy, _u, f, lac in s.b_ledgers[b])
+    return s._replace(
+        b_up=set_at(s.b_up, b, DOWN),
+        b_ledgers=set_at(s.b_ledgers, b, ledgers),
+        au_stale=1 if cfg.autorecovery else 0,
+        msgs=_drop_messages_of(s.msgs, b),
+        budget=set_at(s.budget, B_CRASH, s.budget[B_CRASH] - 1),
+    )
+
+
+def bookie_restarts(cfg: Config, s: State, b: int) -> State | None:
+    """A crashed bookie restarts with its synced data: entries, fences and LACs (journal replay)."""
+    if not cfg.restarts or s.b_up[b] != DOWN:
+        return None
+    return s._replace(b_up=set_at(s.b_up, b, UP), au_stale=1 if cfg.autorecovery else 0)
+
+
+def bookie_restarts_with_wiped_disk(cfg: Config, s: State, b: int) -> State | None:
+    """A crashed bookie restarts on an empty disk.
+
+    Key points: the cookie in the metadata store no longer matches, so the
+    bookie refuses to start (REFUSED: it stays out until an operator gives it
+    a new identity). The mutant ``wiped-bookie-rejoins`` skips the cookie
+    check: the bookie rejoins with no entries and no fences.
+    """
+    if s.b_up[b] != DOWN or s.budget[B_WIPE] == 0:
+        return None
+    empty = ((0, 0, 0, -1),) * cfg.ledgers
+    up = UP if "wiped-bookie-rejoins" in cfg.mutants else REFUSED
+    return s._replace(
+        b_up=set_at(s.b_up, b, up),
+        b_ledgers=set_at(s.b_ledgers, b, empty),
+        au_stale=1 if cfg.autorecovery and up == UP else s.au_stale,
+        budget=set_at(s.budget, B_WIPE, s.budget[B_WIPE] - 1),
+    )
+
+
+# ================================================================== NETWORK ACTIONS
+
+
+def network_loses_message(cfg: Config, s: State, m: Msg) -> State | None:
+    """The network drops an add in flight (the sender will time out).
+
+    Key points: only adds are lost. A lost fencing LAC read or recovery read
+    is sent again by the recovery client (``recovery_client_retries_request``),
+    which is the same as a delayed one: modelling their loss adds states but
+    no behaviour. A lost add leads to an ensemble change instead.
+    """
+    if s.budget[B_LOSS] == 0 or m[0] != ADD:
+        return None
+    return s._replace(
+        msgs=consume(s.msgs, m), budget=set_at(s.budget, B_LOSS, s.budget[B_LOSS] - 1)
+    )
+
+
+def network_duplicates_message(cfg: Config, s: State, m: Msg) -> State | None:
+    """The network delivers a message twice."""
+    if s.budget[B_DUP] == 0:
+        return None
+    return s._replace(msgs=send(s.msgs, m), budget=set_at(s.budget, B_DUP, s.budget[B_DUP] - 1))
+
+
+# ================================================================== RECOVERY CLIENT ACTIONS
+
+
+def recovery_client_starts_recovery(cfg: Config, s: State) -> State | None:
+    """A client opens the writer's ledger with recovery.
+
+    Key points: metadata OPEN -> IN_RECOVERY by CAS (the writer's next CAS
+    fails); a fencing LAC read goes to every bookie of the last segment. In
+    AutoRecovery configs only a replication worker starts it (after the
+    open ledger's grace period).
+    """
+    wl = cfg.writer_ledger
+    if s.rc_phase != RC_IDLE or s.meta_status[wl] not in (OPEN, IN_RECOVERY):
+        return None
+    if not (cfg.recovery_client or s.rc_requested):
+        return None
+    segs = s.meta_segments[wl]
+    version = s.meta_version[wl] + 1
+    fences = tuple((FENCE, b, -1, 0, 0) for b in segs[-1][1])
+    return s._replace(
+        meta_status=set_at(s.meta_status, wl, IN_RECOVERY),
+        meta_version=set_at(s.meta_version, wl, version),
+        rc_phase=RC_FENCING,
+        rc_version=version,
+        rc_segments=segs,
+        rc_base=len(segs) - 1,
+        msgs=send(s.msgs, *fences),
+    )
+
+
+def _read_requests(cfg: Config, s: State, segs: Segments, e: int) -> tuple[Msg, ...]:
+    fence = 0 if "recovery-reads-without-fencing" in cfg.mutants else 1
+    return tuple((READ, b, e, fence, 0) for b in bookies_of(write_set(cfg, segs, e)))
+
+
+def recovery_client_receives_fencing_response(cfg: Config, s: State, b: int, lac: int) -> State:
+    """The recovery client notes a bookie fenced and its LAC; late answers are dropped."""
+    if s.rc_phase != RC_FENCING:
+        return s
+    return s._replace(rc_fenced=s.rc_fenced | bit(b), rc_max_lac=max(s.rc_max_lac, lac))
+
+
+def recovery_client_completes_fencing(cfg: Config, s: State) -> State | None:
+    """Fencing covers the last ensemble: reading starts after the highest LAC.
+
+    Key points: fencing is complete when every write set of the last ensemble
+    has Wq - Aq + 1 fenced bookies (no ack quorum left unfenced). Reading
+    starts at max(LAC + 1, first entry of the last segment); earlier
+    segments are committed. Each recovery read also fences.
+    """
+    if s.rc_phase != RC_FENCING:
+        return None
+    ens = s.rc_segments[-1][1]
+    positions = sum(bit(p) for p, b in enumerate(ens) if s.rc_fenced & bit(b))
+    if not fencing_covers_ensemble(positions, cfg.ensemble, cfg.write_quorum, cfg.ack_quorum):
+        return None
+    if "recovery-from-lac-minus-one" in cfg.mutants:
+        start = s.rc_max_lac + 1
+    else:
+        start = recovery_start_entry(s.rc_max_lac, s.rc_segments[-1][0])
+    return s._replace(
+        rc_phase=RC_READING,
+        rc_reading=start,
+        rc_lac=start - 1,
+        msgs=send(s.msgs, *_read_requests(cfg, s, s.rc_segments, start)),
+    )
+
+
+def recovery_client_receives_read_response(
+    cfg: Config, s: State, b: int, e: int, found: int
+) -> State:
+    """The recovery client decides about the entry it reads.
+
+    Key points: one positive answer makes the entry recoverable: it is
+    written back with recovery adds to its write set in the last ensemble and
+    the next entry is read. Negatives decide only with quorum coverage of
+    the write set (Wq - Aq + 1): then the previous entry is the last.
+    Answers for other entries are dropped.
+    """
+    msgs = s.msgs
+    if s.rc_phase != RC_READING or e != s.rc_reading:
+        return s
+    segs = s.rc_segments
+    if found:
+        ws = last_ensemble_write_set(cfg, segs, e)
+        adds = tuple((ADD, x, e, s.rc_lac, 1) for x in bookies_of(ws))
+        nxt = e + 1
+        return s._replace(
+            rc_sent=set_at(s.rc_sent, e, ws),
+            rc_reading=nxt,
+            rc_negative=0,
+            msgs=send(msgs, *adds, *_read_requests(cfg, s, segs, nxt)),
+        )
+    neg = s.rc_negative | bit(b)
+    count = popcount(neg & write_set(cfg, segs, e))
+    if "negative-read-without-coverage" in cfg.mutants:
+        decided = count >= 1
+    else:
+        decided = has_quorum_coverage(count, cfg.write_quorum, cfg.ack_quorum)
+    if not decided:
+        return s._replace(rc_negative=neg, msgs=msgs)
+    return s._replace(rc_phase=RC_WRITING, rc_negative=0, rc_last=e - 1, msgs=msgs)
+
+
+def recovery_client_retries_request(cfg: Config, s: State, b: int) -> State | None:
+    """A fencing LAC read or recovery read to a live bookie was lost: it is sent again."""
+    if s.b_up[b] != UP:
+        return None
+    if s.rc_phase == RC_FENCING:
+        if not ensemble_mask(s.rc_segments[-1][1]) & bit(b) & ~s.rc_fenced:
+            return None
+        if in_flight(s.msgs, FENCE, b, -1):
+            return None
+        return s._replace(msgs=send(s.msgs, (FENCE, b, -1, 0, 0)))
+    if s.rc_phase == RC_READING:
+        e = s.rc_reading
+        if not write_set(cfg, s.rc_segments, e) & bit(b) & ~s.rc_negative:
+            return None
+        if in_flight(s.msgs, READ, b, e):
+            return None
+        fence = 0 if "recovery-reads-without-fencing" in cfg.mutants else 1
+        return s._replace(msgs=send(s.msgs, (READ, b, e, fence, 0)))
+    return None
+
+
+def _rc_lac(cfg: Config, s: State, acks: tuple[int, ...]) -> int:
+    top = s.rc_reading if s.rc_phase == RC_READING else s.rc_last + 1
+    counts = tuple(
+        popcount(acks[e] & last_ensemble_write_set(cfg, s.rc_segments, e)) if e < top else 0
+        for e in range(len(acks))
+    )
+    return contiguous_confirmed(s.rc_lac, counts, cfg.ack_quorum)
+
+
+def recovery_client_receives_add_response(cfg: Config, s: State, b: int, e: int) -> State:
+    """The recovery client counts an acknowledged recovery add (recovery adds are never fenced)."""
+    if s.rc_phase not in (RC_READING, RC_WRITING):
+        return s
+    if not last_ensemble_write_set(cfg, s.rc_segments, e) & bit(b):
+        return s
+    acks = set_at(s.rc_acks, e, s.rc_acks[e] | bit(b))
+    return s._replace(rc_acks=acks, rc_lac=_rc_lac(cfg, s, acks))
+
+
+def _rc_timed_out(cfg: Config, s: State, b: int) -> bool:
+    """A recovery add to ``b`` is unanswered and not in flight: a timeout."""
+    for e in range(len(s.rc_sent)):
+        if last_ensemble_write_set(cfg, s.rc_segments, e) & s.rc_sent[e] & ~s.rc_acks[e] & bit(
+            b
+        ) and not in_flight(s.msgs, ADD, b, e, 1):
+            return True
+    return False
+
+
+def recovery_client_changes_ensemble(cfg: Config, s: State, failed: int, new: int) -> State | None:
+    """A recovery add timed out: the recovery client replaces the bookie locally.
+
+    Key points: the new segment starts after the recovery client's own
+    confirmed prefix (never before the recovery start); the change is only
+    written to the store with the close, so a failed recovery leaves no trace.
+    """
+    if s.rc_phase not in (RC_READING, RC_WRITING):
+        return None
+    last_ens = s.rc_segments[-1][1]
+    if failed not in last_ens or new in last_ens or s.b_up[new] != UP:
+        return None
+    if not _rc_timed_out(cfg, s, failed):
+        return None
+    first = s.rc_lac + 1
+    segs = with_segment_change(s.rc_segments, first, failed, new)
+    acks = tuple(a & ~bit(failed) if e >= first else a for e, a in enumerate(s.rc_acks))
+    return s._replace(rc_segments=segs, rc_acks=acks)
+
+
+def recovery_client_resends_add(cfg: Config, s: State, e: int, b: int) -> State | None:
+    """The recovery client writes a recovered entry to a bookie that joined its write set."""
+    if s.rc_phase not in (RC_READING, RC_WRITING) or not s.rc_sent[e]:
+        return None
+    ws = last_ensemble_write_set(cfg, s.rc_segments, e)
+    if not ws & bit(b) or s.rc_sent[e] & bit(b):
+        return None
+    return s._replace(
+        rc_sent=set_at(s.rc_sent, e, s.rc_sent[e] | bit(b)),
+        msgs=send(s.msgs, (ADD, b, e, s.rc_lac, 1)),
+    )
+
+
+def recovery_client_closes_ledger(cfg: Config, s: State) -> State | None:
+    """Recovery is over: CLOSED by CAS with the last recovered entry and its segments.
+
+    Key points: all written-back entries reached Aq; the ledger must still be
+    IN_RECOVERY. A version conflict (a worker swapped a bookie of an earlier,
+    closed segment) is merged: earlier segments from the store, the rest
+    from the recovery client.
+    """
+    wl = cfg.writer_ledger
+    if s.rc_phase != RC_WRITING or s.meta_status[wl] != IN_RECOVERY:
+        return None
+    if s.rc_lac < s.rc_last:
+        return None
+    segs = s.meta_segments[wl][: s.rc_base] + s.rc_segments[s.rc_base :]
+    version = s.meta_version[wl] + 1
+    return s._replace(
+        meta_status=set_at(s.meta_status, wl, CLOSED),
+        meta_segments=set_at(s.meta_segments, wl, segs),
+        meta_last=set_at(s.meta_last, wl, s.rc_last),
+        meta_version=set_at(s.meta_version, wl, version),
+        rc_phase=RC_CLOSED,
+        rc_version=version,
+    )
+
+
+# ================================================================== AUDITOR ACTIONS
+
+
+def auditor_marks_ledgers_of_lost_bookies(cfg: Config, s: State) -> State | None:
+    """The auditor's watch on bookie registrations fires: it marks the ledgers of lost bookies.
+
+    Key points: only the elected auditor, only with AutoRecovery enabled; it
+    compares the registered bookies with every ledger's ensembles and marks
+    each ledger that uses a lost bookie, creating its under-replication task
+    or adding the bookie to it with a new task version.
+    """
+    if not s.au_stale or auditor_node(s) < 0 or not s.meta_autorecovery:
+        return None
+    tasks = list(s.meta_task)
+    for ledger, segs in enumerate(s.meta_segments):
+        version, lost = tasks[ledger]
+        missing = 0
+        for _f, ens in segs:
+            for b in ens:
+                if s.b_up[b] != UP:
+                    missing |= bit(b)
+        if missing & ~lost:
+            tasks[ledger] = (version + 1, lost | missing)
+    return s._replace(meta_task=tuple(tasks), au_stale=0)
+
+
+def auditor_loses_session(cfg: Config, s: State) -> State | None:
+    """The auditor's ZooKeeper session expires: its leader znode goes, and it stops auditing.
+
+    Key points: kazoo's LOST state; a node must not act as auditor after it.
+    """
+    node = auditor_node(s)
+    if node < 0 or s.budget[B_ELECT] == 0:
+        return None
+    epoch, _ = s.meta_auditor
+    return s._replace(
+        meta_auditor=(epoch, -1),
+        au_leads=set_at(s.au_leads, node, 0),
+        budget=set_at(s.budget, B_ELECT, s.budget[B_ELECT] - 1),
+    )
+
+
+def node_wins_auditor_election(cfg: Config, s: State, node: int) -> State | None:
+    """A node creates the leader znode: it is auditor of the next election epoch."""
+    epoch, holder = s.meta_auditor
+    if holder >= 0:
+        return None
+    return s._replace(meta_auditor=(epoch + 1, node), au_leads=set_at(s.au_leads, node, epoch + 1))
+
+
+# ================================================================== WORKER ACTIONS
+
+
+def _segment_needs_repair(s: State, ledger: int, idx: int) -> int:
+    """A lost (not live) bookie of the segment's ensemble, or -1."""
+    for b in s.meta_segments[ledger][idx][1]:
+        if s.b_up[b] != UP:
+            return b
+    return -1
+
+
+def worker_acquires_ledger_lock(cfg: Config, s: State, w: int, ledger: int) -> State | None:
+    """An idle worker takes the lock of a ledger with an under-replication task."""
+    bookie, locked, _v, _p = s.wk[w]
+    if locked >= 0 or not s.meta_autorecovery or s.b_up[bookie] != UP:
+        return None
+    version, lost = s.meta_task[ledger]
+    if not lost or s.meta_lock[ledger] >= 0:
+        return None
+    return s._replace(
+        meta_lock=set_at(s.meta_lock, ledger, w),
+        wk=set_at(s.wk, w, (bookie, ledger, version, None)),
+    )
+
+
+def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int) -> State | None:
+    """The worker copies a closed segment's entries of a lost bookie to its own bookie.
+
+    Key points: only closed segments (the open last segment must be fenced
+    first); the worker's bookie must not be in the ensemble; every entry the
+    lost bookie held is read from a live bookie of its write set. The
+    worker remembers the metadata version it read, for its CAS.
+    """
+    bookie, ledger, tv, pending = s.wk[w]
+    if ledger < 0 or pending is not None or s.b_up[bookie] != UP:
+        return None
+    if not segment_is_closed(s, ledger, idx) and (
+        "replicate-open-segment-without-fencing" not in cfg.mutants or s.meta_status[ledger] == NONE
+    ):
+        return None
+    lost = _segment_needs_repair(s, ledger, idx)
+    ens = s.meta_segments[ledger][idx][1]
+    if lost < 0 or bookie in ens:
+        return None
+    segs = s.meta_segments[ledger]
+    copied = 0
+    for e in range(segs[idx][0], segment_end(s, cfg, ledger, idx) + 1):
+        ws = write_set(cfg, segs, e)
+        if not ws & bit(lost):
+            continue
+        if any(s.b_up[x] == UP and _stored(s, x, ledger) & bit(e) for x in bookies_of(ws)):
+            copied |= bit(e)
+        elif segment_is_closed(s, ledger, idx):
+            return None  # a committed entry has no live copy: cannot repair now
+    synced, unsynced, fenced, lac = ledger_on(s, bookie, ledger)
+    return s._replace(
+        b_ledgers=set_ledger_on(s, bookie, ledger, (synced | copied, unsynced, fenced, lac)),
+        wk=set_at(s.wk, w, (bookie, ledger, tv, (idx, lost, s.meta_version[ledger]))),
+    )
+
+
+def worker_updates_segment_ensemble(cfg: Config, s: State, w: int) -> State | None:
+    """The worker CASes the segment's ensemble: its bookie replaces the lost one.
+
+    Key points: the CAS fails if the metadata changed since the copy (the
+    copy is then redone from the new metadata).
+    """
+    bookie, ledger, tv, pending = s.wk[w]
+    if pending is None or pending == VERIFIED:
+        return None
+    idx, lost, version = pending
+    wk = set_at(s.wk, w, (bookie, ledger, tv, None))
+    if s.meta_version[ledger] != version:
+        return s._replace(wk=wk)
+    segs = s.meta_segments[ledger]
+    first, ens = segs[idx]
+    new_segs = set_at(segs, idx, (first, tuple(bookie if b == lost else b for b in ens)))
+    rerepl = tuple(sorted({*s.meta_rereplicated[ledger], (idx, bookie)}))
+    return s._replace(
+        meta_segments=set_at(s.meta_segments, ledger, new_segs),
+        meta_version=set_at(s.meta_version, ledger, version + 1),
+        meta_rereplicated=set_at(s.meta_rereplicated, ledger, rerepl),
+        wk=wk,
+    )
+
+
+def worker_fences_open_ledger(cfg: Config, s: State, w: int) -> State | None:
+    """The grace period is over and the last segment is still open: recover, then retry.
+
+    Key points: the worker has the ledger opened with recovery (fenced and
+    closed by the recovery client) and releases the lock; the task stays, so
+    the closed segment is replicated later.
+    """
+    bookie, ledger, _tv, pending = s.wk[w]
+    if ledger != cfg.writer_ledger or pending is not None:
+        return None
+    last = len(s.meta_segments[ledger]) - 1
+    if s.meta_status[ledger] != OPEN or _segment_needs_repair(s, ledger, last) < 0:
+        return None
+    return s._replace(
+        rc_requested=1,
+        meta_lock=set_at(s.meta_lock, ledger, -1),
+        wk=set_at(s.wk, w, (bookie, -1, 0, None)),
+    )
+
+
+VERIFIED = (-1, -1, -1)  # a worker's pending marker: it found the ledger fully replicated
+
+
+def worker_verifies_ledger_replicated(cfg: Config, s: State, w: int) -> State | None:
+    """The worker checks the ledger: every segment's bookies are live (nothing to copy)."""
+    bookie, ledger, tv, pending = s.wk[w]
+    if ledger < 0 or pending is not None:
+        return None
+    if any(_segment_needs_repair(s, ledger, i) >= 0 for i in range(len(s.meta_segments[ledger]))):
+        return None
+    return s._replace(wk=set_at(s.wk, w, (bookie, ledger, tv, VERIFIED)))
+
+
+def worker_deletes_task(cfg: Config, s: State, w: int) -> State | None:
+    """Having found the ledger replicated, the worker deletes its task and releases the lock.
+
+    Key points: the delete carries the task version the worker read; if the
+    auditor recorded a new loss since, the delete fails and the task stays
+    (the mutant ``delete-task-without-version-check`` deletes anyway).
+    """
+    bookie, ledger, tv, pending = s.wk[w]
+    if pending != VERIFIED:
+        return None
+    version, _lost = s.meta_task[ledger]
+    tasks = s.meta_task
+    if version == tv or "delete-task-without-version-check" in cfg.mutants:
+        tasks = set_at(tasks, ledger, (version, 0))
+    return s._replace(
+        meta_task=tasks,
+        meta_lock=set_at(s.meta_lock, ledger, -1),
+        wk=set_at(s.wk, w, (bookie, -1, 0, None)),
+    )
+
+
+def worker_releases_lock(cfg: Config, s: State, w: int) -> State | None:
+    """The worker cannot repair the ledger now (no target, no source): it lets the lock go."""
+    bookie, ledger, _tv, pending = s.wk[w]
+    if ledger < 0 or pending is not None:
+        return None
+    for idx in range(len(s.meta_segments[ledger])):
+        if worker_copies_fragment(cfg, s, w, idx) is not None:
+            return None
+    if (
+        worker_verifies_ledger_replicated(cfg, s, w) is not None
+        or worker_fences_open_ledger(cfg, s, w) is not None
+    ):
+        return None
+    return s._replace(
+        meta_lock=set_at(s.meta_lock, ledger, -1), wk=set_at(s.wk, w, (bookie, -1, 0, None))
+    )
+
+
+# ================================================================== OPERATOR ACTIONS
+
+
+def operator_toggles_autorecovery(cfg: Config, s: State) -> State | None:
+    """The operator disables AutoRecovery (maintenance), or enables it again."""
+    if s.budget[B_TOGGLE] == 0:
+        return None
+    return s._replace(
+        meta_autorecovery=1 - s.meta_autorecovery,
+        budget=set_at(s.budget, B_TOGGLE, s.budget[B_TOGGLE] - 1),
+    )
+
+
+# ================================================================== NEXT
+
+# Actions of the environment: no fairness applies to them (they may never happen).
+ENVIRONMENT_ACTIONS = frozenset(
+    {
+        "bookie_crashes",
+        "bookie_restarts",
+        "bookie_restarts_with_wiped_disk",
+        "network_loses_message",
+        "network_duplicates_message",
+        "auditor_loses_session",
+        "operator_toggles_autorecovery",
+    }
+)
+
+
+def drop_dead_requests(cfg: Config, s: State) -> State:
+    """Forget requests in flight that can no longer change any client's decision.
+
+    Once the writer is no longer OPEN it sends nothing and reads no answer,
+    so fences matter only to a recovery client still fencing, and recovery
+    reads only for the entry it is reading. Once, moreover, the ledger is
+    CLOSED, every request left could only add fences or copies of entries up
+    to the last one: they are dropped (a state-space reduction; the behaviours
+    lost are ones where those requests are never delivered anyway).
+    """
+    if not s.msgs or s.w_status == W_OPEN:
+        return s
+    if s.meta_status[cfg.writer_ledger] == CLOSED:
+        return s._replace(msgs=())
+    keep = tuple(
+        m
+        for m in s.msgs
+        if m[0] == ADD
+        or (m[0] == FENCE and s.rc_phase == RC_FENCING)
+        or (m[0] == READ and s.rc_phase == RC_READING and m[2] == s.rc_reading)
+    )
+    return s if len(keep) == len(s.msgs) else s._replace(msgs=keep)
+
+
+HANDLERS = (bookie_handles_add, bookie_handles_fencing_lac_read, bookie_handles_recovery_read)
+
+
+def _show(arg: object) -> str:
+    if isinstance(arg, tuple) and len(arg) == 5:
+        kind, b, e, a, r = arg
+        if kind == ADD:
+            who = "recovery client" if r else "writer"
+            return f"add e{e} to b{b} from {who} (lac {a})"
+        if kind == FENCE:
+            return f"fencing LAC read to b{b}"
+        return f"recovery read e{e} to b{b}{' (fencing)' if a else ''}"
+    return str(arg)
+
+
+def format_label(label: Label) -> str:
+    """``name(arg, ...)`` with messages spelled out."""
+    name, args = label
+    return f"{name}({', '.join(map(_show, args))})" if args else name
+
+
+def next_states(cfg: Config, s: State) -> Iterator[Step]:
+    """Every enabled action with its arguments, and the state it leads to."""
+    n = cfg.bookies
+
+    def emit(fn: Callable[..., State | None], *args: object) -> Iterator[Step]:
+        t = fn(cfg, s, *args)
+        if t is not None:
+            yield (fn.__name__, args), drop_dead_requests(cfg, t)
+
+    # writer
+    if cfg.writer:
+        if s.w_status == W_NONE:
+            for ens in _ensembles(cfg, s):
+                yield from emit(writer_creates_ledger, ens)
+        if s.w_status == W_OPEN:
+            yield from emit(writer_sends_add)
+            yield from emit(writer_completes_ensemble_change)
+            yield from emit(writer_closes_ledger)
+            if s.w_change is not None:
+                for e in range(s.w_lac + 1, s.w_next):
+                    for b in s.w_change[-1][1]:
+                        yield from emit(writer_resends_add, e, b)
+            if s.w_change is None:
+                for failed in s.w_segments[-1][1]:
+                    if _writer_timed_out(cfg, s, failed):
+                        for new in range(n):
+                            yield from emit(writer_changes_ensemble, failed, new)
+        # recovery client
+        yield from emit(recovery_client_starts_recovery)
+        if s.rc_phase == RC_FENCING:
+            yield from emit(recovery_client_completes_fencing)
+        if s.rc_phase in (RC_FENCING, RC_READING):
+            for b in range(n):
+                yield from emit(recovery_client_retries_request, b)
+        if s.rc_phase in (RC_READING, RC_WRITING):
+            yield from emit(recovery_client_closes_ledger)
+            for failed in s.rc_segments[-1][1]:
+                if _rc_timed_out(cfg, s, failed):
+                    for new in range(n):
+                        yield from emit(recovery_client_changes_ensemble, failed, new)
+            for e in range(len(s.rc_sent)):
+                if s.rc_sent[e]:
+                    for b in s.rc_segments[-1][1]:
+                        yield from emit(recovery_client_resends_add, e, b)
+    # messages: each distinct message once
+    prev: Msg | None = None
+    for m in s.msgs:
+        if m == prev:
+            continue
+        prev = m
+        handler = HANDLERS[m[0]]
+        yield from emit(handler, m, 0)
+        if m[0] == ADD and s.budget[B_LOSS]:  # a lost add reply: stored, but unheard
+            yield from emit(handler, m, 1)
+        yield from emit(network_loses_message, m)
+        yield from emit(network_duplicates_message, m)
+    # bookies
+    for b in range(n):
+        yield from emit(bookie_syncs_journal, b)
+        yield from emit(bookie_crashes, b)
+        yield from emit(bookie_restarts, b)
+        yield from emit(bookie_restarts_with_wiped_disk, b)
+    # auditor and workers
+    if cfg.autorecovery:
+        yield from emit(auditor_marks_ledgers_of_lost_bookies)
+        yield from emit(auditor_loses_session)
+        for node in range(len(s.au_leads)):
+            yield from emit(node_wins_auditor_election, node)
+        for w in range(len(s.wk)):
+            ledger = s.wk[w][1]
+            if ledger < 0:
+                for lg in range(cfg.ledgers):
+                    yield from emit(worker_acquires_ledger_lock, w, lg)
+                continue
+            for idx in range(len(s.meta_segments[ledger])):
+                yield from emit(worker_copies_fragment, w, idx)
+            yield from emit(worker_updates_segment_ensemble, w)
+            yield from emit(worker_fences_open_ledger, w)
+            yield from emit(worker_verifies_ledger_replicated, w)
+            yield from emit(worker_deletes_task, w)
+            yield from emit(worker_releases_lock, w)
+        yield from emit(operator_toggles_autorecovery)
+
+
+def _ensembles(cfg: Config, s: State) -> Iterator[tuple[int, ...]]:
+    """Ensembles for a new ledger: E live bookies in increasing order.
+
+    Before creation the bookies of the writer's ledger are interchangeable,
+    so every ordered ensemble is a renaming of a sorted one; the checker's
+    bookie symmetry identifies them, and sorted tuples are enough.
+    """
+    from itertools import combinations
+
+    live = [b for b in range(cfg.bookies) if s.b_up[b] == UP]
+    yield from combinations(live, cfg.ensemble)
