@@ -1,0 +1,261 @@
+"""The ledger workload: Jepsen clients that write, read, close, crash and recover ledgers.
+
+Every client operation is recorded in the shared history format (invoke, then
+ok, fail or info), through one :class:`Recorder`:
+
+- Writers create a ledger and add entries with ``in_flight`` adds pipelined.
+  As in BookKeeper's client the entry id is known when the add is invoked; a
+  pipelined writer uses one logical process per add in flight. At the end of
+  a ledger a writer closes it, or "crashes": it walks away with adds in
+  flight and the ledger is recovered (opened with recovery, which fences)
+  by another client a moment later.
+- Readers read the LAC of a ledger and entries at or below the LAC they
+  observed (BookKeeper readers do not read past the LAC).
+- The final phase opens every ledger with recovery and reads each entry up
+  to the last one: the durability check compares those reads with what was
+  acknowledged.
+
+Outcomes: an add that completes is ok; one rejected as fenced is ``fail``
+with ``{"error": "fenced"}``; any other error or a timeout is ``info``
+(unknown) and retires its process, as Jepsen does. Reads have no effect, so a
+read that errs is ``fail``: it tells nothing about the ledger. A read records
+``found: false`` only when the bookies answered that the entry does not
+exist, never when they could not be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from impl.client.client import BKError, BookKeeper, FencedError, ReadHandle, WriteHandle
+from linearizability.history import Op, Recorder
+
+OP_TIMEOUT = 20.0  # seconds before an operation's outcome is declared unknown
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    writers: int = 3
+    in_flight: int = 8
+    readers: int = 2
+    entries_per_ledger: int = 150
+    crash_probability: float = 0.3  # a writer abandons its ledger instead of closing it
+    ensemble: int = 3
+    write_quorum: int = 2
+    ack_quorum: int = 2
+    password: bytes = b"bkref-campaign"
+
+
+@dataclass
+class LedgerLog:
+    """What the workload knows of one ledger it created."""
+
+    ledger: int
+    closed: bool = False
+    needs_recovery: bool = False
+
+
+@dataclass
+class Workload:
+    bk: BookKeeper
+    recorder: Recorder
+    spec: WorkloadSpec
+    rng: random.Random
+    ledgers: dict[int, LedgerLog] = field(default_factory=dict)
+    _next_process: int = 0
+    _pending: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def process(self) -> int:
+        """A fresh logical process id (never reused after an info completion)."""
+        p = self._next_process
+        self._next_process += 1
+        return p
+
+    # ------------------------------------------------------------ safety phase
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Write and read until ``stop`` is set; then let writers finish their ledger."""
+        tasks = [self._writer(stop) for _ in range(self.spec.writers)]
+        tasks += [self._reader(stop) for _ in range(self.spec.readers)]
+        await asyncio.gather(*tasks)
+        if self._pending:
+            await asyncio.wait(self._pending, timeout=OP_TIMEOUT * 2)
+
+    async def _writer(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            handle = await self._create()
+            if handle is None:
+                await asyncio.sleep(0.5)
+                continue
+            await self._write_ledger(handle, stop)
+
+    async def _create(self) -> WriteHandle | None:
+        s = self.spec
+        value = {"ensemble": s.ensemble, "write_quorum": s.write_quorum, "ack_quorum": s.ack_quorum}
+        inv = self.recorder.invoke(self.process(), "create", None, value)
+        try:
+            handle = await asyncio.wait_for(
+                self.bk.create_ledger(s.ensemble, s.write_quorum, s.ack_quorum, s.password),
+                OP_TIMEOUT,
+            )
+        except (BKError, TimeoutError) as e:
+            self.recorder.complete(inv, "info", {"error": _brief(e)})
+            return None
+        self.recorder.complete(inv, "ok", value, ledger=handle.ledger_id)
+        self.ledgers[handle.ledger_id] = LedgerLog(handle.ledger_id)
+        return handle
+
+    async def _write_ledger(self, handle: WriteHandle, stop: asyncio.Event) -> None:
+        lid = handle.ledger_id
+        free: list[int] = []
+        slots = asyncio.Semaphore(self.spec.in_flight)
+        broken = asyncio.Event()
+        in_flight: set[asyncio.Future[int]] = set()
+
+        def completed(fut: asyncio.Future[int], p: int, inv: Op, data: str) -> None:
+            slots.release()
+            in_flight.discard(fut)
+            exc = fut.exception()
+            if exc is None:
+                self.recorder.complete(inv, "ok", {"entry": fut.result(), "data": data})
+                free.append(p)
+            elif isinstance(exc, FencedError):
+                self.recorder.complete(inv, "fail", {"error": "fenced"})
+                free.append(p)
+                broken.set()
+            else:
+                self.recorder.complete(inv, "info", {"error": _brief(exc)})
+                broken.set()
+
+        for _ in range(self.spec.entries_per_ledger):
+            await slots.acquire()
+            if stop.is_set() or broken.is_set():
+                slots.release()
+                break
+            p = free.pop() if free else self.process()
+            entry = handle.writer.next_entry
+            data = f"{lid}:{entry}:{self.rng.getrandbits(32):08x}"
+            inv = self.recorder.invoke(p, "add", lid, {"entry": entry, "data": data})
+            fut = handle.add_async(data.encode())
+            in_flight.add(fut)
+            fut.add_done_callback(functools.partial(completed, p=p, inv=inv, data=data))
+
+        crash = broken.is_set() or self.rng.random() < self.spec.crash_probability
+        if crash:
+            # The writer walks away with its adds in flight; their outcomes are
+            # still recorded when they arrive. Another client recovers the ledger.
+            self.ledgers[lid].needs_recovery = True
+            self._spawn(self._recover_later(lid))
+            return
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=OP_TIMEOUT)
+        await self._close(handle)
+
+    async def _close(self, handle: WriteHandle) -> None:
+        inv = self.recorder.invoke(self.process(), "close", handle.ledger_id, None)
+        try:
+            await asyncio.wait_for(handle.close(), OP_TIMEOUT)
+        except (BKError, TimeoutError) as e:
+            self.recorder.complete(inv, "info", {"error": _brief(e)})
+            self.ledgers[handle.ledger_id].needs_recovery = True
+            return
+        self.recorder.complete(inv, "ok", {"last_entry": handle.current_metadata().last_entry})
+        self.ledgers[handle.ledger_id].closed = True
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _recover_later(self, lid: int) -> None:
+        await asyncio.sleep(self.rng.uniform(0.2, 2.0))
+        await self.recover(lid)
+
+    async def recover(self, lid: int) -> int | None:
+        """Open with recovery (fences the old writer, closes the ledger); the last entry."""
+        inv = self.recorder.invoke(self.process(), "recover", lid, None)
+        try:
+            handle = await asyncio.wait_for(
+                self.bk.open_ledger(lid, self.spec.password, recovery=True), OP_TIMEOUT
+            )
+        except (BKError, TimeoutError) as e:
+            # Recovery may have fenced bookies before it failed: its effect is unknown.
+            self.recorder.complete(inv, "info", {"error": _brief(e)})
+            return None
+        last = handle.current_metadata().last_entry
+        self.recorder.complete(inv, "ok", {"last_entry": last})
+        self.ledgers[lid].closed = True
+        self.ledgers[lid].needs_recovery = False
+        return last
+
+    async def _reader(self, stop: asyncio.Event) -> None:
+        p = self.process()
+        handles: dict[int, ReadHandle] = {}
+        while not stop.is_set():
+            await asyncio.sleep(self.rng.uniform(0.005, 0.05))
+            if not self.ledgers:
+                continue
+            lid = self.rng.choice(sorted(self.ledgers))
+            handle = handles.get(lid)
+            if handle is None or self.rng.random() < 0.05:  # refresh: ensembles change
+                try:
+                    handle = await asyncio.wait_for(
+                        self.bk.open_ledger(lid, self.spec.password, recovery=False), OP_TIMEOUT
+                    )
+                except (BKError, TimeoutError):
+                    continue  # a metadata read, not a ledger operation: nothing to record
+                handles[lid] = handle
+            if handle.lac < 0 or self.rng.random() < 0.4:
+                await self._read_lac(p, handle)
+            else:
+                await self.read(p, handle, self.rng.randint(0, handle.lac))
+
+    async def _read_lac(self, p: int, handle: ReadHandle) -> None:
+        inv = self.recorder.invoke(p, "read_lac", handle.ledger_id, None)
+        try:
+            lac = await asyncio.wait_for(handle.read_lac(), OP_TIMEOUT)
+        except (BKError, TimeoutError) as e:
+            self.recorder.complete(inv, "fail", {"error": _brief(e)})
+            return
+        self.recorder.complete(inv, "ok", {"lac": lac})
+
+    async def read(self, p: int, handle: ReadHandle, entry: int) -> bool:
+        """Read one entry and record it; True if the entry was found."""
+        inv = self.recorder.invoke(p, "read", handle.ledger_id, {"entry": entry})
+        try:
+            data = await asyncio.wait_for(handle.read_entry(entry), OP_TIMEOUT)
+        except (BKError, TimeoutError) as e:
+            self.recorder.complete(inv, "fail", {"error": _brief(e)})
+            return False
+        self.recorder.complete(inv, "ok", {"entry": entry, "found": True, "data": data.decode()})
+        return True
+
+    # ------------------------------------------------------------ final phase
+
+    async def final_reads(self, attempts: int = 3) -> None:
+        """Recover every ledger and read every entry up to its last (the durability check)."""
+        for lid in sorted(self.ledgers):
+            last: int | None = None
+            for _ in range(attempts):
+                last = await self.recover(lid)
+                if last is not None:
+                    break
+                await asyncio.sleep(1.0)
+            if last is None:
+                continue
+            handle = await self.bk.open_ledger(lid, self.spec.password, recovery=False)
+            p = self.process()
+            for entry in range(last + 1):
+                for _ in range(attempts):  # an error is not an answer: ask again
+                    if await self.read(p, handle, entry):
+                        break
+
+
+def _brief(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,77 @@
+"""The campaign's durability checker on histories known good and known bad."""
+
+from __future__ import annotations
+
+from linearizability.history import Op
+from nemesis.checker import check_durability
+
+
+class _History:
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+
+    def op(  # noqa: PLR0917 - reads like a history line
+        self, p: int, f: str, ledger: int, inv: object, out: object, typ: str = "ok"
+    ) -> None:
+        i = len(self.ops)
+        self.ops.append(Op(i, i, p, "invoke", f, ledger, inv))
+        self.ops.append(Op(i + 1, i + 1, p, typ, f, ledger, out))  # type: ignore[arg-type]
+
+
+def _good() -> _History:
+    h = _History()
+    for e in range(3):
+        h.op(1, "add", 7, {"entry": e, "data": f"d{e}"}, {"entry": e, "data": f"d{e}"})
+    h.op(2, "recover", 7, None, {"last_entry": 2})
+    for e in range(3):
+        h.op(3, "read", 7, {"entry": e}, {"entry": e, "found": True, "data": f"d{e}"})
+    return h
+
+
+def test_every_acknowledged_entry_read_back_is_valid() -> None:
+    result = check_durability(_good().ops)
+    assert result["valid"]
+    assert result["acknowledged"] == 3
+    assert result["final_reads"] == 3
+
+
+def test_acknowledged_entry_beyond_the_close_point_is_a_lost_write() -> None:
+    h = _History()
+    for e in range(3):
+        h.op(1, "add", 7, {"entry": e, "data": f"d{e}"}, {"entry": e, "data": f"d{e}"})
+    h.op(2, "recover", 7, None, {"last_entry": 1})
+    for e in range(2):
+        h.op(3, "read", 7, {"entry": e}, {"entry": e, "found": True, "data": f"d{e}"})
+    result = check_durability(h.ops)
+    assert not result["valid"]
+    [anomaly] = result["anomalies"]
+    assert anomaly["kind"] == "lost-write"
+    assert "closed the ledger at 1" in anomaly["message"]
+    assert anomaly["ops"] == [4, 6]  # the add of entry 2 and the recovery
+
+
+def test_acknowledged_entry_missing_from_final_reads_is_a_lost_write() -> None:
+    h = _History()
+    h.op(1, "add", 7, {"entry": 0, "data": "a"}, {"entry": 0, "data": "a"})
+    h.op(2, "recover", 7, None, {"last_entry": 0})
+    h.op(3, "read", 7, {"entry": 0}, {"error": "unreachable"}, typ="fail")
+    result = check_durability(h.ops)
+    assert [a["kind"] for a in result["anomalies"]] == ["lost-write"]
+
+
+def test_other_data_at_an_acknowledged_entry_is_divergent() -> None:
+    h = _History()
+    h.op(1, "add", 7, {"entry": 0, "data": "a"}, {"entry": 0, "data": "a"})
+    h.op(2, "recover", 7, None, {"last_entry": 0})
+    h.op(3, "read", 7, {"entry": 0}, {"entry": 0, "found": True, "data": "b"})
+    assert [a["kind"] for a in check_durability(h.ops)["anomalies"]] == ["divergent-read"]
+
+
+def test_reads_before_the_last_recovery_are_not_final() -> None:
+    h = _History()
+    h.op(1, "add", 7, {"entry": 0, "data": "a"}, {"entry": 0, "data": "a"})
+    h.op(3, "read", 7, {"entry": 0}, {"entry": 0, "found": True, "data": "a"})
+    h.op(2, "recover", 7, None, {"last_entry": 0})
+    result = check_durability(h.ops)
+    assert [a["kind"] for a in result["anomalies"]] == ["lost-write"]
+    assert "no final read" in result["anomalies"][0]["message"]
