@@ -14,9 +14,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo
 
-.PHONY: zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help
+.PHONY: campaign zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help
 
 help:
+	@echo "make campaign  the main job: a fault campaign on a local cluster, its checks and report"
 	@echo "make setup     install system packages and the .venv (idempotent)"
 	@echo "make zookeeper-demo  start a private 3-node ZooKeeper ensemble, show it, stop it"
 	@echo "make test      fast test suite (no slow tests)"
@@ -73,6 +74,11 @@ bench-smoke: setup
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
+
+# The main job. CAMPAIGN_ARGS passes options, e.g. CAMPAIGN_ARGS="--time 300 --runs 3 --seed 7".
+CAMPAIGN_ARGS ?=
+campaign: setup
+	$(VENV)/bin/bkref campaign $(CAMPAIGN_ARGS)
 
 zookeeper-demo: setup
 	rm -rf $(ZK_DEMO_DIR)
