@@ -106,8 +106,8 @@ class LedgerRecovery:
 
     def start(self) -> None:
         if self.metadata.is_closed:
-            self._finish(True, "already closed")
             self.last_entry, self.length = self.metadata.last_entry, self.metadata.length
+            self._finish(True, "already closed")
             return
         if self.metadata.state is LedgerState.IN_RECOVERY:
             self._start_fencing()

@@ -38,6 +38,7 @@ class CoreMachine(RuleBasedStateMachine):
         self.drivers = {"w": self.wd}
         self.recovery: LedgerRecovery | None = None
         self.rd: Driver | None = None
+        self.rival: Driver | None = None  # a second recovery client racing the first
 
     @precondition(lambda self: self.writer.state is WriterState.OPEN and self.writer.pending < 8)
     @rule()
@@ -89,6 +90,39 @@ class CoreMachine(RuleBasedStateMachine):
         self.drivers["r"] = self.rd
         self.recovery.start()
         self.rd.pump()
+
+    @precondition(lambda self: self.writer.state is WriterState.OPEN and self.writer.pending == 0)
+    @rule()
+    def writer_closes(self) -> None:
+        note("writer closes")
+        self.writer.close()
+        self.wd.pump()
+
+    @precondition(lambda self: self.recovery is not None and self.rival is None)
+    @rule()
+    def rival_recovery_starts(self) -> None:
+        note("a second recovery client starts")
+        rival = LedgerRecovery(LEDGER, self.store.metadata, self.store.version, self.digest)
+        self.rival = Driver(self.cluster, self.store, rival, "r2")
+        self.drivers["r2"] = self.rival
+        rival.start()
+        self.rival.pump()
+
+    @invariant()
+    def writer_close_matches_metadata(self) -> None:
+        for c in self.wd.finished:
+            if c.ok:
+                assert self.store.metadata.state is LedgerState.CLOSED
+                assert self.store.metadata.last_entry == c.last_entry
+
+    @invariant()
+    def recoveries_agree(self) -> None:
+        ends = [
+            f.last_entry for d in (self.rd, self.rival) if d is not None for f in d.finished if f.ok
+        ]
+        assert len(set(ends)) <= 1, ends
+        if ends:
+            assert ends[0] == self.store.metadata.last_entry
 
     @invariant()
     def NoOutOfOrderEntries(self) -> None:
