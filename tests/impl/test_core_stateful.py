@@ -17,7 +17,7 @@ from hypothesis import note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from impl.core.actions import RecoveryCompleted
+from impl.core.actions import RecoveryCompleted, WriteMetadata
 from impl.core.frames import Status
 from impl.core.metadata import LedgerState
 from impl.core.recovery import LedgerRecovery, RecoveryPhase
@@ -36,6 +36,8 @@ class CoreMachine(RuleBasedStateMachine):
         )
         self.wd = Driver(self.cluster, self.store, self.writer, "w")
         self.drivers = {"w": self.wd}
+        self.meta_queue: list[tuple[Driver, WriteMetadata]] = []
+        self.wd.deferred = self.meta_queue
         self.recovery: LedgerRecovery | None = None
         self.rd: Driver | None = None
         self.rival: Driver | None = None  # a second recovery client racing the first
@@ -53,6 +55,14 @@ class CoreMachine(RuleBasedStateMachine):
         i = data.draw(st.integers(0, len(self.cluster.inflight) - 1))
         d = self.cluster.inflight.pop(i)
         self.drivers[d.client].deliver(d)
+
+    @precondition(lambda self: self.meta_queue)
+    @rule(data=st.data())
+    def zookeeper_applies_a_metadata_write(self, data: st.DataObject) -> None:
+        i = data.draw(st.integers(0, len(self.meta_queue) - 1))
+        driver, write = self.meta_queue.pop(i)
+        note(f"CAS lands: {write.reason}")
+        driver.land(write)
 
     @precondition(lambda self: self.cluster.inflight)
     @rule(data=st.data())
@@ -87,6 +97,7 @@ class CoreMachine(RuleBasedStateMachine):
         note("recovery starts")
         self.recovery = LedgerRecovery(LEDGER, self.store.metadata, self.store.version, self.digest)
         self.rd = Driver(self.cluster, self.store, self.recovery, "r")
+        self.rd.deferred = self.meta_queue
         self.drivers["r"] = self.rd
         self.recovery.start()
         self.rd.pump()
@@ -104,6 +115,7 @@ class CoreMachine(RuleBasedStateMachine):
         note("a second recovery client starts")
         rival = LedgerRecovery(LEDGER, self.store.metadata, self.store.version, self.digest)
         self.rival = Driver(self.cluster, self.store, rival, "r2")
+        self.rival.deferred = self.meta_queue
         self.drivers["r2"] = self.rival
         rival.start()
         self.rival.pump()
@@ -152,15 +164,22 @@ class CoreMachine(RuleBasedStateMachine):
             acked = [c.entry_id for c in self.wd.completed if c.status is Status.OK]
             assert all(e <= md.last_entry for e in acked), (acked, md.last_entry)
 
+    def _quiesce(self) -> None:
+        for _ in range(100_000):
+            if self.meta_queue:
+                driver, write = self.meta_queue.pop(0)
+                driver.land(write)
+            elif self.cluster.inflight:
+                d = self.cluster.inflight.pop(0)
+                self.drivers[d.client].deliver(d)
+            else:
+                return
+
     def teardown(self) -> None:
         # Liveness: heal everything, deliver all; an started recovery must finish and close.
         for b in self.cluster.bookies.values():
             b.alive = True
-        for _ in range(10_000):
-            if not self.cluster.inflight:
-                break
-            d = self.cluster.inflight.pop(0)
-            self.drivers[d.client].deliver(d)
+        self._quiesce()
         if self.rd is not None:
             (done,) = self.rd.finished
             assert isinstance(done, RecoveryCompleted)
@@ -169,9 +188,7 @@ class CoreMachine(RuleBasedStateMachine):
                 note(f"first recovery failed: {done.message}")
                 self.recovery = None
                 self.start_recovery()
-                while self.cluster.inflight:
-                    d = self.cluster.inflight.pop(0)
-                    self.drivers[d.client].deliver(d)
+                self._quiesce()
                 assert self.rd is not None
                 (done,) = self.rd.finished
                 assert isinstance(done, RecoveryCompleted)

@@ -57,6 +57,8 @@ class Driver:
         self.completed: list[AddCompleted] = []
         self.finished: list[RecoveryCompleted | CloseCompleted] = []
         self.events: list[str] = []
+        # When set, metadata writes wait here until the test lands them (a slow ZooKeeper).
+        self.deferred: list[tuple[Driver, WriteMetadata]] | None = None
 
     def pump(self) -> None:
         while actions := self.m.take_actions():
@@ -69,11 +71,10 @@ class Driver:
         elif isinstance(a, RecoveryCompleted | CloseCompleted):
             self.finished.append(a)
         elif isinstance(a, WriteMetadata):
-            self.events.append("cas")
-            if self.store.cas(a):
-                self.m.on_metadata_written(self.store.version)
+            if self.deferred is not None:
+                self.deferred.append((self, a))
             else:
-                self.m.on_metadata_conflict(self.store.metadata, self.store.version)
+                self._cas(a)
         elif isinstance(a, NeedReplacement):
             spare = [
                 b for b, sb in self.cluster.bookies.items() if sb.alive and b not in a.ensemble
@@ -82,6 +83,18 @@ class Driver:
                 self.m.replace(a.failed, spare[0])
             else:
                 self.m.no_replacement(a.failed, "no spare bookie")
+
+    def _cas(self, a: WriteMetadata) -> None:
+        self.events.append("cas")
+        if self.store.cas(a):
+            self.m.on_metadata_written(self.store.version)
+        else:
+            self.m.on_metadata_conflict(self.store.metadata, self.store.version)
+
+    def land(self, a: WriteMetadata) -> None:
+        """Perform a deferred metadata write now."""
+        self._cas(a)
+        self.pump()
 
     def deliver(self, d: Delivery) -> None:
         resp = self.cluster.deliver(d)
