@@ -142,7 +142,7 @@ def _mutate(rng: random.Random, ops: list[Op]) -> list[Op]:
     elif choice == 2 and isinstance(v, dict) and ("lac" in v or "last_entry" in v):
         key = "lac" if "lac" in v else "last_entry"
         ops[i] = op._replace(value={key: max(-1, v[key] + rng.choice((-1, 1)))})
-    elif choice == 3 and op.type == "ok" and op.f != "create":
+    elif choice == 3 and op.type == "ok":
         ops[i] = op._replace(type="info")  # the client lost the reply
     elif choice == 4 and i + 1 < len(ops) and ops[i + 1].process != op.process:
         ops[i], ops[i + 1] = ops[i + 1], op  # move an event across another process's event
