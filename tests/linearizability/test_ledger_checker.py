@@ -205,3 +205,19 @@ def test_nemesis_operations_are_ignored_by_both_checkers() -> None:
     list(validate(ops))
     assert check_ledgers(ops).valid
     assert _generic(ops) == "valid"
+
+
+def test_generic_search_of_many_ledgers_in_worker_processes() -> None:
+    rng = random.Random(21)
+    histories = [
+        ledger_history(rng, ledger=lid, adds=6, reads=6, first_process=100 * lid)
+        for lid in (1, 2, 3)
+    ]
+    bad2 = plant(rng, to_ops(histories[1]), "future-read")
+    assert bad2 is not None
+    histories[1] = [(o.process, o.type, o.f, o.ledger, o.value) for o in bad2]
+    ops = interleave(rng, histories)
+    result = wgl.check("ledger", pair(ops), jobs=2, parallel_min_ops=0, exhaustive=True)
+    assert result.verdict == "invalid"
+    assert {p.key: p.verdict for p in result.partitions} == {1: "valid", 2: "invalid", 3: "valid"}
+    assert check_ledgers(ops).verdict == "invalid"
