@@ -440,6 +440,15 @@ def test_disk_over_threshold_goes_read_only_and_the_client_moves_away(
             await h.close()
             r = await bk.open_ledger(h.ledger_id, PW, recovery=False)
             assert len(await r.read(0, 99)) == 100
+            # Usage back under the low-water mark: writable again.
+            cluster.write_config(index, diskUsageThreshold=0.9999, diskUsageLwmThreshold=0.9998)
+            cluster.signal_bookie(index, signal.SIGHUP)
+            while not any(
+                i.bookie_id == victim and not i.readonly
+                for i in await asyncio.to_thread(bk.meta.bookies)
+            ):
+                assert time.monotonic() < deadline + 30, "bookie never became writable"
+                await asyncio.sleep(0.1)
 
     asyncio.run(go())
 
