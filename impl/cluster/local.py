@@ -9,7 +9,6 @@ only when the PID still runs our command line.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -23,6 +22,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from impl.bookie.config import BookieConfig
+from impl.cluster.process import log_tail, pid_alive, runs_with, stop_pid
 from impl.cluster.zookeeper import ZooKeeperEnsemble, free_port
 from impl.meta import layout
 
@@ -53,26 +53,8 @@ class BookieProcess:
         return Path(self.directory) / "bookie.log"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child counts as dead
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def _is_ours(b: BookieProcess) -> bool:
-    try:
-        cmd = Path(f"/proc/{b.pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return str(b.config_path).encode() in cmd
+    return b.pid is not None and runs_with(b.pid, b.config_path)
 
 
 @dataclass
@@ -145,7 +127,7 @@ class LocalCluster:
 
     def start_bookie(self, index: int, *, wait: bool = True, timeout: float = 60.0) -> None:
         b = self.bookies[index]
-        if b.pid is not None and _alive(b.pid):
+        if b.pid is not None and pid_alive(b.pid):
             raise ClusterError(f"bookie {index} is already running (pid {b.pid})")
         stale = self._owners([index])
         with b.log_path.open("ab") as log:
@@ -205,7 +187,7 @@ class LocalCluster:
                 for i in missing:
                     b = self.bookies[i]
                     child = self._children.get(i)
-                    dead = (child.poll() is not None) if child else not (b.pid and _alive(b.pid))
+                    dead = (child.poll() is not None) if child else not (b.pid and pid_alive(b.pid))
                     if dead:
                         b.pid = None
                         self._save()
@@ -220,11 +202,7 @@ class LocalCluster:
             zk.close()
 
     def log_tail(self, index: int, lines: int = 20) -> str:
-        try:
-            text = self.bookies[index].log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.bookies[index].log_path, lines)
 
     def kill_bookie(self, index: int) -> None:
         """SIGKILL, as a crash would."""
@@ -243,26 +221,9 @@ class LocalCluster:
         if b.pid is None:
             return
         child = self._children.pop(index, None)
-        if child is None and not _is_ours(b):
-            b.pid = None
-            self._save()
-            return
-        pid = b.pid
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while _alive(pid) and time.monotonic() < deadline:
-            if child is not None and child.poll() is not None:
-                break
-            time.sleep(0.05)
-        if _alive(pid) and (child is None or child.poll() is None):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if child is not None:
-            child.wait()
-        else:
-            while _alive(pid):
-                time.sleep(0.05)
+        # Not our child and no longer running our config: the PID was re-used.
+        if child is not None or _is_ours(b):
+            stop_pid(b.pid, child=child, sig=sig, grace=grace)
         b.pid = None
         self._save()
 
@@ -288,7 +249,7 @@ class LocalCluster:
                 "role": "zookeeper",
                 "address": s.address,
                 "pid": s.pid,
-                "alive": bool(s.pid and _alive(s.pid)),
+                "alive": bool(s.pid and pid_alive(s.pid)),
             }
             for s in zk
         ]
@@ -297,7 +258,7 @@ class LocalCluster:
                 "role": "bookie",
                 "address": b.bookie_id,
                 "pid": b.pid,
-                "alive": bool(b.pid and _alive(b.pid)),
+                "alive": bool(b.pid and pid_alive(b.pid)),
                 "directory": b.directory,
             }
             for b in self.bookies
@@ -332,7 +293,7 @@ class LocalCluster:
             c.zookeeper = ZooKeeperEnsemble.load(c.directory / "zookeeper")
         for raw in state["bookies"]:
             b = BookieProcess(**raw)
-            if b.pid is not None and not (_alive(b.pid) and _is_ours(b)):
+            if b.pid is not None and not (pid_alive(b.pid) and _is_ours(b)):
                 b.pid = None
             c.bookies.append(b)
         return c

@@ -19,7 +19,7 @@ import pytest
 
 from impl.client.client import BookKeeper, FencedError, WrongPasswordError
 from impl.client.connection import BookieConnection
-from impl.cluster.local import _alive
+from impl.cluster.process import pid_alive
 from impl.core.digest import Digest, DigestType, master_key
 from impl.core.frames import (
     AddRequest,
@@ -525,4 +525,4 @@ def test_cluster_cli_up_status_down(tmp_path: Path) -> None:
             check=False,
         )
     assert down.returncode == 0, down.stderr
-    assert not any(_alive(p["pid"]) for p in status["processes"])
+    assert not any(pid_alive(p["pid"]) for p in status["processes"])
