@@ -18,6 +18,9 @@ JSON Lines (``.jsonl``), one object per line::
 - ``type``: ``invoke``, then one of ``ok`` (it happened), ``fail`` (it certainly
   did not happen) or ``info`` (unknown: it may take effect at any time after
   its invocation, or never). An invocation without a completion is unknown too.
+  One exception, from the protocol: an add that fails as fenced
+  (``{"error": "fenced"}``) is unknown to the checkers, because the bookies
+  that took it before the fence may hand it to recovery, which keeps it.
 - ``f``: the operation (``create``, ``add``, ``read``, ``read_lac``, ``close``,
   ``recover``, ...; for nemesis operations the fault: ``kill``, ``partition``).
 - ``ledger``: the ledger id, or null (a ``create`` learns its id on completion).
