@@ -24,7 +24,19 @@ JSON Lines (``.jsonl``), one object per line::
 - ``f``: the operation (``create``, ``add``, ``read``, ``read_lac``, ``close``,
   ``recover``, ...; for nemesis operations the fault: ``kill``, ``partition``).
 - ``ledger``: the ledger id, or null (a ``create`` learns its id on completion).
-- ``value``: any JSON value; see DESIGN.md for the value of each ledger operation.
+- ``value``: any JSON value. For ledger operations (invocation -> completion):
+
+  - ``create``: ``{"ensemble": E, "write_quorum": Wq, "ack_quorum": Aq}`` -> the
+    same, with ``ledger`` set on the completion;
+  - ``add``: ``{"entry": id, "data": str}`` -> the same. The client assigns the
+    entry id when the add is invoked, as BookKeeper's client does, so an add
+    that never completes still names its entry;
+  - ``read``: ``{"entry": id}`` -> ``{"entry": id, "found": true, "data": str}``
+    or ``{"entry": id, "found": false}`` (no such entry: an observation);
+  - ``read_lac``: null -> ``{"lac": id}`` (-1 for none);
+  - ``close`` (by the writer) and ``recover`` (open with recovery, by another
+    client): null -> ``{"last_entry": id}``;
+  - a fenced writer's add completes as ``fail`` with ``{"error": "fenced"}``.
 
 An optional first line ``{"format": "bkref-history", "version": 1}`` names the
 format; files without it are read as version 1. Nemesis operations are in the
