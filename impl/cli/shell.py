@@ -127,8 +127,19 @@ async def _simpletest(bk: BookKeeper, args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+COMMANDS = ("listbookies", "listledgers", "ledgermetadata", "readledger", "simpletest")
+
+
+def _command_first(argv: list[str]) -> list[str]:
+    """Accept ``--zk X listbookies`` as well as ``listbookies --zk X``."""
+    for i, token in enumerate(argv):
+        if token in COMMANDS:
+            return [token, *argv[:i], *argv[i + 1 :]]
+    return argv
+
+
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_command_first(argv))
     try:
         return asyncio.run(_run(args))
     except NoSuchLedgerError as e:

@@ -140,6 +140,8 @@ def test_shell_commands_against_a_real_cluster(
     ledger = json.loads(capsys.readouterr().out)["ledger"]
     assert shell_main(["listledgers", *zk]) == 0
     assert json.loads(capsys.readouterr().out) == [ledger]
+    assert shell_main([*zk, "listledgers"]) == 0  # options before the command work too
+    assert json.loads(capsys.readouterr().out) == [ledger]
     assert shell_main(["ledgermetadata", str(ledger), *zk]) == 0
     md = json.loads(capsys.readouterr().out)
     assert md["state"] == "CLOSED"
