@@ -2,7 +2,7 @@
 
 A config fixes the cluster (bookies, E/Wq/Aq), the ledgers and what the
 environment may do (crashes, message losses and duplicates, autorecovery
-toggles, auditor elections). Every budget is finite, so every run ends.
+disables, auditor elections). Every budget is finite, so every run ends.
 
 A mutant re-creates one known BookKeeper bug as a switch; the spec's action
 functions consult ``config.mutants``. The correct spec has no mutant on.
@@ -76,6 +76,7 @@ class Config:
     closed_ledgers: int = 0
     closed_entries: int = 1
     losses: int = 0  # messages the network may drop
+    reply_losses: bool = False  # a loss may also hit an add's reply (stored, but unheard)
     duplicates: int = 0  # messages the network may duplicate
     crashes: int = 0  # bookie crashes
     restarts: bool = True  # a crashed bookie may restart with its synced data
@@ -83,7 +84,7 @@ class Config:
     autorecovery: bool = False  # auditor and replication workers
     workers: int = 1
     elections: int = 0  # auditor session losses (each followed by a new election)
-    toggles: int = 0  # operator disables / enables autorecovery
+    toggles: int = 0  # times the operator may disable autorecovery (re-enabling is fair)
     mutants: frozenset[str] = field(default_factory=frozenset)
     # Invariants that do not hold under this config's faults (e.g. Aq replicas
     # once disks may be wiped); the checker skips them and says so.
@@ -131,7 +132,7 @@ class Config:
             (self.crashes, "bookie crash(es)"),
             (self.wipes, "wiped-disk restart(s)"),
             (self.elections, "auditor session loss(es)"),
-            (self.toggles, "autorecovery toggle(s)"),
+            (self.toggles, "autorecovery disable(s)"),
         ):
             if n:
                 parts.append(f"{n} {what}")

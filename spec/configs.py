@@ -59,7 +59,9 @@ CONFIGS: dict[str, Config] = {
                 **_A.__dict__,
                 "name": "a-short",
                 "entries": 1,
-                "description": "config a with one entry",
+                "losses": 0,
+                "liveness": "ledger-closed",
+                "description": "config a with one entry and no loss (liveness: closed)",
             }
         ),
         Config(
@@ -67,30 +69,33 @@ CONFIGS: dict[str, Config] = {
                 **_B.__dict__,
                 "name": "b-short",
                 "entries": 1,
-                "description": "config b with one entry",
+                "crashes": 0,
+                "description": "config b with one entry and no crash",
             }
         ),
         Config(
             **{
                 **_C.__dict__,
                 "name": "c-short",
-                "closed_ledgers": 0,
-                "description": "config c without the closed ledger",
+                "writer": False,
+                "crashes": 2,
+                "toggles": 1,
+                "elections": 1,
+                "description": "config c with the closed ledger only, two crashes, an auditor "
+                "session loss, autorecovery off and on",
             }
-        ),
-        Config(
-            name="live-a",
-            description="liveness: the ledger is eventually closed (writer, recovery, one entry)",
-            entries=1,
-            liveness="ledger-closed",
         ),
         Config(
             **{
                 **_C.__dict__,
                 "name": "live-c",
-                "closed_ledgers": 0,
+                "writer": False,
+                "crashes": 1,
+                "toggles": 1,
+                "elections": 1,
                 "liveness": "repaired",
-                "description": "liveness: under-replication is eventually repaired",
+                "description": "liveness: under-replication of a closed ledger is eventually "
+                "repaired (one crash, an auditor session loss, autorecovery off and on)",
             }
         ),
     )

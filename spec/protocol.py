@@ -139,7 +139,7 @@ class State(NamedTuple):
     au_stale: int  # 1 when bookie registrations changed since the auditor's last audit
     # --- network and environment
     msgs: tuple[Msg, ...]  # messages in flight, a sorted multiset
-    budget: tuple[int, ...]  # losses, duplicates, crashes, wipes, elections, toggles left
+    budget: tuple[int, ...]  # losses, duplicates, crashes, wipes, elections, disables left
 
 
 Label = tuple[str, tuple[object, ...]]  # action name and its arguments
@@ -917,7 +917,11 @@ def auditor_marks_ledgers_of_lost_bookies(cfg: Config, s: State) -> State | None
     Key points: only the elected auditor, only with AutoRecovery enabled; it
     compares the registered bookies with every ledger's ensembles and marks
     each ledger that uses a lost bookie, creating its under-replication task
-    or adding the bookie to it with a new task version.
+    or rewriting it with a new version, even when the bookie is already
+    listed: a loss seen after a worker checked the ledger must make that
+    worker's versioned delete fail. (An idempotent mark that skips the write
+    lets the delete succeed while the bookie is down again; the model checker
+    finds that trace.)
     """
     if not s.au_stale or auditor_node(s) < 0 or not s.meta_autorecovery:
         return None
@@ -929,7 +933,7 @@ def auditor_marks_ledgers_of_lost_bookies(cfg: Config, s: State) -> State | None
             for b in ens:
                 if s.b_up[b] != UP:
                     missing |= bit(b)
-        if missing & ~lost:
+        if missing:
             tasks[ledger] = (version + 1, lost | missing)
     return s._replace(meta_task=tuple(tasks), au_stale=0)
 
@@ -1119,14 +1123,20 @@ def worker_releases_lock(cfg: Config, s: State, w: int) -> State | None:
 # ================================================================== OPERATOR ACTIONS
 
 
-def operator_toggles_autorecovery(cfg: Config, s: State) -> State | None:
-    """The operator disables AutoRecovery (maintenance), or enables it again."""
-    if s.budget[B_TOGGLE] == 0:
+def operator_disables_autorecovery(cfg: Config, s: State) -> State | None:
+    """The operator disables AutoRecovery (maintenance): workers take no new ledgers."""
+    if s.budget[B_TOGGLE] == 0 or not s.meta_autorecovery:
         return None
     return s._replace(
-        meta_autorecovery=1 - s.meta_autorecovery,
-        budget=set_at(s.budget, B_TOGGLE, s.budget[B_TOGGLE] - 1),
+        meta_autorecovery=0, budget=set_at(s.budget, B_TOGGLE, s.budget[B_TOGGLE] - 1)
     )
+
+
+def operator_enables_autorecovery(cfg: Config, s: State) -> State | None:
+    """The operator enables AutoRecovery again (weakly fair: maintenance ends)."""
+    if s.meta_autorecovery:
+        return None
+    return s._replace(meta_autorecovery=1)
 
 
 # ================================================================== NEXT
@@ -1140,13 +1150,17 @@ ENVIRONMENT_ACTIONS = frozenset(
         "network_loses_message",
         "network_duplicates_message",
         "auditor_loses_session",
-        "operator_toggles_autorecovery",
+        "operator_disables_autorecovery",
     }
 )
 
 
 def drop_dead_requests(cfg: Config, s: State) -> State:
-    """Forget requests in flight that can no longer change any client's decision.
+    """Forget what can no longer change any decision (applied after every action).
+
+    A writer that is no longer OPEN keeps only its LAC and next entry id; a
+    recovery client forgets the fencing answers once it reads, and all but
+    its last entry once it has closed the ledger.
 
     Once the writer is no longer OPEN it sends nothing and reads no answer,
     so fences matter only to a recovery client still fencing, and recovery
@@ -1155,6 +1169,15 @@ def drop_dead_requests(cfg: Config, s: State) -> State:
     to the last one: they are dropped (a state-space reduction; the behaviours
     lost are ones where those requests are never delivered anyway).
     """
+    if s.w_status not in (W_OPEN, W_NONE) and (any(s.w_acks) or s.w_segments):
+        # A writer that is done keeps only what the invariants read: LAC and next id.
+        zero = (0,) * cfg.entries
+        s = s._replace(w_segments=(), w_change=None, w_acks=zero, w_sent=zero)
+    if s.rc_phase >= RC_READING and (s.rc_fenced or s.rc_max_lac != -1):
+        s = s._replace(rc_fenced=0, rc_max_lac=-1)  # fencing answers are used up
+    if s.rc_phase == RC_CLOSED and s.rc_segments:
+        zero = (0,) * (cfg.entries + 1)
+        s = s._replace(rc_segments=(), rc_reading=0, rc_lac=-1, rc_acks=zero, rc_sent=zero)
     if not s.msgs or s.w_status == W_OPEN:
         return s
     if s.meta_status[cfg.writer_ledger] == CLOSED:
@@ -1242,7 +1265,7 @@ def next_states(cfg: Config, s: State) -> Iterator[Step]:
         prev = m
         handler = HANDLERS[m[0]]
         yield from emit(handler, m, 0)
-        if m[0] == ADD and s.budget[B_LOSS]:  # a lost add reply: stored, but unheard
+        if m[0] == ADD and s.budget[B_LOSS] and cfg.reply_losses:  # stored, but unheard
             yield from emit(handler, m, 1)
         yield from emit(network_loses_message, m)
         yield from emit(network_duplicates_message, m)
@@ -1271,7 +1294,8 @@ def next_states(cfg: Config, s: State) -> Iterator[Step]:
             yield from emit(worker_verifies_ledger_replicated, w)
             yield from emit(worker_deletes_task, w)
             yield from emit(worker_releases_lock, w)
-        yield from emit(operator_toggles_autorecovery)
+        yield from emit(operator_disables_autorecovery)
+        yield from emit(operator_enables_autorecovery)
 
 
 def _ensembles(cfg: Config, s: State) -> Iterator[tuple[int, ...]]:
@@ -1285,3 +1309,46 @@ def _ensembles(cfg: Config, s: State) -> Iterator[tuple[int, ...]]:
 
     live = [b for b in range(cfg.bookies) if s.b_up[b] == UP]
     yield from combinations(live, cfg.ensemble)
+
+
+# Every action of the spec, grouped by actor (the docs list them in this order).
+# The *_receives_* functions run inside the bookie's step that answers them.
+ACTIONS: tuple[Callable[..., State | None], ...] = (
+    writer_creates_ledger,
+    writer_sends_add,
+    writer_receives_add_response,
+    writer_changes_ensemble,
+    writer_resends_add,
+    writer_completes_ensemble_change,
+    writer_closes_ledger,
+    bookie_handles_add,
+    bookie_handles_fencing_lac_read,
+    bookie_handles_recovery_read,
+    bookie_syncs_journal,
+    bookie_crashes,
+    bookie_restarts,
+    bookie_restarts_with_wiped_disk,
+    network_loses_message,
+    network_duplicates_message,
+    recovery_client_starts_recovery,
+    recovery_client_receives_fencing_response,
+    recovery_client_completes_fencing,
+    recovery_client_receives_read_response,
+    recovery_client_retries_request,
+    recovery_client_receives_add_response,
+    recovery_client_changes_ensemble,
+    recovery_client_resends_add,
+    recovery_client_closes_ledger,
+    auditor_marks_ledgers_of_lost_bookies,
+    auditor_loses_session,
+    node_wins_auditor_election,
+    worker_acquires_ledger_lock,
+    worker_copies_fragment,
+    worker_updates_segment_ensemble,
+    worker_fences_open_ledger,
+    worker_verifies_ledger_replicated,
+    worker_deletes_task,
+    worker_releases_lock,
+    operator_disables_autorecovery,
+    operator_enables_autorecovery,
+)

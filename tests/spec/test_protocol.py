@@ -1,0 +1,133 @@
+"""Single actions of the protocol spec: guards and effects."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from spec.config import Config
+from spec.protocol import (
+    ADD,
+    CLOSED,
+    IN_RECOVERY,
+    OPEN,
+    REFUSED,
+    UP,
+    W_WITHDRAWN,
+    State,
+    bookie_crashes,
+    bookie_handles_add,
+    bookie_restarts_with_wiped_disk,
+    initial_state,
+    network_loses_message,
+    next_states,
+    recovery_client_starts_recovery,
+    writer_changes_ensemble,
+    writer_closes_ledger,
+    writer_completes_ensemble_change,
+    writer_creates_ledger,
+    writer_sends_add,
+)
+
+CFG = Config(name="t", description="test", entries=2, losses=1, crashes=1, wipes=1)
+
+
+def _step(s: State | None) -> State:
+    assert s is not None
+    return s
+
+
+def _created() -> State:
+    return _step(writer_creates_ledger(CFG, initial_state(CFG), (0, 1, 2)))
+
+
+def _deliver(s: State, b: int, entry: int = 0, rec: int = 0) -> State:
+    m = next(m for m in s.msgs if m[0] == ADD and m[1] == b and m[2] == entry and m[4] == rec)
+    return _step(bookie_handles_add(CFG, s, m, 0))
+
+
+def test_writer_confirms_at_ack_quorum() -> None:
+    s = _step(writer_sends_add(CFG, _created()))
+    s = _deliver(s, 0)
+    assert s.w_lac == -1
+    s = _deliver(s, 1)
+    assert s.w_lac == 0
+
+
+def test_a_fenced_bookie_rejects_the_writer_and_the_writer_withdraws() -> None:
+    s = _step(writer_sends_add(CFG, _created()))
+    s = _step(recovery_client_starts_recovery(CFG, s))
+    assert s.meta_status[0] == IN_RECOVERY
+    fence = next(m for m in s.msgs if m[0] != ADD and m[1] == 0)
+    s = _step(next(t for (name, args), t in next_states(CFG, s) if args == (fence, 0)))
+    assert s.b_ledgers[0][0][2] == 1
+    s = _deliver(s, 0)
+    assert s.b_ledgers[0][0][0] == 0  # not stored
+    assert s.w_status == W_WITHDRAWN
+
+
+def test_a_fenced_bookie_accepts_recovery_adds() -> None:
+    s = _created()
+    synced, unsynced, _f, lac = s.b_ledgers[0][0]
+    s = s._replace(
+        b_ledgers=(((synced, unsynced, 1, lac),), *s.b_ledgers[1:]),
+        msgs=((ADD, 0, 0, -1, 1),),
+    )
+    s = _step(bookie_handles_add(CFG, s, (ADD, 0, 0, -1, 1), 0))
+    assert s.b_ledgers[0][0][0] & 1
+
+
+def test_acks_are_held_until_the_ensemble_change_lands() -> None:
+    s = _step(writer_sends_add(CFG, _created()))
+    s = _step(network_loses_message(CFG, s, (ADD, 2, 0, -1, 0)))
+    s = _deliver(s, 0)
+    s = _step(writer_changes_ensemble(CFG, s, 2, 3))
+    assert s.w_change is not None
+    assert s.meta_segments[0] == ((0, (0, 1, 2)),)  # metadata unchanged until the CAS
+    s = _step(next(t for (name, args), t in next_states(CFG, s) if name == "writer_resends_add"))
+    s = _deliver(s, 3)
+    assert s.w_lac == -1  # b0 and b3 acked, but the CAS is in flight
+    s = _step(writer_completes_ensemble_change(CFG, s))
+    assert s.meta_segments[0] == ((0, (0, 1, 3)),)
+    assert s.w_lac == 0
+
+
+def test_the_mutant_1591_confirms_before_the_cas() -> None:
+    cfg = CFG.with_mutant("acks-before-ensemble-change-lands")
+    s = _step(
+        writer_sends_add(cfg, _step(writer_creates_ledger(cfg, initial_state(cfg), (0, 1, 2))))
+    )
+    s = _step(network_loses_message(cfg, s, (ADD, 2, 0, -1, 0)))
+    s = _step(bookie_handles_add(cfg, s, (ADD, 0, 0, -1, 0), 0))
+    s = _step(writer_changes_ensemble(cfg, s, 2, 3))
+    s = _step(next(t for (name, _a), t in next_states(cfg, s) if name == "writer_resends_add"))
+    s = _step(bookie_handles_add(cfg, s, (ADD, 3, 0, -1, 0), 0))
+    assert s.w_lac == 0
+    assert s.w_change is not None
+
+
+def test_writer_close_fails_once_recovery_began() -> None:
+    s = _step(recovery_client_starts_recovery(CFG, _created()))
+    s = _step(writer_closes_ledger(CFG, s))
+    assert s.w_status == W_WITHDRAWN
+    assert s.meta_status[0] == IN_RECOVERY
+
+
+def test_writer_close_sets_the_last_entry_to_its_lac() -> None:
+    s = _step(writer_sends_add(CFG, _created()))
+    s = _deliver(_deliver(s, 0), 1)
+    s = _step(writer_closes_ledger(CFG, s))
+    assert s.meta_status[0] == CLOSED
+    assert s.meta_last[0] == 0
+
+
+def test_a_wiped_bookie_is_refused_by_its_cookie_unless_the_mutant_is_on() -> None:
+    s = _step(bookie_crashes(CFG, _created(), 0))
+    assert _step(bookie_restarts_with_wiped_disk(CFG, s, 0)).b_up[0] == REFUSED
+    cfg = CFG.with_mutant("wiped-bookie-rejoins")
+    assert _step(bookie_restarts_with_wiped_disk(cfg, s, 0)).b_up[0] == UP
+
+
+def test_the_initial_state_is_open_only_when_configured() -> None:
+    assert initial_state(CFG).meta_status == (0,)
+    cfg = replace(CFG, writer_ledger_created=True)
+    assert initial_state(cfg).meta_status == (OPEN,)
