@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo
 
-.PHONY: campaign zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help
+.PHONY: crosshair spec-check campaign zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help
 
 help:
 	@echo "make campaign  the main job: a fault campaign on a local cluster, its checks and report"
@@ -62,7 +62,15 @@ contracts: setup
 test: setup
 	$(VENV)/bin/pytest -q -m 'not slow'
 
-verify: lint typecheck contracts bench-smoke
+# The spec's pure helpers carry PEP 316 contracts; crosshair proves them symbolically.
+crosshair: setup
+	$(VENV)/bin/crosshair check --analysis_kind=PEP316 --per_condition_timeout=10 spec/quorum.py
+
+# Exhaustive checks of the full named configs (a, b, c): minutes each, not part of `verify`.
+spec-check: setup
+	for c in a b c; do $(VENV)/bin/bkref spec check --config $$c || exit 1; done
+
+verify: lint typecheck contracts crosshair bench-smoke
 	$(VENV)/bin/pytest -q
 
 bench: setup
