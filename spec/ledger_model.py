@@ -14,7 +14,6 @@ State (all of it visible to clients through some operation):
   single writer assigns entry ids in order and an add takes effect only as the
   next entry id, so the added entries are always a prefix 0..n-1: an entry
   becomes visible only after every smaller one.
-- ``lac``: the highest LastAddConfirmed any reader has been told (-1: none).
 - ``closed``: closed by the writer or by a recovery client; the last entry is
   then ``len(entries) - 1`` for ever.
 
@@ -30,10 +29,18 @@ Operations (``LedgerOp``; ``known`` is false when the outcome is unknown):
   whose add was acknowledged before the read began must find it (a BookKeeper
   reader asks the bookies, not only its own view of the LAC), and a found
   entry is never lost later (it counts as confirmed: no dirty reads).
-- ``read_lac -> v``: ``lac <= v <= n - 1``, and ``v == n - 1`` once closed;
-  ``lac`` becomes ``v``. The LAC a reader sees may lag the writer's acks
-  (BookKeeper piggybacks the LAC on the next add), but it never exceeds the
-  added entries, never goes back, and is exact after close.
+- ``read_lac -> v``: legal iff ``-1 <= v <= n - 1`` where it takes effect,
+  open or closed; it changes nothing. The LAC is a lower bound, not a
+  linearizable register. In BookKeeper it is a hint: the writer piggybacks its
+  LAC on the entries it sends, each bookie remembers the highest one it was
+  given, and readLastAddConfirmed returns the highest a quorum-covering set of
+  bookies reports. Two readers that reach different bookies may thus be told
+  different values, a later reader less than an earlier one, and BookKeeper
+  documents that on a closed ledger readLastAddConfirmed may differ from the
+  last entry, since it asks the bookies' hint and not the metadata. What it
+  does promise is that every entry up to the returned LAC was confirmed and is
+  never lost: the LAC never exceeds the entries that exist, so a LAC above the
+  last entry of a close stays a violation (a confirmed entry was truncated).
 - ``close`` / ``recover`` (open with recovery) ``-> L``: ``L == n - 1``; the
   ledger is closed at ``L``. On a closed ledger they return the same ``L``
   again, so two closes never disagree.
@@ -54,7 +61,6 @@ OPERATIONS: Final = frozenset({"create", "add", "read", "read_lac", "close", "re
 class LedgerState(NamedTuple):
     created: bool
     entries: tuple[str, ...]  # data of entries 0..n-1: the added prefix
-    lac: int  # highest LAC returned to a reader so far; NO_ENTRY if none
     closed: bool  # the last entry is then len(entries) - 1, fixed
 
 
@@ -71,12 +77,7 @@ class LedgerOp(NamedTuple):
 
 def initial_state(created: bool = True) -> LedgerState:
     """A new ledger: empty and open; ``created`` false if the history creates it."""
-    return LedgerState(created, (), NO_ENTRY, False)
-
-
-def _read_lac_results(state: LedgerState) -> range:
-    last = len(state.entries) - 1
-    return range(last, last + 1) if state.closed else range(state.lac, last + 1)
+    return LedgerState(created, (), False)
 
 
 def step(state: LedgerState, op: LedgerOp) -> frozenset[LedgerState] | None:
@@ -99,14 +100,12 @@ def step(state: LedgerState, op: LedgerOp) -> frozenset[LedgerState] | None:
             ok = op.entry >= n
         return frozenset({state}) if ok else None
     if op.f == "read_lac":
-        allowed = _read_lac_results(state)
         if not op.known:
-            return frozenset(state._replace(lac=v) for v in allowed)
-        if op.result is None or op.result not in allowed:
-            return None
-        return frozenset({state._replace(lac=op.result)})
+            return frozenset({state})
+        ok = op.result is not None and NO_ENTRY <= op.result <= n - 1
+        return frozenset({state}) if ok else None
     if op.f in ("close", "recover"):
         if op.known and op.result != n - 1:
             return None
-        return frozenset({state._replace(closed=True, lac=n - 1)})
+        return frozenset({state._replace(closed=True)})
     return None

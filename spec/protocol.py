@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections.abc import Callable, Iterator
+from functools import lru_cache
 from typing import NamedTuple, TypeVar, cast
 
 from spec.config import Config
@@ -54,8 +55,11 @@ from spec.quorum import (
     has_quorum_coverage,
     popcount,
     recovery_start_entry,
-    write_set_positions,
 )
+from spec.quorum import write_set_positions as _write_set_positions
+
+# Cached: the contracts stay on the plain function that crosshair checks.
+write_set_positions = lru_cache(maxsize=4096)(_write_set_positions)
 
 # ------------------------------------------------------------------ constants
 

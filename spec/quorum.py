@@ -8,8 +8,6 @@ bookie indices; ensemble *positions* are 0..E-1.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 
 def popcount(mask: int) -> int:
     """Number of bookies in a bitmask.
@@ -20,7 +18,6 @@ def popcount(mask: int) -> int:
     return bin(mask).count("1")
 
 
-@lru_cache(maxsize=4096)
 def write_set_positions(entry: int, ensemble_size: int, write_quorum: int) -> tuple[int, ...]:
     """Ensemble positions that store ``entry``: round-robin striping from entry mod E.
 
