@@ -72,6 +72,8 @@ class Config:
     # The writer's ledger starts with two segments: e0 confirmed on the first
     # E bookies, then the last of them replaced by the next bookie from e1 on.
     two_segments: bool = False
+    # With writer_ledger_created: e0 is already on its write set and confirmed.
+    first_entry_confirmed: bool = False
     recovery_client: bool = True  # a client may open the writer's ledger with recovery
     closed_ledgers: int = 0
     closed_entries: int = 1
@@ -122,6 +124,8 @@ class Config:
             parts.append(f"writer with {self.entries} entries")
             if self.recovery_client:
                 parts.append("a recovery client")
+        if self.first_entry_confirmed:
+            parts.append("e0 already confirmed")
         if self.two_segments:
             parts.append("writer's ledger starts with two segments")
         if self.closed_ledgers:

@@ -40,6 +40,7 @@ _C = Config(
     ack_quorum=2,
     entries=1,
     writer_ledger_created=True,
+    first_entry_confirmed=True,  # with e0 still to add: over 700k states, beyond 10 minutes
     recovery_client=False,
     closed_ledgers=1,
     closed_entries=1,
@@ -121,6 +122,9 @@ MUTANT_CONFIGS: dict[str, Config] = {
         **{
             **_M.__dict__,
             "name": "m-2615",
+            "ensemble": 2,
+            "write_quorum": 2,
+            "ack_quorum": 2,
             "losses": 1,
             "entries": 2,
             "two_segments": True,
@@ -147,6 +151,7 @@ MUTANT_CONFIGS: dict[str, Config] = {
         **{
             **_C.__dict__,
             "name": "m-open-segment",
+            "first_entry_confirmed": False,
             "closed_ledgers": 0,
             "description": "an open ledger, one bookie crash and restart, auditor and a worker",
         }

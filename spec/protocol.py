@@ -313,6 +313,13 @@ def initial_state(cfg: Config) -> State:
             status.append(OPEN)
             segs.append(((0, first_ens),))
             w_status, w_segments = W_OPEN, ((0, first_ens),)
+            if cfg.first_entry_confirmed:  # e0 on its whole write set, confirmed
+                wl = len(status) - 1
+                written = 0
+                for p in write_set_positions(0, cfg.ensemble, cfg.write_quorum):
+                    per_bookie[first_ens[p]][wl] = (1, 0, 0, -1)
+                    written |= bit(first_ens[p])
+                w_next, w_lac, w_acks = 1, 0, (written,) + (0,) * (cfg.entries - 1)
         else:
             status.append(NONE)
             segs.append(())
