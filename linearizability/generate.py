@@ -4,7 +4,9 @@ For tests and benchmarks here and in other projects (a checker's test helper
 belongs in the package). ``ledger_history`` simulates one ledger's clients
 against the sequential ledger model: a pipelined writer (one process per add
 in flight), concurrent readers reading entries and the LAC, crashes (``info``),
-and a close by the writer or a recovery that fences it. Every operation takes
+and a close by the writer or a recovery that fences it. LAC reads behave as
+BookKeeper's readLastAddConfirmed may: a reader can be told less than an
+earlier reader was, and less than the last entry after a close. Every operation takes
 effect at a point between its invocation and completion, so the result is
 linearizable by construction. ``plant`` then adds one anomaly of a named kind.
 """
@@ -40,7 +42,7 @@ class _Sim:
     next_process: int
     out: list[tuple[Process, OpType, str, int | None, JSON]] = field(default_factory=list)
     entries: list[str] = field(default_factory=list)
-    lac: int = -1
+    lac: int = -1  # the highest LAC any reader was told
     closed: bool = False
 
     def emit(self, a: _Active, typ: OpType, value: JSON, ledger: int | None = -1) -> None:
@@ -112,12 +114,19 @@ def ledger_history(
             found = e < n
             a.result = {"entry": e, "found": found, **({"data": sim.entries[e]} if found else {})}
         elif a.f == "read_lac":
-            v = n - 1 if sim.closed else rng.randint(sim.lac, n - 1)
-            sim.lac = v
+            # A LAC is a hint, a lower bound on the entries that exist: mostly
+            # at least what readers were told before, but sometimes less (the
+            # reader reached other bookies), and after close not always the
+            # last entry.
+            told = n - 1 if sim.closed else sim.lac
+            if rng.random() < 0.3:
+                v = rng.randint(max(-1, told - 2), n - 1)  # may go back or lag the close
+            else:
+                v = rng.randint(told, n - 1)
+            sim.lac = max(sim.lac, v)
             a.result = {"lac": v}
         else:
             sim.closed = True
-            sim.lac = n - 1
             a.result = {"last_entry": n - 1}
 
     def apply_next_add() -> None:
@@ -278,11 +287,26 @@ def plant(rng: random.Random, ops: Sequence[Op], kind: str) -> list[Op] | None:
         found = {"entry": e, "found": True, "data": op.value["data"]}
         return insert(inv, pair_ops("read", {"entry": e}, "ok", found))
     if kind == "nonmonotonic":
-        lacs = [(i, op) for i, op in _completions(ops, "read_lac") if op.value["lac"] >= 0]
-        if not lacs:
+        # An add acknowledged before the add of the entry below it was sent:
+        # move the whole add of entry e - 1 to just after the ack of entry e.
+        # (A LAC that goes back is not an anomaly: LAC reads are a lower bound.)
+        sent = {
+            op.value["entry"]: j
+            for j, op in enumerate(ops)
+            if op.f == "add" and op.type == "invoke"
+        }
+        pairs = [(i, op.value["entry"]) for i, op in acked if op.value["entry"] - 1 in sent]
+        if not pairs:
             return None
-        i, op = rng.choice(lacs)
-        return insert(i + 1, pair_ops("read_lac", None, "ok", {"lac": op.value["lac"] - 1}))
+        i, e = rng.choice(pairs)
+        j = sent[e - 1]
+        moved = [j, *[k for k in range(j + 1, len(ops)) if ops[k].process == ops[j].process][:1]]
+        kept = [(k, op) for k, op in enumerate(ops) if k not in moved]
+        return _reindex(
+            [op for k, op in kept if k <= i]
+            + [ops[k] for k in moved]
+            + [op for k, op in kept if k > i]
+        )
     if not closes:
         return None
     ci, close = closes[0]

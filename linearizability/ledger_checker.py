@@ -10,9 +10,10 @@ Semantics (``spec.ledger_model`` states them as a sequential model):
   visible as a prefix 0..n-1, an add taking effect only as the next entry id;
   ``read(e)`` finds ``e`` with its data iff it is added, and reports "no such
   entry" iff it is not; ``read_lac`` returns a LAC that never exceeds the added
-  entries and never goes back, and equals the last entry once closed; ``close``
-  and ``recover`` close the ledger at the last added entry, after which no add
-  takes effect.
+  entries (a lower bound: it may go back across readers and lag the last entry
+  after close, as BookKeeper's readLastAddConfirmed does, but never exceeds the
+  closed last entry); ``close`` and ``recover`` close the ledger at the last
+  added entry, after which no add takes effect.
 - ``fail`` means the operation did not happen, except an add that failed as
   fenced: recovery may still have kept it, so it counts as unknown. Unknown
   operations (``info``, never completed) may take effect after their
@@ -26,18 +27,18 @@ entry ids fix the order of adds, every ordering constraint is known in advance:
   entry + 1, or else one past the largest entry any ok add, found read or LAC
   proves; adding more could only add constraints);
 - a found read of ``e`` after add ``e``; a "no such entry" read of ``e < N``
-  before add ``e``; a LAC ``v`` after add ``v`` and after every smaller LAC;
-  a close after add ``N-1`` and after every LAC below ``N-1``; everything after
+  before add ``e``; a LAC ``v`` after add ``v`` (LAC reads change nothing, so
+  they constrain nothing else); a close after add ``N-1``; everything after
   the create.
 
 These constraints form a DAG; points exist iff for every operation, the
 largest invocation index among all operations that must precede it,
-transitively (itself included), is smaller than its completion index. Along the chain of adds that
-is a running maximum over entry ids; for LACs a running maximum over LAC
-values (sorted); the rest are single comparisons. Among several candidate
-adds for one entry id, an ok one must be used (two ok ones are a duplicate)
-and otherwise the earliest-invoked one whose data matches what reads found
-dominates the others.
+transitively (itself included), is smaller than its completion index. Along
+the chain of adds that is a running maximum over entry ids; the rest (reads,
+LAC reads, closes) are single comparisons against that chain. Among several
+candidate adds for one entry id, an ok one must be used (two ok ones are a
+duplicate) and otherwise the earliest-invoked one whose data matches what
+reads found dominates the others.
 
 Every violated comparison is reported as an anomaly, in Jepsen's names where
 they fit, each with the invocation indices of the operations that prove it:
@@ -48,18 +49,18 @@ they fit, each with the invocation indices of the operations that prove it:
 - ``divergent-read``: an entry read with data its add did not write, or read
   with two different data;
 - ``read-of-truncated-entry``: an entry (or LAC) read beyond the last entry a
-  close or recovery later fixed;
+  close or recovery fixed, before or after it;
 - ``stale-read``: "no such entry" for an entry known to exist before the read
-  began (acknowledged, read, within a LAC or a close), or a LAC read after a
-  close that returned less than the last entry;
+  began (acknowledged, read, within a LAC or a close). A LAC below one read
+  before, or below the last entry of a close, is not stale: LAC reads are a
+  lower bound;
 - ``future-read``: an entry, LAC or last entry returned before the add it
   depends on was even invoked, or before the ledger's create; an entry read
   that no add ever wrote;
 - ``duplicate``: two acknowledged adds of one entry id, or two creates
   returning one ledger id;
-- ``nonmonotonic``: a LAC read returned less than one that completed before
-  it began, or an add was acknowledged before the add of a smaller entry id
-  was sent;
+- ``nonmonotonic``: an add was acknowledged before the add of a smaller entry
+  id was sent;
 - ``disagreeing-closes``: two closes or recoveries with different last entries;
 - ``skip``: an entry id below a proven one that no add ever wrote.
 
@@ -315,16 +316,15 @@ class _Reporter:
             self.v.anomalies.append(Anomaly(kind, self.v.ledger, tuple(ops), message))
 
 
-# Kinds of the operation that sets a lower bound (its invocation) and of the
-# operation whose completion came too early; together they name the anomaly.
+# Kinds of the operation that sets a lower bound (its invocation: a create, an
+# add or a "no such entry" read) and of the operation whose completion came too
+# early; together they name the anomaly.
 def _bound_kind(cause: str, victim: str) -> str:
-    if cause == "create":
-        return "future-read"
     if cause == "missing":
         return "stale-read"
-    if cause == "add":
-        return "nonmonotonic" if victim == "add" else "future-read"
-    return "nonmonotonic" if victim == "lac" else "stale-read"  # cause: a LAC read
+    if cause == "add" and victim == "add":
+        return "nonmonotonic"
+    return "future-read"
 
 
 _WHY: Final = {
@@ -340,8 +340,6 @@ _WHY: Final = {
     ("missing", "read"): "no such entry {c} in a read that began after entry {e} was read",
     ("missing", "lac"): "no such entry {c} in a read that began after LAC {e} was read",
     ("missing", "close"): "no such entry {c} in a read that began after {f} returned {e}",
-    ("lac", "lac"): "LAC {c} read after LAC {e} had been returned: the LAC went back",
-    ("lac", "close"): "LAC {c} read after {f} had closed the ledger at {e}",
 }
 
 
@@ -515,10 +513,9 @@ def _decide(ledger: int, led: _Ledger) -> LedgerVerdict:
         ret: float,
         e: int,
         *,
-        extra: tuple[tuple[int, str], ...] = (),
         f: str = "close",
     ) -> None:
-        for cause, kind in causes(e) + extra:
+        for cause, kind in causes(e):
             if ret <= cause:
                 _too_early(bad, kind, cause, victim, call, e=e, f=f, names=names)
 
@@ -529,28 +526,17 @@ def _decide(ledger: int, led: _Ledger) -> LedgerVerdict:
         elif e < n:
             check("read", call, ret, e)
 
-    # LAC reads, by value: after add v and after every smaller LAC read.
-    lac_floor = -1  # latest invocation of a smaller LAC read
-    below_last = -1  # latest invocation of a LAC read below the last entry
-    lacs = sorted(led.lacs)
-    i = 0
-    while i < len(lacs):
-        v = lacs[i][0]
-        j = i
-        while j < len(lacs) and lacs[j][0] == v:
-            j += 1
+    # LAC reads: after add v only. A LAC is a lower bound, not a register: it
+    # may go back across readers and lag a close (values above the closed last
+    # entry were reported above as truncated).
+    for v, call, ret in led.lacs:
         if v < n:
-            for _, call, ret in lacs[i:j]:
-                check("lac", call, ret, v, extra=((lac_floor, "lac"),))
-                if v < n - 1:
-                    below_last = max(below_last, call)
-            lac_floor = max(lac_floor, *(c for _, c, _ in lacs[i:j]))
-        i = j
+            check("lac", call, ret, v)
 
-    # Closes: after add N-1 and after every LAC read below N-1.
+    # Closes: after add N-1.
     for last, call, ret, f in closes:
         if last == closed_at:
-            check("close", call, ret, n - 1, extra=((below_last, "lac"),), f=f)
+            check("close", call, ret, n - 1, f=f)
     return verdict
 
 

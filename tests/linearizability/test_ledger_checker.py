@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from linearizability import wgl
 from linearizability.generate import interleave, ledger_history, many_ledgers, plant, to_ops
-from linearizability.history import HistoryError, Op, pair, validate
+from linearizability.history import JSON, HistoryError, Op, OpType, Process, pair, validate
 from linearizability.ledger_checker import ANOMALY_KINDS, check_ledgers
 
 
@@ -112,6 +112,137 @@ def test_a_fenced_add_may_still_be_in_the_ledger() -> None:
     other = [op._replace(value={"error": "timeout"}) if op.type == "fail" else op for op in ops]
     assert not check_ledgers(other).valid
     assert _generic(other) == "invalid"
+
+
+Event = tuple[Process, OpType, str, int | None, JSON]
+
+
+def _two_acked_adds() -> list[Event]:
+    a0, a1 = {"entry": 0, "data": "a"}, {"entry": 1, "data": "b"}
+    return [
+        (0, "invoke", "add", 1, a0),
+        (0, "ok", "add", 1, a0),
+        (1, "invoke", "add", 1, a1),
+        (1, "ok", "add", 1, a1),
+    ]
+
+
+def test_a_lac_that_goes_back_across_readers_is_valid_for_both_checkers() -> None:
+    # Reader 3 reached bookies with an older hint than reader 2 did, after it.
+    ops = to_ops(
+        [
+            *_two_acked_adds(),
+            (2, "invoke", "read_lac", 1, None),
+            (2, "ok", "read_lac", 1, {"lac": 1}),
+            (3, "invoke", "read_lac", 1, None),
+            (3, "ok", "read_lac", 1, {"lac": 0}),
+            (4, "invoke", "read_lac", 1, None),
+            (4, "ok", "read_lac", 1, {"lac": -1}),
+        ]
+    )
+    list(validate(ops))
+    result = check_ledgers(ops)
+    assert result.valid, result.anomalies
+    assert _generic(ops) == "valid"
+
+
+def test_a_stale_lac_after_close_is_valid_for_both_checkers() -> None:
+    ops = to_ops(
+        [
+            *_two_acked_adds(),
+            (2, "invoke", "close", 1, None),
+            (2, "ok", "close", 1, {"last_entry": 1}),
+            (3, "invoke", "read_lac", 1, None),
+            (3, "ok", "read_lac", 1, {"lac": 0}),
+            (4, "invoke", "recover", 1, None),
+            (4, "ok", "recover", 1, {"last_entry": 1}),
+            (5, "invoke", "read_lac", 1, None),
+            (5, "ok", "read_lac", 1, {"lac": -1}),
+        ]
+    )
+    list(validate(ops))
+    result = check_ledgers(ops)
+    assert result.valid, result.anomalies
+    assert result.ledgers[1].closed_at == 1
+    assert _generic(ops) == "valid"
+
+
+@pytest.mark.parametrize("lac_before_close", [True, False])
+def test_a_lac_above_the_closed_last_entry_is_an_anomaly_for_both_checkers(
+    lac_before_close: bool,
+) -> None:
+    # Entry 1 was sent (never acknowledged) and the LAC says it was confirmed,
+    # yet recovery closed the ledger at 0: a confirmed entry was truncated.
+    a0, a1 = {"entry": 0, "data": "a"}, {"entry": 1, "data": "b"}
+    lac: list[Event] = [(3, "invoke", "read_lac", 1, None), (3, "ok", "read_lac", 1, {"lac": 1})]
+    recover: list[Event] = [
+        (2, "invoke", "recover", 1, None),
+        (2, "ok", "recover", 1, {"last_entry": 0}),
+    ]
+    events: list[Event] = [
+        (0, "invoke", "add", 1, a0),
+        (0, "ok", "add", 1, a0),
+        (1, "invoke", "add", 1, a1),
+        *(lac + recover if lac_before_close else recover + lac),
+    ]
+    ops = to_ops(events)
+    list(validate(ops))
+    result = check_ledgers(ops)
+    assert not result.valid
+    assert set(result.counts) == {"read-of-truncated-entry"}, result.counts
+    assert _generic(ops) == "invalid"
+
+
+def test_a_lac_above_the_entries_that_exist_is_a_future_read_for_both_checkers() -> None:
+    # LAC 0 returned before the add of entry 0 was even invoked.
+    a0 = {"entry": 0, "data": "a"}
+    ops = to_ops(
+        [
+            (1, "invoke", "read_lac", 1, None),
+            (1, "ok", "read_lac", 1, {"lac": 0}),
+            (0, "invoke", "add", 1, a0),
+            (0, "ok", "add", 1, a0),
+        ]
+    )
+    list(validate(ops))
+    result = check_ledgers(ops)
+    assert not result.valid
+    assert set(result.counts) == {"future-read"}, result.counts
+    assert _generic(ops) == "invalid"
+    # Returned while the add was in flight, before its ack: it may take effect after it.
+    overlapping = to_ops(
+        [
+            (0, "invoke", "add", 1, a0),
+            (1, "invoke", "read_lac", 1, None),
+            (1, "ok", "read_lac", 1, {"lac": 0}),
+            (0, "ok", "add", 1, a0),
+        ]
+    )
+    assert check_ledgers(overlapping).valid
+    assert _generic(overlapping) == "valid"
+
+
+def test_generated_valid_histories_have_lacs_that_go_back_and_lag_a_close() -> None:
+    went_back = lagged_close = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        ops = to_ops(ledger_history(rng, adds=10, reads=30, end=rng.choice(["recover", "close"])))
+        assert check_ledgers(ops).valid
+        highest_done = -1  # the highest LAC returned so far
+        closed_at: int | None = None
+        started: dict[object, int] = {}  # process -> highest LAC done when it was invoked
+        for op in ops:
+            if op.type == "invoke":
+                started[op.process] = highest_done
+            elif op.f == "read_lac" and op.type == "ok":
+                v = op.value["lac"]
+                went_back += v < started[op.process]
+                lagged_close += closed_at is not None and v < closed_at
+                highest_done = max(highest_done, v)
+            elif op.f in ("close", "recover") and op.type == "ok" and closed_at is None:
+                closed_at = op.value["last_entry"]
+    assert went_back >= 5
+    assert lagged_close >= 5
 
 
 def test_malformed_values_are_bad_input() -> None:

@@ -33,17 +33,30 @@ def test_reads_see_exactly_the_added_entries() -> None:
     assert _run(LedgerOp("read", 0, "a", True)) is None  # future
 
 
-def test_lac_lags_but_never_goes_back_and_is_exact_once_closed() -> None:
+def test_lac_is_a_lower_bound_that_may_go_back_and_lag_a_close() -> None:
     adds = (LedgerOp("add", 0, "a"), LedgerOp("add", 1, "b"))
+    assert _run(LedgerOp("read_lac", result=-1)) is not None
     assert _run(*adds, LedgerOp("read_lac", result=0)) is not None  # lagging is fine
-    assert _run(*adds, LedgerOp("read_lac", result=2)) is None  # beyond the entries
-    assert _run(*adds, LedgerOp("read_lac", result=1), LedgerOp("read_lac", result=0)) is None
+    assert _run(*adds, LedgerOp("read_lac", result=1), LedgerOp("read_lac", result=0)) is not None
+    assert _run(*adds, LedgerOp("read_lac", result=0), LedgerOp("close", result=1)) is not None
     closed = (*adds, LedgerOp("close", result=1))
-    assert _run(*closed, LedgerOp("read_lac", result=0)) is None
     assert _run(*closed, LedgerOp("read_lac", result=1)) is not None
+    assert _run(*closed, LedgerOp("read_lac", result=0)) is not None  # stale after close
+    assert _run(*closed, LedgerOp("read_lac", result=-1)) is not None
+    s = _run(*closed, LedgerOp("read_lac", result=0))
+    assert s == _run(*closed)  # a LAC read changes nothing
+    assert "lac" not in LedgerState._fields
+
+
+def test_lac_never_exceeds_the_added_entries_open_or_closed() -> None:
+    adds = (LedgerOp("add", 0, "a"), LedgerOp("add", 1, "b"))
+    assert _run(*adds, LedgerOp("read_lac", result=2)) is None  # beyond the entries
+    assert _run(LedgerOp("read_lac", result=0)) is None  # before any add
+    assert _run(*adds, LedgerOp("read_lac", result=-2)) is None
+    closed = (*adds, LedgerOp("close", result=1))
+    assert _run(*closed, LedgerOp("read_lac", result=2)) is None  # above the closed last entry
     unknown = step(initial_state()._replace(entries=("a", "b")), LedgerOp("read_lac", known=False))
-    assert unknown is not None
-    assert {s.lac for s in unknown} == {-1, 0, 1}
+    assert unknown == frozenset({initial_state()._replace(entries=("a", "b"))})
 
 
 def test_close_and_recovery_fix_the_last_entry_and_fence_adds() -> None:
