@@ -124,7 +124,7 @@ class Config:
             parts.append(f"writer with {self.entries} entries")
             if self.recovery_client:
                 parts.append("a recovery client")
-        if self.first_entry_confirmed:
+        if self.writer and self.first_entry_confirmed:
             parts.append("e0 already confirmed")
         if self.two_segments:
             parts.append("writer's ledger starts with two segments")

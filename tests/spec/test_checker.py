@@ -8,7 +8,7 @@ import pytest
 
 from spec.checker import check, walk
 from spec.configs import CONFIGS, mutant_config
-from spec.protocol import initial_state, next_states
+from spec.protocol import W_OPEN, initial_state, next_states
 from spec.symmetry import canonical, rename
 
 SHORT = ["a-short", "b-short", "c-short"]
@@ -69,3 +69,21 @@ def test_random_walks_of_the_correct_spec_go_deep_without_violation() -> None:
     assert w.violation is None
     assert w.steps == 5_000
     assert w.max_depth > 15
+
+
+def test_config_b_reaches_a_striped_ensemble_change_in_the_metadata() -> None:
+    cfg = CONFIGS["b"]
+    rng = random.Random(1)
+    landed = False
+    for _ in range(3000):
+        s = initial_state(cfg)
+        for _step in range(60):
+            succ = list(next_states(cfg, s))
+            if not succ:
+                break
+            (name, _args), s = rng.choice(succ)
+            if name == "writer_completes_ensemble_change" and s.w_status == W_OPEN:
+                landed = s.meta_segments[0] == s.w_segments  # the CAS landed
+        if landed:
+            break
+    assert landed
