@@ -22,7 +22,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from impl.bookie.config import BookieConfig
-from impl.cluster.process import log_tail, pid_alive, runs_with, stop_pid
+from impl.cluster.process import log_tail, pid_alive, runs_with, stop_pid, write_state
 from impl.cluster.zookeeper import ZooKeeperEnsemble, free_port
 from impl.meta import layout
 
@@ -273,10 +273,7 @@ class LocalCluster:
             "bookie_overrides": self.bookie_overrides,
             "bookies": [asdict(b) for b in self.bookies],
         }
-        path = self.directory / STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2) + "\n")
-        tmp.replace(path)
+        write_state(self.directory / STATE_FILE, state)
 
     @classmethod
     def load(cls, directory: Path) -> LocalCluster:

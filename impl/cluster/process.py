@@ -9,6 +9,7 @@ signal a process we did not start.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -76,3 +77,10 @@ def log_tail(path: Path, lines: int = 20) -> str:
     except OSError:
         return f"(no log at {path})"
     return "\n".join(text.splitlines()[-lines:])
+
+
+def write_state(path: Path, state: object) -> None:
+    """Write a JSON state file atomically: another process never reads half of it."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.replace(path)

@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import Self
 
 from impl.cluster.netns import run_in_netns
-from impl.cluster.process import log_tail, pid_alive, runs_with, stop_pid
+from impl.cluster.process import log_tail, pid_alive, runs_with, stop_pid, write_state
 
 STATE_FILE = "zookeeper.json"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -345,10 +345,7 @@ class ZooKeeperEnsemble:
             "settings": asdict(self.settings),
             "servers": [asdict(s) for s in self.servers.values()],
         }
-        path = self.directory / STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2) + "\n")
-        tmp.replace(path)
+        write_state(self.directory / STATE_FILE, state)
 
     @classmethod
     def load(cls, directory: Path) -> ZooKeeperEnsemble:
