@@ -32,7 +32,12 @@ class FaultWindow:
     target: str
 
     def to_json(self) -> dict[str, object]:
-        return {"start": self.start, "stop": self.stop, "kind": self.kind, "target": self.target}
+        return {
+            "start": round(self.start, 3),
+            "stop": round(self.stop, 3),
+            "kind": self.kind,
+            "target": self.target,
+        }
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,9 @@ def schedule(spec: ScheduleSpec, seed: int) -> list[FaultWindow]:
         busy = {w.target for w in open_now}
         free: Sequence[str] = [x for x in spec.targets if x not in busy]
         if len(open_now) < spec.max_concurrent and free:
-            stop = min(round(t + length, 3), spec.duration)
-            windows.append(FaultWindow(round(t, 3), stop, rng.choice(spec.kinds), rng.choice(free)))
+            # Exact floats: rounding a start up past the next instant would let
+            # two windows of one target overlap.
+            stop = min(t + length, spec.duration)
+            windows.append(FaultWindow(t, stop, rng.choice(spec.kinds), rng.choice(free)))
         t += rng.expovariate(1 / spec.mean_interval)
     return sorted(windows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nemesis.generator import ScheduleSpec, schedule
@@ -13,12 +13,14 @@ from nemesis.generator import ScheduleSpec, schedule
 TARGETS = ("bookie-0", "bookie-1", "bookie-2", "bookie-3", "bookie-4")
 
 
+@settings(deadline=None, max_examples=300)  # pure, but the machine's load varies
 @given(
     seed=st.integers(0, 2**32),
     duration=st.floats(5, 300),
     concurrent=st.integers(1, 3),
     mean=st.floats(0.5, 10),
 )
+@example(seed=326, duration=273.6321273818971, concurrent=2, mean=0.5)  # found by CI
 def test_schedule_respects_duration_targets_and_concurrency(
     seed: int, duration: float, concurrent: int, mean: float
 ) -> None:
@@ -26,7 +28,7 @@ def test_schedule_respects_duration_targets_and_concurrency(
     windows = schedule(spec, seed)
     assert windows == schedule(spec, seed)  # the seed alone reproduces the schedule
     for w in windows:
-        assert 0 < w.start < w.stop <= duration + 1e-6
+        assert 0 < w.start < w.stop <= duration
         assert w.kind in spec.kinds
         assert w.target in TARGETS
     for a, b in itertools.combinations(windows, 2):
