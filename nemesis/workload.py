@@ -52,21 +52,12 @@ class WorkloadSpec:
 
 
 @dataclass
-class LedgerLog:
-    """What the workload knows of one ledger it created."""
-
-    ledger: int
-    closed: bool = False
-    needs_recovery: bool = False
-
-
-@dataclass
 class Workload:
     bk: BookKeeper
     recorder: Recorder
     spec: WorkloadSpec
     rng: random.Random
-    ledgers: dict[int, LedgerLog] = field(default_factory=dict)
+    ledgers: set[int] = field(default_factory=set)  # created (ok): read, then recovered at the end
     _next_process: int = 0
     _pending: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -107,7 +98,7 @@ class Workload:
             self.recorder.complete(inv, "info", {"error": _brief(e)})
             return None
         self.recorder.complete(inv, "ok", value, ledger=handle.ledger_id)
-        self.ledgers[handle.ledger_id] = LedgerLog(handle.ledger_id)
+        self.ledgers.add(handle.ledger_id)
         return handle
 
     async def _write_ledger(self, handle: WriteHandle, stop: asyncio.Event) -> None:
@@ -149,7 +140,6 @@ class Workload:
         if crash:
             # The writer walks away with its adds in flight; their outcomes are
             # still recorded when they arrive. Another client recovers the ledger.
-            self.ledgers[lid].needs_recovery = True
             self._spawn(self._recover_later(lid))
             return
         if in_flight:
@@ -162,10 +152,8 @@ class Workload:
             await asyncio.wait_for(handle.close(), OP_TIMEOUT)
         except (BKError, TimeoutError) as e:
             self.recorder.complete(inv, "info", {"error": _brief(e)})
-            self.ledgers[handle.ledger_id].needs_recovery = True
             return
         self.recorder.complete(inv, "ok", {"last_entry": handle.current_metadata().last_entry})
-        self.ledgers[handle.ledger_id].closed = True
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -189,8 +177,6 @@ class Workload:
             return None
         last = handle.current_metadata().last_entry
         self.recorder.complete(inv, "ok", {"last_entry": last})
-        self.ledgers[lid].closed = True
-        self.ledgers[lid].needs_recovery = False
         return last
 
     async def _reader(self, stop: asyncio.Event) -> None:
