@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,8 +223,12 @@ class Workload:
 
     # ------------------------------------------------------------ final phase
 
-    async def final_reads(self, attempts: int = 3) -> None:
-        """Recover every ledger and read every entry up to its last (the durability check)."""
+    async def final_reads(self, attempts: int = 3, parallel: int = 16) -> None:
+        """Recover every ledger and read every entry up to its last (the durability check).
+
+        Reads run ``parallel`` at a time, each reader a process of its own.
+        """
+        readers = [self.process() for _ in range(parallel)]
         for lid in sorted(self.ledgers):
             last: int | None = None
             for _ in range(attempts):
@@ -235,11 +239,16 @@ class Workload:
             if last is None:
                 continue
             handle = await self.bk.open_ledger(lid, self.spec.password, recovery=False)
-            p = self.process()
-            for entry in range(last + 1):
-                for _ in range(attempts):  # an error is not an answer: ask again
-                    if await self.read(p, handle, entry):
-                        break
+            entries = iter(range(last + 1))  # shared: each entry goes to one reader
+            await asyncio.gather(*(self._read_each(p, handle, entries, attempts) for p in readers))
+
+    async def _read_each(
+        self, p: int, handle: ReadHandle, entries: Iterator[int], attempts: int
+    ) -> None:
+        for entry in entries:
+            for _ in range(attempts):  # an error is not an answer: ask again
+                if await self.read(p, handle, entry):
+                    break
 
 
 def _brief(e: BaseException) -> str:
