@@ -8,12 +8,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
+from impl.cluster.process import wait_until
 from impl.cluster.zookeeper import ZooKeeperEnsemble, ZooKeeperError, server_mode
 
 pytestmark = pytest.mark.zookeeper
@@ -33,15 +33,6 @@ HOLDER = textwrap.dedent(
         time.sleep(0.1)
     """
 )
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _client(hosts: str) -> KazooClient:
@@ -76,7 +67,7 @@ def test_ephemeral_znode_disappears_when_its_session_expires(zk_connect: str) ->
 
         os.kill(holder.pid, signal.SIGSTOP)  # no more heartbeats from the holder
         stopped = time.monotonic()
-        assert _wait_for(lambda: observer.exists(path) is None, timeout=15.0), (
+        assert wait_until(lambda: observer.exists(path) is None, timeout=15.0), (
             "the server kept the ephemeral znode of a silent session"
         )
         # The session timeout is 1 s; the server must not drop it much earlier.
@@ -113,7 +104,7 @@ def test_ensemble_elects_a_new_leader_and_clients_continue(
     try:
         zk.create("/ledgers/L0001", b"v0", makepath=True)
         ensemble.kill(old_leader)
-        assert _wait_for(lambda: (ensemble.leader() or old_leader) != old_leader, timeout=30.0), (
+        assert wait_until(lambda: (ensemble.leader() or old_leader) != old_leader, timeout=30.0), (
             "no new leader among the two survivors"
         )
         new_leader = ensemble.leader()
@@ -127,7 +118,7 @@ def test_ensemble_elects_a_new_leader_and_clients_continue(
 
         # The killed server rejoins as a follower.
         ensemble.start_server(old_leader)
-        assert _wait_for(lambda: ensemble.mode(old_leader) == "follower", timeout=30.0)
+        assert wait_until(lambda: ensemble.mode(old_leader) == "follower", timeout=30.0)
     finally:
         zk.stop()
         zk.close()

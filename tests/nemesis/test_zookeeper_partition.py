@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
 from impl.cluster.netns import run_in_netns
+from impl.cluster.process import wait_until
 from impl.cluster.zookeeper import ZooKeeperEnsemble
 from nemesis.netns import NamespaceNetwork, namespaces_supported
 from nemesis.partition import isolate
@@ -19,15 +19,6 @@ pytestmark = [
     pytest.mark.zookeeper,
     pytest.mark.skipif(not SUPPORTED, reason=f"no network namespaces here: {WHY}"),
 ]
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 @pytest.fixture
@@ -62,17 +53,17 @@ def test_isolated_leader_loses_leadership_and_the_majority_elects_another(
         zk.create("/ledgers/L1", b"before", makepath=True)
 
         net.apply_grudge(isolate(list(net.nodes), old_node))
-        assert _wait_for(lambda: ensemble.leader() not in {None, old}, timeout=30), (
+        assert wait_until(lambda: ensemble.leader() not in {None, old}, timeout=30), (
             "the two connected servers did not elect a new leader"
         )
         # Cut off from the quorum, the old leader stops serving.
-        assert _wait_for(lambda: ensemble.mode(old) is None, timeout=30)
+        assert wait_until(lambda: ensemble.mode(old) is None, timeout=30)
 
         zk.retry(zk.set, "/ledgers/L1", b"during")
         assert zk.retry(zk.get, "/ledgers/L1")[0] == b"during"
 
         net.heal()
-        assert _wait_for(lambda: ensemble.mode(old) == "follower", timeout=30)
+        assert wait_until(lambda: ensemble.mode(old) == "follower", timeout=30)
     finally:
         zk.stop()
         zk.close()
