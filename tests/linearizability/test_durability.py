@@ -1,0 +1,147 @@
+"""The durability check on histories known good and known bad."""
+
+from __future__ import annotations
+
+import pytest
+
+from linearizability.durability import check_durability
+from linearizability.gen_cli import generate
+from linearizability.history import Op, validate
+
+
+class _History:
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+
+    def op(  # noqa: PLR0917 - reads like a history line
+        self, p: int, f: str, ledger: int, inv: object, out: object, typ: str = "ok"
+    ) -> None:
+        i = len(self.ops)
+        self.ops.append(Op(i, i, p, "invoke", f, ledger, inv))
+        self.ops.append(Op(i + 1, i + 1, p, typ, f, ledger, out))  # type: ignore[arg-type]
+
+    def add(self, p: int, e: int, data: str, ledger: int = 7) -> None:
+        self.op(p, "add", ledger, {"entry": e, "data": data}, {"entry": e, "data": data})
+
+    def read(self, p: int, e: int, data: str | None, ledger: int = 7) -> None:
+        out = {"entry": e, "found": data is not None, **({"data": data} if data else {})}
+        self.op(p, "read", ledger, {"entry": e}, out)
+
+
+def _kinds(h: _History) -> list[str]:
+    return [a["kind"] for a in check_durability(h.ops)["anomalies"]]
+
+
+def test_every_acknowledged_entry_read_back_is_valid() -> None:
+    h = _History()
+    for e in range(3):
+        h.add(1, e, f"d{e}")
+    h.op(2, "recover", 7, None, {"last_entry": 2})
+    for e in range(3):
+        h.read(3, e, f"d{e}")
+    result = check_durability(h.ops)
+    assert result == {
+        "valid": True,
+        "acknowledged": 3,
+        "final_reads": 3,
+        "counts": {},
+        "anomalies": [],
+    }
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_generated_campaign_histories_are_durable(seed: int) -> None:
+    ops = list(validate(generate(3000, 6, seed=seed)))
+    result = check_durability(ops)
+    assert result["valid"], result["anomalies"][:3]
+    assert result["acknowledged"] > 0
+
+
+def test_acknowledged_entry_beyond_the_recovered_last_entry_is_a_lost_write() -> None:
+    h = _History()
+    for e in range(3):
+        h.add(1, e, f"d{e}")
+    h.op(2, "recover", 7, None, {"last_entry": 1})
+    h.read(3, 0, "d0")
+    h.read(3, 1, "d1")
+    [anomaly] = check_durability(h.ops)["anomalies"]
+    assert anomaly["kind"] == "lost-write"
+    assert anomaly["ops"] == [4, 6]
+    assert "closed the ledger at 1" in anomaly["message"]
+
+
+def test_acknowledged_entry_of_a_ledger_never_recovered_is_a_lost_write() -> None:
+    h = _History()
+    h.add(1, 0, "a")
+    [anomaly] = check_durability(h.ops)["anomalies"]
+    assert (anomaly["kind"], anomaly["ops"]) == ("lost-write", [0])
+    assert "never recovered" in anomaly["message"]
+
+
+def test_acknowledged_entry_no_final_read_found_is_a_lost_write() -> None:
+    h = _History()
+    h.add(1, 0, "a")
+    h.read(3, 0, "a")  # before the recovery: not a final read
+    h.op(2, "recover", 7, None, {"last_entry": 0})
+    h.read(4, 0, None)  # "no such entry" is not finding it
+    result = check_durability(h.ops)
+    assert [a["kind"] for a in result["anomalies"]] == ["lost-write"]
+    assert "no final read" in result["anomalies"][0]["message"]
+
+
+def test_final_read_with_other_data_is_divergent() -> None:
+    h = _History()
+    h.add(1, 0, "a")
+    h.op(2, "recover", 7, None, {"last_entry": 0})
+    h.read(3, 0, "b")
+    [anomaly] = check_durability(h.ops)["anomalies"]
+    assert (anomaly["kind"], anomaly["ops"]) == ("divergent-read", [0, 4])
+
+
+def test_final_read_beyond_the_recovered_last_entry_is_a_read_of_a_truncated_entry() -> None:
+    h = _History()
+    h.add(1, 0, "a")
+    h.op(2, "recover", 7, None, {"last_entry": 0})
+    h.read(3, 0, "a")
+    h.read(4, 1, "x")
+    [anomaly] = check_durability(h.ops)["anomalies"]
+    assert (anomaly["kind"], anomaly["ops"]) == ("read-of-truncated-entry", [6, 2])
+
+
+def test_two_acknowledged_adds_of_one_entry_are_a_duplicate() -> None:
+    h = _History()
+    h.add(1, 0, "a")
+    h.add(5, 0, "b")
+    h.op(2, "recover", 7, None, {"last_entry": 0})
+    h.read(3, 0, "b")
+    [anomaly] = check_durability(h.ops)["anomalies"]
+    assert (anomaly["kind"], anomaly["ops"]) == ("duplicate", [0, 2])
+
+
+def test_two_final_reads_of_one_entry_with_different_data_are_divergent() -> None:
+    h = _History()
+    h.add(1, 0, "a")
+    h.op(2, "recover", 7, None, {"last_entry": 0})
+    h.read(3, 0, "b")
+    h.read(4, 0, "a")  # the last read agrees with the ack, the one before did not
+    [anomaly] = check_durability(h.ops)["anomalies"]
+    assert (anomaly["kind"], anomaly["ops"]) == ("divergent-read", [4, 6])
+    assert "as 'b' and as 'a'" in anomaly["message"]
+
+
+def test_only_the_last_recovery_decides_and_failed_adds_do_not_count() -> None:
+    h = _History()
+    h.add(1, 0, "a")
+    h.op(2, "recover", 7, None, {"last_entry": 0})
+    h.read(3, 0, "a")
+    h.op(6, "add", 7, {"entry": 1, "data": "x"}, {"error": "fenced"}, typ="fail")
+    h.op(4, "recover", 7, None, {"last_entry": 0})  # the last recovery: earlier reads are not final
+    assert _kinds(h) == ["lost-write"]
+    h.read(5, 0, "a")
+    assert _kinds(h) == []
+
+
+def test_planted_duplicate_in_a_generated_history_is_found() -> None:
+    ops = list(validate(generate(2000, 4, seed=3, anomaly="duplicate")))
+    result = check_durability(ops)
+    assert result["counts"] == {"duplicate": 1}
