@@ -38,6 +38,7 @@ from impl.core.actions import (
 from impl.core.digest import Digest, DigestMismatchError
 from impl.core.frames import Status
 from impl.core.metadata import LedgerMetadata, LedgerState
+from impl.core.planted import active as planted
 
 
 class RecoveryPhase(enum.Enum):
@@ -93,6 +94,8 @@ class LedgerRecovery:
         self._replaced_index: int | None = None
         self._unreplaceable: set[str] = set()
         self._no_spare_reason = ""
+        # PLANTED BUG switch (test-only, impl/core/planted.py): recovery reads without fence.
+        self._fence = not planted("recovery-reads-without-fence")
 
     def take_actions(self) -> list[Action]:
         out, self._actions = self._actions, []
@@ -306,7 +309,7 @@ class LedgerRecovery:
         self.phase = RecoveryPhase.FENCING
         self._read_md = self.metadata
         for b in self.ensemble:
-            self._actions.append(SendReadLac(b, self.ledger_id, fence=True))
+            self._actions.append(SendReadLac(b, self.ledger_id, fence=self._fence))
 
     def _start_reading(self, lc: int) -> None:
         self.phase = RecoveryPhase.READING
@@ -325,7 +328,9 @@ class LedgerRecovery:
         self._read = _Read()
         ensemble = self._read_md.ensemble_for(entry_id)
         for idx in self.quorum.write_set(entry_id):
-            self._actions.append(SendRead(ensemble[idx], self.ledger_id, entry_id, fence=True))
+            self._actions.append(
+                SendRead(ensemble[idx], self.ledger_id, entry_id, fence=self._fence)
+            )
 
     def _entry_found(self, entry_id: int, length: int, body: bytes) -> None:
         self.last_entry, self.length = entry_id, length

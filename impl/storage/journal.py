@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from impl.core.planted import active as planted
+
 log = logging.getLogger(__name__)
 
 Callback = Callable[[BaseException | None], None]
@@ -65,6 +67,8 @@ class Journal:
         self.buffered_threshold = buffered_threshold
         self.max_size = max_size
         self.flush_when_queue_empty = flush_when_queue_empty
+        # PLANTED BUG switch (test-only, impl/core/planted.py): acknowledge before the fsync.
+        self._ack_before_fsync = planted("ack-before-fsync")
         self._queue: queue.Queue[tuple[bytes, Callback, float] | None] = queue.Queue()
         self._id = journal_id
         self._fd = self._open(journal_id)
@@ -136,7 +140,7 @@ class Journal:
             while view:
                 n = os.write(self._fd, view)
                 view = view[n:]
-            if self.sync_data:
+            if self.sync_data and not self._ack_before_fsync:  # the plant syncs only on roll
                 os.fdatasync(self._fd)
             self._size += len(data)
             with self._mark_lock:

@@ -1,0 +1,50 @@
+"""Planted bugs: test-only switches that make the implementation wrong on purpose.
+
+A fault campaign is only worth its verdict if it can fail. Each switch here
+re-creates a known way to break BookKeeper's guarantees, so that a test can
+show the campaign's checks catch it (and the same seed without the switch is
+valid). They are read once from the environment variable ``BKREF_PLANT``, a
+comma-separated list of names; nothing is planted when it is unset, and an
+unknown name is an error (a typo must not silently test the correct code).
+
+- ``ack-before-fsync``: the journal acknowledges an add once it is written,
+  before any fsync, and syncs only when it rolls to a new file. Killed with
+  its unsynced writes lost (lazyfs), a bookie forgets entries it acknowledged.
+- ``recovery-reads-without-fence``: recovery's reads (the LAC reads that
+  start it and the entry reads that follow) do not carry the fence flag, so
+  a writer that is still alive keeps adding entries past the point where
+  recovery closes the ledger. BookKeeper #2614 dropped the flag from the entry
+  reads only; this switch drops it from both, so that the campaign's writers,
+  which race recoveries on one segment, can show its effect.
+
+Only tests and campaigns (``bkref campaign --plant NAME``) set the variable;
+the campaign passes it to the bookie and client processes it starts.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV = "BKREF_PLANT"
+PLANTS = ("ack-before-fsync", "recovery-reads-without-fence")
+
+
+class UnknownPlantError(ValueError):
+    """BKREF_PLANT names a switch that does not exist."""
+
+
+def parse(text: str | None) -> frozenset[str]:
+    names = frozenset(n.strip() for n in (text or "").split(",") if n.strip())
+    unknown = sorted(names - set(PLANTS))
+    if unknown:
+        raise UnknownPlantError(
+            f"{ENV} names unknown planted bug(s) {unknown}; known: {', '.join(PLANTS)}"
+        )
+    return names
+
+
+def active(name: str) -> bool:
+    """True if the planted bug ``name`` is switched on in this process's environment."""
+    if name not in PLANTS:
+        raise UnknownPlantError(f"no planted bug {name!r}; known: {', '.join(PLANTS)}")
+    return name in parse(os.environ.get(ENV))
