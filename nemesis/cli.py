@@ -5,39 +5,63 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import time
 from dataclasses import asdict
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from impl.cluster.local import LocalCluster
-from nemesis.db import LocalBackend
-from nemesis.generator import FAULT_KINDS
-from nemesis.netns import cleanup_leftovers
+from impl.core.planted import PLANTS
+from nemesis.db import ClusterBackend, LocalBackend
+from nemesis.db_netns import NamespaceBackend
+from nemesis.db_netns import cleanup as cleanup_netns
+from nemesis.db_netns import fault_kinds as netns_fault_kinds
+from nemesis.generator import DEFAULT_KINDS, FAULT_GROUPS, FAULT_KINDS, VICTIM_KINDS, expand_kinds
+from nemesis.netns import namespaces_supported
 from nemesis.report import render
 from nemesis.runner import RunSpec, run_once
 from nemesis.workload import WorkloadSpec
+
+NETNS_DEFAULT_FAULTS = ("kill", "pause", "partition", "expire", "lose-unsynced")
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="bkref campaign",
         description=(
-            "Start a real cluster (a private ZooKeeper and N bookie processes), run the ledger "
-            "workload while the nemesis injects faults, heal, read everything back, and check "
-            "the history for linearizability and durability. Writes history.jsonl, "
-            "results.json, timeline.html per run and report.html + results.json for the "
-            "campaign. Exit 0: every run valid; 1: an anomaly was found; 2: a run could "
-            "not complete. `bkref campaign cleanup --out DIR` stops what an interrupted "
-            "campaign left running."
+            "Start a real cluster (ZooKeeper and N bookie processes), run the ledger workload "
+            "while the nemesis injects faults, heal, read everything back, and check the "
+            "history for linearizability and durability. Writes history.jsonl, results.json, "
+            "timeline.html per run and report.html + results.json for the campaign. Exit 0: "
+            "every run valid; 1: an anomaly was found; 2: a run could not complete. "
+            "`bkref campaign cleanup [--out DIR]` removes what an interrupted campaign left "
+            "(processes, lazyfs mounts, network namespaces)."
         ),
     )
     p.add_argument("action", nargs="?", choices=["run", "cleanup"], default="run")
     p.add_argument(
+        "--backend",
+        choices=["auto", "netns", "local"],
+        default="auto",
+        help=(
+            "netns: every node in its own network namespace (3 ZooKeeper servers, partitions, "
+            "bookie data on lazyfs; needs root); local: loopback, process and disk-corruption "
+            "faults only; auto (default): netns when namespaces can be created, else local"
+        ),
+    )
+    p.add_argument(
         "--faults",
-        default=",".join(FAULT_KINDS),
-        help=f"comma-separated fault kinds: {', '.join(FAULT_KINDS)} (default all)",
+        default=None,
+        help=(
+            f"comma-separated fault kinds: {', '.join(FAULT_KINDS)}, or the groups "
+            f"{', '.join(FAULT_GROUPS)} (default: {','.join(NETNS_DEFAULT_FAULTS)} on netns, "
+            f"{','.join(DEFAULT_KINDS)} on local)"
+        ),
     )
     p.add_argument(
         "--time", type=float, default=60.0, help="seconds of faults per run (default 60)"
@@ -49,22 +73,69 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--readers", type=int, default=2, help="concurrent readers (default 2)")
     p.add_argument("--in-flight", type=int, default=8, help="adds in flight per writer (default 8)")
     p.add_argument(
+        "--quorum",
+        default=None,
+        help=(
+            "E,Wq,Aq of the workload's ledgers (default 3,2,2; 3,3,2 when a fault destroys "
+            "synced data on a bookie: then one lost copy cannot make recovery truncate)"
+        ),
+    )
+    p.add_argument(
+        "--plant",
+        action="append",
+        default=[],
+        choices=PLANTS,
+        help="switch on a planted bug (test-only) in bookies and clients, to test the checks",
+    )
+    p.add_argument("--no-lazyfs", action="store_true", help="netns: bookie data on plain disk")
+    p.add_argument(
         "--out", type=Path, default=None, help="output directory (default out/campaign-<time>)"
     )
     return p
 
 
 def _cleanup(out: Path | None, console: Console) -> int:
-    if out is None:
-        console.print("bkref campaign cleanup: give --out DIR, the campaign's output directory")
-        return 2
     stopped = 0
-    for state in sorted(out.glob("run-*/cluster/cluster.json")):
-        LocalCluster.load(state.parent).down()
-        stopped += 1
-    removed = cleanup_leftovers()
-    console.print(f"stopped {stopped} cluster(s) under {out}; removed {len(removed)} namespace(s)")
+    directories: list[Path] = []
+    if out is not None:
+        for state in sorted(out.glob("run-*/cluster/cluster.json")):
+            LocalCluster.load(state.parent).down()
+            stopped += 1
+        directories = [p.parent for p in sorted(out.glob("run-*/cluster/netns-cluster.json"))]
+    removed = cleanup_netns(directories=directories)
+    console.print(f"stopped {stopped} local cluster(s); removed {len(removed)} leftover(s)")
+    for what in removed:
+        console.print(f"  {what}")
     return 0
+
+
+def _choose_backend(requested: str, console: Console) -> str | None:
+    if requested == "local":
+        return "local"
+    ok, why = namespaces_supported()
+    if ok:
+        return "netns"
+    if requested == "netns":
+        console.print(f"bkref campaign: --backend netns is not possible here: {why}")
+        return None
+    console.print(
+        f"[yellow]network namespaces are not available ({why}); falling back to the local "
+        "backend: loopback, process and disk-corruption faults only, no partitions[/yellow]"
+    )
+    return "local"
+
+
+def _quorum(text: str | None, faults: tuple[str, ...]) -> tuple[int, int, int]:
+    if text is None:
+        return (3, 3, 2) if VICTIM_KINDS & set(faults) else (3, 2, 2)
+    e, wq, aq = (int(x) for x in text.split(","))
+    if not e >= wq >= aq >= 1:
+        raise ValueError(f"need E >= Wq >= Aq >= 1, got {text}")
+    return e, wq, aq
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # SIGTERM tears down like Ctrl-C
 
 
 def main(argv: list[str]) -> int:
@@ -72,46 +143,119 @@ def main(argv: list[str]) -> int:
     console = Console(stderr=True, highlight=False)
     if args.action == "cleanup":
         return _cleanup(args.out, console)
-    faults = tuple(f for f in args.faults.split(",") if f)
-    unknown = sorted(set(faults) - set(FAULT_KINDS))
-    if unknown or args.runs < 1 or args.bookies < 3 or args.time <= 0:
+    if args.runs < 1 or args.bookies < 3 or args.time <= 0:
+        console.print("bkref campaign: need --runs >= 1, --bookies >= 3 and --time > 0")
+        return 2
+    backend_name = _choose_backend(args.backend, console)
+    if backend_name is None:
+        return 2
+    default = NETNS_DEFAULT_FAULTS if backend_name == "netns" else DEFAULT_KINDS
+    try:
+        faults = expand_kinds(
+            [f for f in args.faults.split(",") if f] if args.faults is not None else default
+        )
+        e, wq, aq = _quorum(args.quorum, faults)
+    except ValueError as err:
+        console.print(f"bkref campaign: bad arguments: {err}")
+        return 2
+    supported = (
+        netns_fault_kinds(lazyfs=not args.no_lazyfs)
+        if backend_name == "netns"
+        else LocalBackend.fault_kinds
+    )
+    unsupported = sorted(set(faults) - supported)
+    if unsupported:
         console.print(
-            f"bkref campaign: bad arguments: unknown faults {unknown} (known: {FAULT_KINDS})"
-            if unknown
-            else "bkref campaign: need --runs >= 1, --bookies >= 3 and --time > 0"
+            f"bkref campaign: the {backend_name} backend cannot inject {unsupported}; it "
+            f"supports {sorted(supported)}"
         )
         return 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     out: Path = args.out or Path("out") / time.strftime("campaign-%Y%m%d-%H%M%S")
     out = out.resolve()
-    workload = WorkloadSpec(writers=args.writers, readers=args.readers, in_flight=args.in_flight)
-    runs = []
-    for k in range(args.runs):
-        run_seed = seed + k
-        directory = out / f"run-{k}-seed-{run_seed}"
-        console.rule(f"run {k + 1}/{args.runs}, seed {run_seed}")
-        spec = RunSpec(run_seed, args.time, faults, args.bookies, workload)
-        backend = LocalBackend(directory / "cluster", bookies=args.bookies)
-        result = run_once(spec, backend, directory, console.log)
-        runs.append(asdict(result))
-        verdict = {True: "valid", False: "INVALID", None: "could not run"}[result.valid]
-        console.print(f"run {k}: {verdict}; {sum(result.ops.values())} ops, faults {result.faults}")
-        if result.valid is not True:
-            console.print(
-                f"  reproduce with --seed {run_seed} (details in {directory}/results.json)"
+    workload = WorkloadSpec(
+        writers=args.writers,
+        readers=args.readers,
+        in_flight=args.in_flight,
+        ensemble=e,
+        write_quorum=wq,
+        ack_quorum=aq,
+    )
+    plant = tuple(sorted(set(args.plant)))
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    runs: list[dict[str, Any]] = []
+    interrupted = False
+    try:
+        for k in range(args.runs):
+            run_seed = seed + k
+            directory = out / f"run-{k}-seed-{run_seed}"
+            console.rule(f"run {k + 1}/{args.runs}, seed {run_seed}, backend {backend_name}")
+            spec = RunSpec(run_seed, args.time, faults, args.bookies, workload, plant)
+            backend: ClusterBackend = (
+                NamespaceBackend(
+                    directory / "cluster", args.bookies, lazyfs=not args.no_lazyfs, plant=plant
+                )
+                if backend_name == "netns"
+                else LocalBackend(directory / "cluster", bookies=args.bookies)
             )
-    valid = all(r["valid"] is True for r in runs)
+            with Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[status]}"),
+                console=console,
+                transient=True,
+            ) as bar:
+                task = bar.add_task(f"run {k}", total=args.time, status="setting up")
+
+                def progress(p: dict[str, Any], bar: Progress = bar, task: TaskID = task) -> None:
+                    bar.update(
+                        task,
+                        completed=min(args.time, p["seconds"]),
+                        status=(
+                            f"{p['ops']} ops: {p.get('ok', 0)} ok, {p.get('fail', 0)} fail, "
+                            f"{p.get('info', 0)} info; {p.get('faults', 0)} nemesis events"
+                        ),
+                    )
+
+                result = run_once(spec, backend, directory, bar.console.log, progress)
+            runs.append(asdict(result))
+            verdict = {True: "valid", False: "INVALID", None: "could not run"}[result.valid]
+            console.print(
+                f"run {k}: {verdict}; {sum(result.ops.values())} ops, faults {result.faults}, "
+                f"{result.seconds} s"
+            )
+            if result.valid is False:
+                for name, check in result.checks.items():
+                    if not check["valid"]:
+                        console.print(f"  {name}: {check.get('counts') or check['anomalies'][:3]}")
+            if result.valid is not True:
+                console.print(
+                    f"  reproduce with --seed {run_seed} (details in {directory}/results.json)"
+                )
+    except KeyboardInterrupt:
+        interrupted = True
+        console.print("[yellow]interrupted: the cluster of the current run was torn down[/yellow]")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    valid = bool(runs) and all(r["valid"] is True for r in runs)
     campaign = {
-        "valid": valid if all(r["valid"] is not None for r in runs) else None,
-        "backend": "local",
+        "valid": valid if runs and all(r["valid"] is not None for r in runs) else None,
+        "backend": backend_name,
         "faults": list(faults),
+        "plant": list(plant),
+        "quorum": [e, wq, aq],
         "time": args.time,
         "seed": seed,
+        "interrupted": interrupted,
         "runs": runs,
     }
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(campaign, indent=2) + "\n")
     (out / "report.html").write_text(render(campaign, out))
     console.print(f"report: {out / 'report.html'}")
+    if interrupted:
+        return 130
     if any(r["valid"] is None for r in runs):
         return 2
     return 0 if valid else 1

@@ -155,6 +155,22 @@ class NamespaceNetwork:
         """The command line that runs ``argv`` inside ``node``'s namespace."""
         return ["ip", "netns", "exec", self.nodes[node].netns, *argv]
 
+    def run(self, node: str, *argv: str, input_text: str | None = None) -> str:
+        """Run a command inside ``node``'s namespace; its stdout (NetnsError if it fails)."""
+        return self._ns(self.nodes[node].netns, *argv, input_text=input_text)
+
+    def load_nat(self, node: str, rules: Sequence[str]) -> None:
+        """Replace the nat table of ``node``'s namespace (the filter table is left alone)."""
+        table = "\n".join(
+            [
+                *("*nat", ":PREROUTING ACCEPT [0:0]", ":INPUT ACCEPT [0:0]"),
+                *(":OUTPUT ACCEPT [0:0]", ":POSTROUTING ACCEPT [0:0]"),
+                *rules,
+                *("COMMIT", ""),
+            ]
+        )
+        self.run(node, "iptables-restore", input_text=table)
+
     def _ns(self, netns: str, *argv: str, input_text: str | None = None) -> str:
         return _run(["ip", "netns", "exec", netns, *argv], input_text=input_text)
 

@@ -10,9 +10,14 @@ One run, in phases (TigerBeetle's VOPR and Jepsen both separate them):
 5. check and report: linearizability and durability verdicts, written with
    the history to the run's directory; then teardown, always.
 
-One seed drives the fault schedule and the workload's choices; a failing run
-prints "reproduce with --seed N". Timing still differs between runs (real
-processes, real disks), so a seed reproduces the schedule, not the interleaving.
+One seed drives the fault schedule, the disk faults' choices and the
+workload's choices; a failing run prints "reproduce with --seed N". Timing
+still differs between runs (real processes, real disks), so a seed reproduces
+the schedule, not the interleaving.
+
+Besides the history's checks, the run checks the cluster itself: a node that
+refuses to restart is expected only after its disk was wiped (its cookie no
+longer matches); any other refusal is a finding (``node-refused-to-start``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import contextlib
 import io
 import json
 import logging
+import os
 import random
 import time
 from collections import Counter
@@ -31,23 +37,40 @@ from pathlib import Path
 from typing import Any
 
 from impl.client.client import BookKeeper
+from impl.core.planted import ENV as PLANT_ENV
 from linearizability import check_cli
-from linearizability.history import NEMESIS, JsonlWriter, Op, Recorder, pair, read_jsonl
+from linearizability.history import (
+    JSON,
+    NEMESIS,
+    JsonlWriter,
+    Op,
+    OpType,
+    Process,
+    Recorder,
+    pair,
+    read_jsonl,
+)
 from nemesis.checker import check_durability, check_linearizable
-from nemesis.db import ClusterBackend
-from nemesis.generator import FaultWindow, ScheduleSpec, schedule
+from nemesis.db import ClusterBackend, NodeRefusedError
+from nemesis.generator import DEFAULT_KINDS, FaultWindow, ScheduleSpec, schedule
 from nemesis.workload import Workload, WorkloadSpec
 
 Log = Callable[[str], None]
+Progress = Callable[[dict[str, Any]], None]
+
+
+def _quiet(_: dict[str, Any]) -> None:
+    return None
 
 
 @dataclass(frozen=True)
 class RunSpec:
     seed: int
     duration: float = 60.0
-    faults: tuple[str, ...] = ("kill", "pause")
+    faults: tuple[str, ...] = DEFAULT_KINDS
     bookies: int = 5
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    plant: tuple[str, ...] = ()  # planted bugs (impl.core.planted), for detection tests
 
 
 @dataclass
@@ -62,20 +85,82 @@ class RunResult:
     windows: list[dict[str, object]]
     latency_ms: dict[str, dict[str, float]]
     seconds: float
+    backend: str = "local"
+    plant: list[str] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)  # what each fault did
+    throughput: list[list[int]] = field(default_factory=list)  # per second: adds, reads, other
 
 
-def _apply(backend: ClusterBackend, window: FaultWindow, event: str) -> None:
-    start = event == "start"
-    if window.kind == "kill":
-        (backend.kill if start else backend.start)(window.target)
-    elif window.kind == "pause":
-        (backend.pause if start else backend.resume)(window.target)
-    else:
-        raise ValueError(f"unknown fault kind {window.kind!r}")
+class _Nemesis:
+    """Applies fault windows to a backend and records what happened (Jepsen's nemesis)."""
+
+    def __init__(self, backend: ClusterBackend, rng: random.Random) -> None:
+        self.backend = backend
+        self.rng = rng
+        self.events: list[dict[str, Any]] = []
+        self.refused: set[str] = set()
+
+    def apply(self, w: FaultWindow, event: str) -> dict[str, Any]:
+        """Start or stop one window; a dict saying what it did (into the history)."""
+        b, start, kind, target = self.backend, event == "start", w.kind, w.target
+        out: dict[str, Any] = {}
+        try:
+            if kind in ("kill", "lose-unsynced", "truncate", "wipe") and not start:
+                if target in self.refused:
+                    out["skipped"] = f"{target} stays down (it refused to start)"
+                else:
+                    b.start(target)
+            elif kind == "kill":
+                b.kill(target)
+            elif kind == "pause":
+                (b.pause if start else b.resume)(target)
+            elif kind == "partition" or (kind == "expire" and w.grudge):
+                if start:
+                    b.partition(w.grudge_dict())
+                else:
+                    b.heal()
+            elif kind == "expire":  # no network of namespaces: a pause past the session timeout
+                (b.pause if start else b.resume)(target)
+            elif kind == "lose-unsynced":
+                b.lose_unsynced(target)
+            elif kind == "power-loss":
+                live = [x for x in b.bookies if x not in self.refused]
+                for x in live:
+                    if start:
+                        b.lose_unsynced(x)
+                    else:
+                        try:
+                            b.start(x)
+                        except NodeRefusedError as e:
+                            self._refused(x, w, str(e))
+            elif kind in ("flip", "truncate", "wipe"):
+                if start:
+                    out["did"] = b.corrupt(target, kind, self.rng)
+            else:
+                raise ValueError(f"unknown fault kind {kind!r}")
+        except NodeRefusedError as e:
+            out.update(self._refused(target, w, str(e)))
+        if out:
+            self.events.append({"kind": kind, "target": target, "event": event, **out})
+        return out
+
+    def _refused(self, node: str, w: FaultWindow, message: str) -> dict[str, Any]:
+        self.refused.add(node)
+        expected = w.kind == "wipe"
+        self.events.append(
+            {
+                "kind": w.kind,
+                "target": node,
+                "event": "refused",
+                "expected": expected,
+                "message": message[-600:],
+            }
+        )
+        return {"refused": True, "expected": expected}
 
 
 async def _nemesis(
-    backend: ClusterBackend,
+    nemesis: _Nemesis,
     windows: list[FaultWindow],
     recorder: Recorder,
     log: Log,
@@ -89,9 +174,13 @@ async def _nemesis(
     )
     for at, _, event, w in events:
         await asyncio.sleep(max(0.0, t0 + at - loop.time()))
-        recorder.record(NEMESIS, "info", w.kind, None, {"target": w.target, "event": event})
+        value: dict[str, Any] = {"target": w.target, "event": event}
+        recorder.record(NEMESIS, "info", w.kind, None, value)
         log(f"nemesis: {w.kind} {event} {w.target}")
-        await asyncio.to_thread(_apply, backend, w, event)
+        did = await asyncio.to_thread(nemesis.apply, w, event)
+        if did:
+            recorder.record(NEMESIS, "info", w.kind, None, {**value, **did})
+            log(f"nemesis: {w.kind} {event} {w.target}: {did}")
         if event == "start":
             counts[w.kind] += 1
 
@@ -113,12 +202,24 @@ def _latencies(ops: list[Op]) -> dict[str, dict[str, float]]:
     return out
 
 
-async def _drive(
-    spec: RunSpec, backend: ClusterBackend, recorder: Recorder, log: Log
+async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
+    spec: RunSpec,
+    backend: ClusterBackend,
+    recorder: Recorder,
+    log: Log,
+    nemesis: _Nemesis,
+    rng: random.Random,
 ) -> tuple[Counter[str], list[FaultWindow]]:
-    rng = random.Random(spec.seed)
     windows = schedule(
-        ScheduleSpec(duration=spec.duration, kinds=spec.faults, targets=tuple(backend.bookies)),
+        ScheduleSpec(
+            duration=spec.duration,
+            kinds=spec.faults,
+            targets=tuple(backend.bookies),
+            zookeepers=tuple(backend.zookeepers),
+            network=tuple(backend.network),
+            clients=tuple(backend.clients),
+            expire_length=backend.session_timeout + 4.0,
+        ),
         rng.getrandbits(64),
     )
     counts: Counter[str] = Counter()
@@ -129,7 +230,7 @@ async def _drive(
         stop = asyncio.Event()
         log(f"safety phase: {spec.duration:.0f} s, {len(windows)} fault windows")
         work = asyncio.create_task(workload.run(stop))
-        await _nemesis(backend, windows, recorder, log, counts)
+        await _nemesis(nemesis, windows, recorder, log, counts)
         remaining = spec.duration - max((w.stop for w in windows), default=0.0)
         await asyncio.sleep(max(0.0, remaining))
         recorder.record(NEMESIS, "info", "heal", None, {"event": "start"})
@@ -144,8 +245,58 @@ async def _drive(
     return counts, windows
 
 
-def run_once(spec: RunSpec, backend: ClusterBackend, directory: Path, log: Log) -> RunResult:
-    """One run of the campaign; always tears the cluster down."""
+class _CountingRecorder(Recorder):
+    """A Recorder that reports completions to a progress callback, every 200 ops."""
+
+    def __init__(self, writer: JsonlWriter, progress: Progress) -> None:
+        super().__init__(writer)
+        self.progress = progress
+        self.counts: Counter[str] = Counter()
+
+    def record(self, process: Process, typ: OpType, f: str, ledger: int | None, value: JSON) -> Op:
+        op = super().record(process, typ, f, ledger, value)
+        if typ != "invoke":
+            self.counts["faults" if process == NEMESIS else typ] += 1
+            if op.index % 200 == 0 or process == NEMESIS:
+                self.progress({"ops": op.index + 1, **self.counts, "seconds": op.time / 1e9})
+        return op
+
+
+def _throughput(ops: list[Op]) -> list[list[int]]:
+    """Per second of the run: ok adds, ok reads (and LAC reads), other ok operations."""
+    rows: dict[int, list[int]] = {}
+    for o in ops:
+        if o.is_nemesis or o.type != "ok":
+            continue
+        row = rows.setdefault(o.time // 1_000_000_000, [0, 0, 0])
+        row[0 if o.f == "add" else 1 if o.f in ("read", "read_lac") else 2] += 1
+    last = max(rows, default=-1)
+    return [[s, *rows.get(s, [0, 0, 0])] for s in range(last + 1)]
+
+
+def _check_cluster(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """A node that refused to restart without a wiped disk is a finding."""
+    anomalies: list[dict[str, Any]] = [
+        {
+            "kind": "node-refused-to-start",
+            "ledger": None,
+            "ops": [],
+            "message": f"{e['target']} refused to restart after {e['kind']}: {e['message']}",
+        }
+        for e in events
+        if e.get("event") == "refused" and not e.get("expected")
+    ]
+    return {"valid": not anomalies, "anomalies": anomalies}
+
+
+def run_once(
+    spec: RunSpec,
+    backend: ClusterBackend,
+    directory: Path,
+    log: Log,
+    progress: Progress = _quiet,
+) -> RunResult:
+    """One run of the campaign; always tears the cluster down (also on Ctrl-C)."""
     started = time.monotonic()
     directory.mkdir(parents=True, exist_ok=True)
     history = directory / "history.jsonl"
@@ -159,11 +310,25 @@ def run_once(spec: RunSpec, backend: ClusterBackend, directory: Path, log: Log) 
     root = logging.getLogger()
     root.addHandler(client_log)
     root.setLevel(logging.INFO)
+    rng = random.Random(spec.seed)
+    nemesis = _Nemesis(backend, random.Random(rng.getrandbits(64)))
+    # The client half of a planted bug (recovery) runs in this process.
+    saved_plant = os.environ.get(PLANT_ENV)
+    if spec.plant:
+        os.environ[PLANT_ENV] = ",".join(spec.plant)
+    else:
+        os.environ.pop(PLANT_ENV, None)
     try:
-        log(f"setup: {spec.bookies} bookies and ZooKeeper under {directory}")
+        log(
+            f"setup: {spec.bookies} bookies and ZooKeeper ({backend.name} backend) under "
+            f"{directory}" + (f"; planted bug(s): {', '.join(spec.plant)}" if spec.plant else "")
+        )
         backend.setup()
         with JsonlWriter(history) as writer:
-            counts, windows = asyncio.run(_drive(spec, backend, Recorder(writer), log))
+            recorder = _CountingRecorder(writer, progress)
+            counts, windows = backend.run_client(
+                lambda: asyncio.run(_drive(spec, backend, recorder, log, nemesis, rng))
+            )
     except Exception as e:  # the run could not complete: exit code 2, not a verdict
         error = f"{type(e).__name__}: {e}"
         log(f"run failed: {error}")
@@ -172,15 +337,25 @@ def run_once(spec: RunSpec, backend: ClusterBackend, directory: Path, log: Log) 
             (directory / "logs").mkdir(exist_ok=True)
             for node, text in backend.logs().items():
                 (directory / "logs" / f"{node}.log").write_text(text)
-        backend.teardown()
-        root.removeHandler(client_log)
-        client_log.close()
+        try:
+            backend.teardown()
+        finally:
+            root.removeHandler(client_log)
+            client_log.close()
+            if saved_plant is None:
+                os.environ.pop(PLANT_ENV, None)
+            else:
+                os.environ[PLANT_ENV] = saved_plant
 
     ops = list(read_jsonl(history)) if history.exists() else []
     checks: dict[str, Any] = {}
     valid: bool | None = None
     if error is None:
-        checks = {"linearizable": check_linearizable(ops), "durability": check_durability(ops)}
+        checks = {
+            "linearizable": check_linearizable(ops),
+            "durability": check_durability(ops),
+            "cluster": _check_cluster(nemesis.events),
+        }
         valid = all(c["valid"] for c in checks.values())
         with contextlib.redirect_stdout(io.StringIO()):
             check_cli.main([str(history), "--html", str(directory / "timeline.html")])
@@ -195,6 +370,10 @@ def run_once(spec: RunSpec, backend: ClusterBackend, directory: Path, log: Log) 
         windows=[w.to_json() for w in windows],
         latency_ms=_latencies(ops),
         seconds=round(time.monotonic() - started, 1),
+        backend=backend.name,
+        plant=list(spec.plant),
+        events=nemesis.events,
+        throughput=_throughput(ops),
     )
     (directory / "results.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
     return result

@@ -8,7 +8,9 @@ ok, fail or info), through one :class:`Recorder`:
   pipelined writer uses one logical process per add in flight. At the end of
   a ledger a writer closes it, or "crashes": it walks away with adds in
   flight and the ledger is recovered (opened with recovery, which fences)
-  by another client a moment later.
+  by another client a moment later. Some ledgers are recovered by another
+  client *while their writer is still adding* (a racing recovery): fencing
+  must stop that writer, so that nothing is acknowledged past the close.
 - Readers read the LAC of a ledger and entries at or below the LAC they
   observed (BookKeeper readers do not read past the LAC).
 - The final phase opens every ledger with recovery and reads each entry up
@@ -45,6 +47,7 @@ class WorkloadSpec:
     readers: int = 2
     entries_per_ledger: int = 150
     crash_probability: float = 0.3  # a writer abandons its ledger instead of closing it
+    race_probability: float = 0.2  # another client recovers the ledger while it is written
     ensemble: int = 3
     write_quorum: int = 2
     ack_quorum: int = 2
@@ -123,7 +126,17 @@ class Workload:
                 self.recorder.complete(inv, "info", {"error": _brief(exc)})
                 broken.set()
 
-        for _ in range(self.spec.entries_per_ledger):
+        # A racing recovery: another client opens the ledger with recovery while its
+        # writer is alive and adding. Fencing must stop the writer: no add may be
+        # acknowledged past the point where the recovery closes the ledger.
+        race_at = (
+            self.rng.randrange(1, self.spec.entries_per_ledger)
+            if self.rng.random() < self.spec.race_probability
+            else -1
+        )
+        for n in range(self.spec.entries_per_ledger):
+            if n == race_at:
+                self._spawn(self.recover_ledger(lid))
             await slots.acquire()
             if stop.is_set() or broken.is_set():
                 slots.release()
@@ -162,6 +175,9 @@ class Workload:
 
     async def _recover_later(self, lid: int) -> None:
         await asyncio.sleep(self.rng.uniform(0.2, 2.0))
+        await self.recover(lid)
+
+    async def recover_ledger(self, lid: int) -> None:
         await self.recover(lid)
 
     async def recover(self, lid: int) -> int | None:
