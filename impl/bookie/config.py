@@ -46,6 +46,18 @@ class BookieConfig:
     diskUsageLwmThreshold: float = 0.90  # noqa: N815
     diskCheckInterval: int = 10000  # noqa: N815
     nettyMaxFrameSizeBytes: int = 5242880  # noqa: N815
+    # AutoRecovery (auditor and replication worker), BookKeeper's names and defaults.
+    autoRecoveryDaemonEnabled: bool = False  # noqa: N815
+    lostBookieRecoveryDelay: int = 0  # noqa: N815 (seconds)
+    openLedgerRereplicationGracePeriod: int = 30000  # noqa: N815 (ms)
+    auditorPeriodicCheckInterval: int = 604800  # noqa: N815 (seconds; 0 disables)
+    auditorPeriodicBookieCheckInterval: int = 86400  # noqa: N815 (seconds; 0 disables)
+    auditorLedgerVerificationPercentage: int = 0  # noqa: N815 (entries read beyond first/last)
+    rwRereplicateBackoffMs: int = 5000  # noqa: N815
+    # Beyond BookKeeper (replica management): per-bookie repair slots and task priorities.
+    repairSlotsPerBookie: int = 4  # noqa: N815
+    repairDeprioritizeAfterFailures: int = 5  # noqa: N815
+    repairPromoteAfterMs: int = 1800000  # noqa: N815
 
     @property
     def bookie_id(self) -> str:

@@ -24,6 +24,12 @@ def main(argv: list[str]) -> int:
         ),
     )
     p.add_argument("--config", type=Path, required=True, help="TOML bookie config")
+    p.add_argument(
+        "--autorecovery",
+        action="store_true",
+        help="also run AutoRecovery (auditor election and a replication worker) in this "
+        "process, as autoRecoveryDaemonEnabled=true does",
+    )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(
@@ -60,7 +66,12 @@ def main(argv: list[str]) -> int:
                 logging.getLogger(__name__).error("SIGHUP: %s", e)
 
         loop.add_signal_handler(signal.SIGHUP, hup)
-        await bookie.serve()
+        if args.autorecovery or config.autoRecoveryDaemonEnabled:
+            from impl.autorecovery.service import AutoRecovery
+
+            await asyncio.gather(bookie.serve(), AutoRecovery(config).run())
+        else:
+            await bookie.serve()
 
     try:
         asyncio.run(run())

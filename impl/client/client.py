@@ -90,6 +90,7 @@ class BookKeeper:
         timeout: float = 10.0,
         add_entry_timeout: float = 5.0,
         connect_timeout: float = 15.0,
+        session_timeout: float = 10.0,
         seed: int | None = None,
     ) -> None:
         self.zk_hosts = zk_hosts
@@ -97,13 +98,16 @@ class BookKeeper:
         self.timeout = timeout
         self.add_entry_timeout = add_entry_timeout  # BookKeeper's addEntryTimeoutSec
         self.connect_timeout = connect_timeout
+        self.session_timeout = session_timeout  # ZooKeeper session (zkTimeout)
         self.rng = random.Random(seed)
         self._conns: dict[str, BookieConnection] = {}
         self.store: ZkMetadataStore | None = None
 
     async def start(self) -> BookKeeper:
         try:
-            zk = await asyncio.to_thread(connect, self.zk_hosts, self.connect_timeout)
+            zk = await asyncio.to_thread(
+                connect, self.zk_hosts, self.connect_timeout, self.session_timeout
+            )
         except Exception as e:  # kazoo raises its own timeout type
             raise BKError(
                 f"cannot connect to ZooKeeper at {self.zk_hosts}: {e or type(e).__name__}; "
@@ -166,6 +170,7 @@ class BookKeeper:
             digest,
             password_hash(password),
             ctime_ms=int(time.time() * 1000),
+            password=password,
         )
         lid, version = await asyncio.to_thread(self.meta.create_ledger, md)
         return WriteHandle(self, lid, md, version, password)

@@ -26,6 +26,11 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--dir", type=Path, required=True)
     up.add_argument("--timeout", type=float, default=90.0)
     up.add_argument(
+        "--autorecovery",
+        action="store_true",
+        help="run AutoRecovery (auditor election and a replication worker) in every bookie",
+    )
+    up.add_argument(
         "--set",
         action="append",
         default=[],
@@ -57,7 +62,7 @@ def main(argv: list[str]) -> int:
             if args.bookies < 1:
                 print("bkref cluster: --bookies must be at least 1", file=sys.stderr)
                 return 2
-            cluster = LocalCluster(args.dir, _overrides(args.set))
+            cluster = LocalCluster(args.dir, _overrides(args.set), autorecovery=args.autorecovery)
             try:
                 cluster.up(args.bookies, timeout=args.timeout)
             except BaseException:

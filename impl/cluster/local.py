@@ -64,6 +64,7 @@ class LocalCluster:
     zookeeper: ZooKeeperEnsemble | None = None
     bookies: list[BookieProcess] = field(default_factory=list)
     zk_root: str = "/ledgers"
+    autorecovery: bool = False  # each bookie process also runs an AutoRecovery node
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -132,7 +133,14 @@ class LocalCluster:
         stale = self._owners([index])
         with b.log_path.open("ab") as log:
             p = subprocess.Popen(
-                [sys.executable, "-m", "impl.bookie", "--config", str(b.config_path)],
+                [
+                    sys.executable,
+                    "-m",
+                    "impl.bookie",
+                    "--config",
+                    str(b.config_path),
+                    *(["--autorecovery"] if self.autorecovery else []),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -270,6 +278,7 @@ class LocalCluster:
             "zk_hosts": self._zk_hosts,
             "zk_root": self.zk_root,
             "has_zookeeper": self.zookeeper is not None,
+            "autorecovery": self.autorecovery,
             "bookie_overrides": self.bookie_overrides,
             "bookies": [asdict(b) for b in self.bookies],
         }
@@ -284,7 +293,12 @@ class LocalCluster:
             raise ClusterError(
                 f"no cluster was started in {directory} ({path} is missing)"
             ) from None
-        c = cls(Path(directory), dict(state["bookie_overrides"]), zk_root=state["zk_root"])
+        c = cls(
+            Path(directory),
+            dict(state["bookie_overrides"]),
+            zk_root=state["zk_root"],
+            autorecovery=bool(state.get("autorecovery", False)),
+        )
         c._zk_hosts = state["zk_hosts"]
         if state["has_zookeeper"]:
             c.zookeeper = ZooKeeperEnsemble.load(c.directory / "zookeeper")

@@ -8,6 +8,8 @@ entries from there on; only the last segment of an open ledger can grow.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import json
 from dataclasses import dataclass, field, replace
@@ -48,6 +50,9 @@ class LedgerMetadata:
     length: int = 0
     ctime_ms: int = 0
     custom: tuple[tuple[str, str], ...] = field(default=())
+    # As BookKeeper stores it since 4.x, so that the auditor, replication workers and
+    # manual recovery can read and write a ledger without being told its password.
+    password: bytes = b""
 
     @property
     def quorum(self) -> Quorum:
@@ -108,6 +113,7 @@ class LedgerMetadata:
                 {"firstEntryId": s.first_entry, "ensemble": list(s.ensemble)} for s in self.segments
             ],
             "customMetadata": dict(self.custom),
+            "password": base64.b64encode(self.password).decode(),
         }
 
     def serialize(self) -> bytes:
@@ -137,8 +143,9 @@ class LedgerMetadata:
                 length=int(d["length"]),
                 ctime_ms=int(d["ctime"]),
                 custom=tuple(sorted(d.get("customMetadata", {}).items())),
+                password=base64.b64decode(d.get("password", ""), validate=True),
             )
         except MetadataFormatError:
             raise
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, binascii.Error) as e:
             raise MetadataFormatError(f"cannot parse ledger metadata: {e!r}") from e

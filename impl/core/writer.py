@@ -237,6 +237,13 @@ class LedgerWriter:
     def on_metadata_conflict(self, current: LedgerMetadata, version: int) -> None:
         """The CAS failed: ``current`` (at ``version``) is what ZooKeeper holds now."""
         if self.state is WriterState.CLOSING:
+            if current.state is LedgerState.OPEN and current.last_segment == (
+                self.metadata.last_segment
+            ):
+                # A replication worker rewrote an earlier segment: close on its version.
+                self._proposed = current.closed(self.lac, self.length)
+                self._actions.append(WriteMetadata(self._proposed, version, "close retry"))
+                return
             self._proposed = None
             if current.is_closed and current.last_entry == self.lac:
                 self.metadata, self.version = current, version
@@ -259,8 +266,12 @@ class LedgerWriter:
                 "is recovering or closed it",
             )
             return
-        # Still open (the only other writer of metadata is recovery): retry on the new version.
+        # Still open: a replication worker rewrote an earlier segment. Retry on its version,
+        # keeping its ensembles for the segments before ours.
         self.version = version
+        self.metadata = current.with_segment(
+            self.metadata.last_segment.first_entry, self.metadata.last_segment.ensemble
+        )
         if self.state is WriterState.CHANGING_ENSEMBLE and self._proposed is not None:
             self._proposed = current.with_segment(
                 self._proposed.last_segment.first_entry, self._proposed.last_segment.ensemble

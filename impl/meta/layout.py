@@ -45,6 +45,15 @@ def instance_id(root: str) -> str:
     return f"{root}/INSTANCEID"
 
 
+def underreplication(root: str) -> str:
+    return f"{root}/underreplication"
+
+
+def decommissioning(root: str) -> str:
+    """Bookies being decommissioned: new ensembles and repairs avoid them."""
+    return f"{root}/underreplication/decommission"
+
+
 def layout(root: str) -> str:
     return f"{root}/LAYOUT"
 

@@ -234,8 +234,16 @@ class ZkMetadataStore:
         return sorted(out, key=lambda b: (b.readonly, b.bookie_id))
 
     def writable_bookies(self) -> dict[str, str]:
-        """bookie id -> failure domain, for placement."""
-        return {b.bookie_id: b.rack for b in self.bookies() if not b.readonly}
+        """bookie id -> failure domain, for placement (not read-only, not decommissioning)."""
+        try:
+            leaving = set(self.zk.get_children(paths.decommissioning(self.root)))
+        except NoNodeError:
+            leaving = set()
+        return {
+            b.bookie_id: b.rack
+            for b in self.bookies()
+            if not b.readonly and b.bookie_id not in leaving
+        }
 
     # ------------------------------------------------------------ cookies
 

@@ -17,8 +17,10 @@ def make_cluster(tmp_path: Path, zk_connect: str) -> Iterator[MakeCluster]:
     """``make_cluster(n, **bookie_config)``: n bookies registered under a fresh chroot."""
     made: list[LocalCluster] = []
 
-    def make(bookies: int, **overrides: object) -> LocalCluster:
-        c = LocalCluster(tmp_path / f"cluster{len(made)}", dict(overrides))
+    def make(bookies: int, *, autorecovery: bool = False, **overrides: object) -> LocalCluster:
+        c = LocalCluster(
+            tmp_path / f"cluster{len(made)}", dict(overrides), autorecovery=autorecovery
+        )
         made.append(c)
         c.up(bookies, zk_connect=zk_connect)
         return c

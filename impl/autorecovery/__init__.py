@@ -1,0 +1,1 @@
+"""AutoRecovery: the auditor, replication workers and manual recovery."""

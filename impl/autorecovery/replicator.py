@@ -1,0 +1,232 @@
+"""Copying fragments: read each entry from a surviving replica, verify its digest, and
+write it to the target bookie with a recovery add (which a fence does not stop).
+
+Shared by the replication worker and manual recovery (``bkref shell recover``). The
+order of a repair is the protocol's: copy first, then CAS the new ensemble into the
+metadata. A copy that is never recorded is harmless (garbage on the target); a
+metadata change before the copy would name a bookie without the entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+
+from impl.client.client import BookKeeper
+from impl.client.connection import BookieUnavailableError
+from impl.core.digest import Digest, DigestMismatchError, master_key
+from impl.core.frames import AddRequest, ReadRequest, ReadResponse, Status
+from impl.core.metadata import LedgerMetadata
+from impl.core.repair import Fragment, Reason, choose_target, fragments, replace_replica
+from impl.meta.store import MetadataConflictError, NoSuchLedgerError
+
+log = logging.getLogger(__name__)
+
+COPY_CONCURRENCY = 32  # entries in flight per fragment copy
+
+
+class RepairError(RuntimeError):
+    """A fragment could not be copied; the message says which entry and why."""
+
+
+@dataclass
+class FragmentResult:
+    segment: int
+    bookie: str
+    target: str | None
+    entries: int = 0
+    bytes: int = 0
+    skipped: str = ""  # why nothing was copied, if so
+    deferred: bool = False  # skipped, but not a failure: another worker's job, or slots busy
+
+
+@dataclass
+class LedgerRepair:
+    ledger_id: int
+    fragments: list[FragmentResult] = field(default_factory=list)
+    complete: bool = False
+    message: str = ""
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.fragments)
+
+
+async def _read_verified(
+    bk: BookKeeper, digest: Digest, ledger_id: int, entry: int, sources: list[str]
+) -> bytes:
+    reasons: list[str] = []
+    for b in sources:
+        try:
+            resp = await bk.request(b, lambda rid: ReadRequest(rid, ledger_id, entry))
+        except BookieUnavailableError as e:
+            reasons.append(f"{b}: {e}")
+            continue
+        if isinstance(resp, ReadResponse) and resp.status is Status.OK:
+            try:
+                digest.verify(resp.body, ledger_id, entry)
+            except DigestMismatchError as e:
+                reasons.append(f"{b}: {e}")
+                continue
+            return resp.body
+        reasons.append(f"{b}: {resp.status.name}")
+    raise RepairError(
+        f"ledger {ledger_id} entry {entry}: no verified copy on any other replica "
+        f"({'; '.join(reasons) or 'no other replica'})"
+    )
+
+
+async def _has_verified(
+    bk: BookKeeper, digest: Digest, bookie: str, ledger_id: int, entry: int
+) -> bool:
+    try:
+        resp = await bk.request(bookie, lambda rid: ReadRequest(rid, ledger_id, entry))
+    except BookieUnavailableError:
+        return False
+    if not (isinstance(resp, ReadResponse) and resp.status is Status.OK):
+        return False
+    try:
+        digest.verify(resp.body, ledger_id, entry)
+    except DigestMismatchError:
+        return False
+    return True
+
+
+async def copy_fragment(
+    bk: BookKeeper,
+    md: LedgerMetadata,
+    frag: Fragment,
+    target: str,
+    *,
+    avoid: Collection[str] = (),
+    only_missing: bool = False,
+) -> tuple[int, int]:
+    """Copy ``frag``'s entries to ``target``; returns (entries, bytes) written.
+
+    Sources are the entry's other replicas, those in ``avoid`` last. With
+    ``only_missing`` (an in-place repair) entries the target holds intact are skipped.
+    """
+    digest = Digest(md.digest_type, md.password)
+    key = master_key(md.password)
+    lid = frag.ledger_id
+    copied = [0, 0]
+    sem = asyncio.Semaphore(COPY_CONCURRENCY)
+
+    async def one(entry: int) -> None:
+        async with sem:
+            if only_missing and await _has_verified(bk, digest, target, lid, entry):
+                return
+            srcs = [b for b in frag.sources(md, entry) if b != target]
+            srcs = [b for b in srcs if b not in avoid] + [b for b in srcs if b in avoid]
+            body = await _read_verified(bk, digest, lid, entry, srcs)
+            try:
+                resp = await bk.request(
+                    target, lambda rid: AddRequest(rid, lid, entry, key, body, recovery=True)
+                )
+            except BookieUnavailableError as e:
+                raise RepairError(f"ledger {lid} entry {entry}: target {target}: {e}") from e
+            if resp.status is not Status.OK:
+                raise RepairError(
+                    f"ledger {lid} entry {entry}: target {target} refused the copy: "
+                    f"{resp.status.name}"
+                )
+            copied[0] += 1
+            copied[1] += len(body)
+
+    await asyncio.gather(*(one(e) for e in frag.entries(md)))
+    return copied[0], copied[1]
+
+
+async def record_replacement(
+    bk: BookKeeper, ledger_id: int, frag: Fragment, target: str
+) -> LedgerMetadata | None:
+    """CAS ``target`` into the segment in place of ``frag.bookie``. Retries on a
+    concurrent change; None if the segment no longer names the bookie."""
+    for _ in range(20):
+        md, version = await asyncio.to_thread(bk.meta.read_ledger, ledger_id)
+        new = replace_replica(md, frag.segment, frag.bookie, target)
+        if new is None or md.segments[frag.segment].first_entry != frag.first:
+            return None
+        try:
+            await asyncio.to_thread(bk.meta.cas_ledger, ledger_id, new, version)
+        except MetadataConflictError:
+            continue
+        log.info(
+            "ledger %d segment %d: replica %s replaced by %s",
+            ledger_id,
+            frag.segment,
+            frag.bookie,
+            target,
+        )
+        return new
+    raise RepairError(f"ledger {ledger_id}: metadata kept changing under the repair")
+
+
+async def repair_ledger(
+    bk: BookKeeper,
+    ledger_id: int,
+    bad: Mapping[str, Reason],
+    candidates: Mapping[str, str],
+    *,
+    local: str | None = None,
+    target: str | None = None,
+    slots: Callable[[list[str]], Awaitable[AsyncExitStack | None]] | None = None,
+) -> LedgerRepair:
+    """Copy every immutable fragment on a bad bookie and record each copy's new home.
+
+    ``candidates`` are the writable bookies (id -> failure domain). Lost and leaving
+    replicas move to ``target`` if given, else to ``local`` (a worker beside a
+    bookie), else to a bookie the placement rules choose; entries-missing replicas are
+    refilled in place. ``slots(bookies)`` returns the held repair slots of those
+    bookies as an exit stack, or None when one of them has no free slot.
+    """
+    out = LedgerRepair(ledger_id)
+    try:
+        md, _ = await asyncio.to_thread(bk.meta.read_ledger, ledger_id)
+    except NoSuchLedgerError:
+        out.complete, out.message = True, "ledger deleted"
+        return out
+    incomplete = False
+    for frag in fragments(md, ledger_id, bad):
+        reason = bad[frag.bookie]
+        in_place = reason is Reason.ENTRIES_MISSING
+        if in_place:
+            dest: str | None = frag.bookie
+        else:
+            dest = choose_target(
+                frag,
+                candidates,
+                local=None if target is not None else local,
+                exclude=set(bad),
+                prefer=[target] if target is not None else [],
+            )
+        res = FragmentResult(frag.segment, frag.bookie, dest)
+        out.fragments.append(res)
+        if dest is None:
+            res.deferred = local is not None and target is None
+            res.skipped = (
+                f"local bookie {local} cannot hold it (already in the ensemble, or its rack "
+                "is used)"
+                if res.deferred
+                else "no writable bookie outside the ensemble in an unused failure domain"
+            )
+            incomplete = True
+            continue
+        involved = sorted({dest, *(b for b in frag.ensemble if b != frag.bookie)})
+        guard = await slots(involved) if slots is not None else AsyncExitStack()
+        if guard is None:
+            res.skipped = "no free repair slot on " + ", ".join(involved)
+            res.deferred = True
+            incomplete = True
+            continue
+        async with guard:
+            res.entries, res.bytes = await copy_fragment(
+                bk, md, frag, dest, avoid=set(bad), only_missing=in_place
+            )
+        if not in_place and await record_replacement(bk, ledger_id, frag, dest) is None:
+            res.skipped = "segment changed meanwhile; copy not recorded"
+    out.complete = not incomplete
+    return out

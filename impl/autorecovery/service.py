@@ -1,0 +1,127 @@
+"""An AutoRecovery node: the auditor elector and a replication worker, on one event loop.
+
+Runs in its own process (``bkref autorecovery --config FILE``), beside a bookie or on
+a dedicated node, or inside a bookie process (``bkref bookie --autorecovery``).
+The configuration is the bookie's TOML file, as BookKeeper's AutoRecoveryMain reads
+bk_server.conf: its ZooKeeper settings, its bookie id (the worker's local bookie,
+unless dedicated) and the AutoRecovery parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from impl.autorecovery.auditor import Auditor, AuditorConfig
+from impl.autorecovery.worker import ReplicationWorker, WorkerConfig
+from impl.bookie.config import BookieConfig, ConfigError
+from impl.client.client import BKError, BookKeeper
+from impl.core.repair import Scheduling
+from impl.meta.underreplication import UnderreplicationManager
+
+log = logging.getLogger(__name__)
+
+
+class AutoRecovery:
+    def __init__(self, config: BookieConfig, *, dedicated: bool = False) -> None:
+        self.config = config
+        self.local = None if dedicated else config.bookie_id
+        self.node_id = (
+            f"autorecovery-{socket.gethostname()}-{os.getpid()}" if dedicated else config.bookie_id
+        )
+        self.bk = BookKeeper(
+            config.zkServers,
+            config.zkLedgersRootPath,
+            session_timeout=config.zkTimeout / 1000,
+        )
+        self.auditor: Auditor | None = None
+        self.worker: ReplicationWorker | None = None
+
+    async def run(self) -> None:
+        await self.bk.start()
+        try:
+            c = self.config
+            urm = UnderreplicationManager(self.bk.meta.zk, c.zkLedgersRootPath)
+            await asyncio.to_thread(urm.ensure_layout)
+            self.auditor = Auditor(
+                self.bk,
+                urm,
+                self.node_id,
+                AuditorConfig(
+                    c.lostBookieRecoveryDelay,
+                    c.auditorPeriodicCheckInterval,
+                    c.auditorPeriodicBookieCheckInterval,
+                    c.auditorLedgerVerificationPercentage,
+                ),
+            )
+            self.worker = ReplicationWorker(
+                self.bk,
+                urm,
+                self.node_id,
+                self.local,
+                WorkerConfig(
+                    c.openLedgerRereplicationGracePeriod,
+                    c.rwRereplicateBackoffMs,
+                    c.repairSlotsPerBookie,
+                    Scheduling(c.repairDeprioritizeAfterFailures, c.repairPromoteAfterMs),
+                ),
+            )
+            log.info(
+                "autorecovery %s started (local bookie: %s)", self.node_id, self.local or "none"
+            )
+            await asyncio.gather(self.auditor.run(), self.worker.run())
+        finally:
+            await self.bk.close()
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="bkref autorecovery",
+        description=(
+            "Run an AutoRecovery node: it takes part in the auditor election and runs a "
+            "replication worker. Reads the bookie's TOML config (ZooKeeper settings and "
+            "AutoRecovery parameters such as lostBookieRecoveryDelay, "
+            "openLedgerRereplicationGracePeriod, auditorPeriodicCheckInterval). Beside a "
+            "bookie the worker copies to that bookie; with --dedicated it copies to bookies "
+            "the placement rules choose. SIGTERM stops it."
+        ),
+    )
+    p.add_argument("--config", type=Path, required=True, help="bookie TOML config")
+    p.add_argument(
+        "--dedicated",
+        action="store_true",
+        help="not beside a bookie: copy to any bookie that fits the placement rules",
+    )
+    p.add_argument("--log-level", default="INFO")
+    args = p.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = BookieConfig.load(args.config)
+    except ConfigError as e:
+        print(f"bkref autorecovery: {e}", file=sys.stderr)
+        return 2
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        loop.add_signal_handler(signal.SIGINT, task.cancel)
+        await AutoRecovery(config, dedicated=args.dedicated).run()
+
+    try:
+        asyncio.run(run())
+    except asyncio.CancelledError:
+        pass
+    except BKError as e:
+        print(f"bkref autorecovery: {e}", file=sys.stderr)
+        return 1
+    return 0
