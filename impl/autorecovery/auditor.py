@@ -151,6 +151,15 @@ class Auditor:
                 trigger()
             return True
 
+        def on_enabled(enabled: bool) -> bool:
+            # An audit skipped while disabled runs once enabled, as BookKeeper's does.
+            if self.epoch != epoch:
+                return False
+            if enabled:
+                trigger()
+            return True
+
+        self.urm.watch_enabled(on_enabled)
         zk.ChildrenWatch(layout.available(self.urm.root), on_bookies)
         zk.ChildrenWatch(layout.readonly(self.urm.root), on_bookies)
         zk.DataWatch(f"{self.urm.base}/lostBookieRecoveryDelay", on_delay)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
-from impl.client.client import BookKeeper
+from impl.client.client import BKError, BookKeeper
 from impl.client.connection import BookieUnavailableError
 from impl.core.digest import Digest, DigestMismatchError, master_key
 from impl.core.frames import AddRequest, ReadRequest, ReadResponse, Status
@@ -229,4 +229,40 @@ async def repair_ledger(
         if not in_place and await record_replacement(bk, ledger_id, frag, dest) is None:
             res.skipped = "segment changed meanwhile; copy not recorded"
     out.complete = not incomplete
+    return out
+
+
+async def recover_bookie(
+    bk: BookKeeper,
+    bookie: str,
+    *,
+    target: str | None = None,
+    progress: Callable[[LedgerRepair], None] | None = None,
+) -> list[LedgerRepair]:
+    """Manual recovery (``bkref shell recover``): re-replicate every ledger with a segment
+    on ``bookie``, to ``target`` if given. An open ledger is first recovered (fenced and
+    closed), as BookKeeper's recoverBookieData does, so that its last segment can move."""
+    live = {b.bookie_id for b in await asyncio.to_thread(bk.meta.bookies)}
+    reason = Reason.LEAVING if bookie in live else Reason.LOST
+    out: list[LedgerRepair] = []
+    for lid in await bk.list_ledgers():
+        try:
+            md, _ = await asyncio.to_thread(bk.meta.read_ledger, lid)
+        except NoSuchLedgerError:
+            continue
+        if bookie not in md.bookies():
+            continue
+        try:
+            if not md.is_closed:
+                await bk.open_ledger(lid, md.password, recovery=True)
+            candidates = await asyncio.to_thread(bk.meta.writable_bookies)
+            candidates.pop(bookie, None)
+            result = await repair_ledger(bk, lid, {bookie: reason}, candidates, target=target)
+            md, _ = await asyncio.to_thread(bk.meta.read_ledger, lid)
+            result.complete = result.complete and bookie not in md.bookies()
+        except (RepairError, BKError) as e:
+            result = LedgerRepair(lid, message=str(e))
+        out.append(result)
+        if progress is not None:
+            progress(result)
     return out

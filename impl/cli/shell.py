@@ -1,4 +1,6 @@
-"""Admin shell: listbookies, listledgers, ledgermetadata, readledger, simpletest (--zk)."""
+"""Admin shell, after `bookkeeper shell`: inspection, a smoke test, and AutoRecovery's
+commands (listunderreplicated, autorecovery, whoisauditor, triggeraudit,
+lostbookierecoverydelay, recover, decommission, status)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import sys
 
 from kazoo.exceptions import KazooException
 
+from impl.autorecovery import shell as ar_shell
 from impl.client.client import BKError, BookKeeper
 from impl.core.digest import DigestType
 from impl.meta.store import NoSuchLedgerError
@@ -53,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--write-quorum", "-w", type=int, default=2)
     t.add_argument("--ack-quorum", "-a", type=int, default=2)
     t.add_argument("--entries", "-n", type=int, default=100)
+    ar_shell.add_parsers(sub, common)
     return p
 
 
@@ -97,6 +101,8 @@ async def _run(args: argparse.Namespace) -> int:
                 "\n".join(f"{e['entry']}\t{e['data']}" for e in entries),
             )
             return 0
+        if args.cmd in ar_shell.COMMANDS:
+            return await ar_shell.run(bk, args, _print)
         return await _simpletest(bk, args)
 
 
@@ -127,7 +133,14 @@ async def _simpletest(bk: BookKeeper, args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-COMMANDS = ("listbookies", "listledgers", "ledgermetadata", "readledger", "simpletest")
+COMMANDS = (
+    "listbookies",
+    "listledgers",
+    "ledgermetadata",
+    "readledger",
+    "simpletest",
+    *ar_shell.COMMANDS,
+)
 
 
 def _command_first(argv: list[str]) -> list[str]:

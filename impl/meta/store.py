@@ -254,6 +254,14 @@ class ZkMetadataStore:
             return None
         return json.loads(data), int(stat.version)
 
+    def delete_cookie(self, bookie_id: str) -> bool:
+        """Forget a decommissioned bookie's cookie; False if there was none."""
+        try:
+            self.zk.delete(f"{paths.cookies(self.root)}/{bookie_id}")
+        except NoNodeError:
+            return False
+        return True
+
     def write_cookie(self, bookie_id: str, cookie: dict[str, Any]) -> None:
         path = f"{paths.cookies(self.root)}/{bookie_id}"
         data = json.dumps(cookie, sort_keys=True).encode()

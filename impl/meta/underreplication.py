@@ -191,11 +191,12 @@ class UnderreplicationManager:
             with contextlib.suppress(NodeExistsError):
                 self.zk.create(path, b"", makepath=True)
 
-    def watch_enabled(self, callback: Callable[[bool], None]) -> None:
-        """``callback(enabled)`` now and at every change (on kazoo's thread)."""
+    def watch_enabled(self, callback: Callable[[bool], bool | None]) -> None:
+        """``callback(enabled)`` now and at every change (on kazoo's thread), until it
+        returns False."""
 
-        def on(_data: bytes | None, stat: object) -> None:
-            callback(stat is None)
+        def on(_data: bytes | None, stat: object) -> bool | None:
+            return callback(stat is None)
 
         self.zk.DataWatch(f"{self.base}/disable", on)
 

@@ -8,6 +8,9 @@ checked), not only by the metadata.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
 from collections import Counter
 
@@ -175,6 +178,107 @@ def test_idle_open_ledger_is_fenced_after_the_grace_period_and_an_active_writer_
                 },
                 live,
             )
+
+    try:
+        asyncio.run(go())
+    finally:
+        store.zk.stop()
+        store.zk.close()
+
+
+def _shell(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "impl.cli.main", "shell", *args, "--zk", cluster.zk_hosts],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _auditor(cluster: LocalCluster) -> tuple[str, int]:
+    out = _shell(cluster, "whoisauditor", "--json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    return got["auditor"], got["epoch"]
+
+
+def test_sigkill_of_the_auditor_elects_another_and_repair_continues(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = make_cluster(5, autorecovery=True, **FAST)
+    store, urm = _urm(cluster)
+
+    async def go() -> None:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            assert await asyncio.to_thread(wait_until, lambda: urm.auditor() is not None, 30)
+            auditor, epoch = await asyncio.to_thread(_auditor, cluster)
+            ledgers: dict[int, list[bytes]] = {}
+            while len(ledgers) < 6:  # ledgers on the auditor's own bookie
+                more = await _write_closed_ledgers(bk, 1, 50)
+                lid = next(iter(more))
+                if auditor in store.read_ledger(lid)[0].bookies():
+                    ledgers.update(more)
+            index = next(b.index for b in cluster.bookies if b.bookie_id == auditor)
+            await asyncio.to_thread(cluster.kill_bookie, index)
+
+            def new_auditor() -> bool:
+                a = urm.auditor()
+                return a is not None and a.node_id != auditor
+
+            assert await asyncio.to_thread(wait_until, new_auditor, 60, 0.5)
+            successor, new_epoch = await asyncio.to_thread(_auditor, cluster)
+            assert successor != auditor
+            assert new_epoch > epoch
+
+            def repaired() -> bool:
+                return not urm.tasks() and all(
+                    auditor not in store.read_ledger(lid)[0].bookies() for lid in ledgers
+                )
+
+            assert await asyncio.to_thread(wait_until, repaired, 120, 0.5)
+            live = {b.bookie_id for b in cluster.bookies if b.bookie_id != auditor}
+            await _assert_fully_replicated(bk, ledgers, live)
+
+    try:
+        asyncio.run(go())
+    finally:
+        store.zk.stop()
+        store.zk.close()
+
+
+def test_disabled_autorecovery_repairs_nothing_and_enabling_completes_it(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = make_cluster(5, autorecovery=True, **FAST)
+    store, urm = _urm(cluster)
+
+    async def go() -> None:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            ledgers = await _write_closed_ledgers(bk, 8, 50)
+            out = _shell(cluster, "autorecovery", "disable")
+            assert out.returncode == 0, out.stderr
+            assert "disabled" in out.stdout
+            before = {lid: store.read_ledger(lid) for lid in ledgers}
+            victim = next(iter(before.values()))[0].segments[0].ensemble[0]
+            index = next(b.index for b in cluster.bookies if b.bookie_id == victim)
+            await asyncio.to_thread(cluster.kill_bookie, index)
+            gone = lambda: victim not in {b.bookie_id for b in store.bookies()}  # noqa: E731
+            assert await asyncio.to_thread(wait_until, gone, 30, 0.2)
+            await asyncio.sleep(6)  # several audit and worker rounds
+            assert {lid: store.read_ledger(lid) for lid in ledgers} == before
+            assert urm.tasks() == []
+            out = _shell(cluster, "autorecovery", "enable")
+            assert out.returncode == 0, out.stderr
+
+            def repaired() -> bool:
+                return not urm.tasks() and all(
+                    victim not in store.read_ledger(lid)[0].bookies() for lid in ledgers
+                )
+
+            assert await asyncio.to_thread(wait_until, repaired, 120, 0.5)
+            live = {b.bookie_id for b in cluster.bookies if b.bookie_id != victim}
+            await _assert_fully_replicated(bk, ledgers, live)
 
     try:
         asyncio.run(go())
