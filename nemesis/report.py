@@ -1,9 +1,11 @@
 """A self-contained HTML report of a campaign: verdicts, anomalies, faults, latencies.
 
-Inline CSS only, no scripts from the network: the file opens anywhere. Each
-run links to its own timeline (``timeline.html``, drawn by the
-linearizability package) where the operations of every ledger are bars on
-their process lanes.
+Inline CSS and SVG only, no scripts from the network: the file opens
+anywhere. Each run has a chart of throughput over time (acknowledged adds
+and reads per second) with its fault windows shaded and labelled, and links
+to its own timeline (``timeline.html``, drawn by the linearizability
+package) where the operations of every ledger are bars on their process
+lanes.
 """
 
 from __future__ import annotations
@@ -19,8 +21,22 @@ h1{font-size:1.4em} h2{font-size:1.1em;margin-top:1.6em}
 table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ddd;padding:3px 8px;
 text-align:left} th{background:#f5f5f5} .valid{color:#1a7f37;font-weight:600}
 .invalid{color:#c62828;font-weight:600} .error{color:#8a6d00;font-weight:600}
-code{background:#f5f5f5;padding:0 3px}
+code{background:#f5f5f5;padding:0 3px} svg text{font:11px system-ui,sans-serif}
 """
+
+# One colour per fault kind (shaded windows), and the two throughput lines.
+_FAULT_COLOURS = {
+    "kill": "#e57373",
+    "pause": "#ffb74d",
+    "partition": "#64b5f6",
+    "expire": "#9575cd",
+    "lose-unsynced": "#f06292",
+    "power-loss": "#d32f2f",
+    "flip": "#a1887f",
+    "truncate": "#8d6e63",
+    "wipe": "#5d4037",
+}
+_LINES = (("adds", 1, "#1a7f37"), ("reads", 2, "#1565c0"))
 
 
 def _verdict(run: dict[str, Any]) -> str:
@@ -41,13 +57,79 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _chart(run: dict[str, Any], width: int = 900, height: int = 220) -> str:
+    """Throughput per second with the fault windows shaded (inline SVG)."""
+    rows: list[list[int]] = run.get("throughput") or []
+    spans: list[dict[str, Any]] = run.get("spans") or []
+    if not rows:
+        return ""
+    left, top, bottom = 50, 10, 40
+    plot_w, plot_h = width - left - 10, height - top - bottom
+    seconds = max(len(rows), max((sp["stop"] for sp in spans), default=0.0), 1.0)
+    peak = max(max(r[1], r[2]) for r in rows) or 1
+
+    def x(t: float) -> float:
+        return left + plot_w * t / seconds
+
+    def y(v: float) -> float:
+        return top + plot_h * (1 - v / peak)
+
+    parts = [f'<svg width="{width}" height="{height}" role="img">']
+    lanes: list[float] = []  # the end of the last label in each label row
+    for sp in spans:
+        x0, x1 = x(sp["start"]), x(max(sp["stop"], sp["start"] + seconds / 400))
+        colour = _FAULT_COLOURS.get(sp["kind"], "#bdbdbd")
+        label = html.escape(f"{sp['kind']} {sp['target']}")
+        lane = next((i for i, end in enumerate(lanes) if end < x0), len(lanes))
+        lanes[lane : lane + 1] = [x0 + 7 * len(label)]
+        parts.append(
+            f'<rect x="{x0:.1f}" y="{top}" width="{x1 - x0:.1f}" height="{plot_h}" '
+            f'fill="{colour}" fill-opacity="0.25"><title>{label}: {sp["start"]:.1f}-'
+            f"{sp['stop']:.1f} s</title></rect>"
+            f'<text x="{x0 + 2:.1f}" y="{top + 12 + 12 * (lane % 4)}" '
+            f'fill="{colour}">{label}</text>'
+        )
+    for name, column, colour in _LINES:
+        points = " ".join(f"{x(r[0] + 0.5):.1f},{y(r[column]):.1f}" for r in rows)
+        parts.append(
+            f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.5">'
+            f"<title>{name} per second</title></polyline>"
+        )
+    axis_y = top + plot_h
+    parts.append(
+        f'<line x1="{left}" y1="{axis_y}" x2="{left + plot_w}" y2="{axis_y}" stroke="#999"/>'
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{axis_y}" stroke="#999"/>'
+        f'<text x="{left - 4}" y="{top + 10}" text-anchor="end">{peak}</text>'
+        f'<text x="{left - 4}" y="{axis_y}" text-anchor="end">0</text>'
+    )
+    step = max(1, round(seconds / 10))
+    parts.extend(
+        f'<text x="{x(t):.1f}" y="{axis_y + 14}" text-anchor="middle">{t}</text>'
+        for t in range(0, int(seconds) + 1, step)
+    )
+    legend = " ".join(
+        f'<tspan fill="{colour}">&#9632; {name}/s</tspan>' for name, _, colour in _LINES
+    )
+    parts.append(
+        f'<text x="{left}" y="{height - 6}">seconds into the run; {legend}; '
+        "shaded: fault windows</text></svg>"
+    )
+    return "".join(parts)
+
+
 def render(campaign: dict[str, Any], out_dir: Path) -> str:
     runs: list[dict[str, Any]] = campaign["runs"]
     parts = [
         f"<!doctype html><meta charset=utf-8><title>bkref campaign</title><style>{_CSS}</style>",
         "<h1>bkref campaign</h1>",
         f"<p>{len(runs)} run(s), faults <code>{html.escape(','.join(campaign['faults']))}</code>, "
-        f"{campaign['time']} s each, backend <code>{html.escape(campaign['backend'])}</code>. "
+        f"{campaign['time']} s each, backend <code>{html.escape(campaign['backend'])}</code>"
+        + (
+            f", planted bug(s) <code>{html.escape(','.join(campaign['plant']))}</code>"
+            if campaign.get("plant")
+            else ""
+        )
+        + ". "
         f"Verdict: {_verdict({'valid': campaign['valid']})}</p>",
         _table(
             ["run", "seed", "verdict", "ops", "faults", "seconds", "timeline"],
@@ -71,6 +153,7 @@ def render(campaign: dict[str, Any], out_dir: Path) -> str:
         parts.append(f"<h2>Run {i} (seed {r['seed']}): {_verdict(r)}</h2>")
         if r["error"]:
             parts.append(f"<p class=error>{html.escape(r['error'])}</p>")
+        parts.append(_chart(r))
         for name, check in sorted(r["checks"].items()):
             counts = html.escape(str(check.get("counts", {})))
             parts.append(f"<p>{html.escape(name)}: {_verdict(check)} {counts}</p>")
@@ -96,4 +179,23 @@ def render(campaign: dict[str, Any], out_dir: Path) -> str:
                 [[w["kind"], w["target"], w["start"], w["stop"]] for w in r["windows"]],
             )
         )
+        if r.get("events"):
+            parts.append(
+                _table(
+                    ["fault", "target", "event", "what happened"],
+                    [
+                        [
+                            e["kind"],
+                            e["target"],
+                            e["event"],
+                            "; ".join(
+                                f"{k}: {v}"
+                                for k, v in e.items()
+                                if k not in {"kind", "target", "event"}
+                            ),
+                        ]
+                        for e in r["events"]
+                    ],
+                )
+            )
     return "\n".join(parts) + "\n"

@@ -89,6 +89,7 @@ class RunResult:
     plant: list[str] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)  # what each fault did
     throughput: list[list[int]] = field(default_factory=list)  # per second: adds, reads, other
+    spans: list[dict[str, Any]] = field(default_factory=list)  # faults as the history saw them
 
 
 class _Nemesis:
@@ -178,8 +179,9 @@ async def _nemesis(
         recorder.record(NEMESIS, "info", w.kind, None, value)
         log(f"nemesis: {w.kind} {event} {w.target}")
         did = await asyncio.to_thread(nemesis.apply, w, event)
+        # The fault's completion: a restart or a disk fault takes time, and says what it did.
+        recorder.record(NEMESIS, "info", w.kind, None, {**value, "done": True, **did})
         if did:
-            recorder.record(NEMESIS, "info", w.kind, None, {**value, **did})
             log(f"nemesis: {w.kind} {event} {w.target}: {did}")
         if event == "start":
             counts[w.kind] += 1
@@ -272,6 +274,25 @@ def _throughput(ops: list[Op]) -> list[list[int]]:
         row[0 if o.f == "add" else 1 if o.f in ("read", "read_lac") else 2] += 1
     last = max(rows, default=-1)
     return [[s, *rows.get(s, [0, 0, 0])] for s in range(last + 1)]
+
+
+def _spans(ops: list[Op]) -> list[dict[str, Any]]:
+    """Fault windows in history time (seconds): from each start to its stop (or the heal)."""
+    opened: dict[tuple[str, str], float] = {}
+    spans: list[dict[str, Any]] = []
+    end = ops[-1].time / 1e9 if ops else 0.0
+    for o in ops:
+        if not o.is_nemesis or not isinstance(o.value, dict) or "target" not in o.value:
+            continue
+        key = (o.f, str(o.value["target"]))
+        if o.value.get("event") == "start" and key not in opened:
+            opened[key] = o.time / 1e9
+        elif o.value.get("event") == "stop" and key in opened and o.value.get("done"):
+            spans.append(
+                {"kind": o.f, "target": key[1], "start": opened.pop(key), "stop": o.time / 1e9}
+            )
+    spans += [{"kind": k, "target": t, "start": at, "stop": end} for (k, t), at in opened.items()]
+    return sorted(spans, key=lambda x: x["start"])
 
 
 def _check_cluster(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -374,6 +395,7 @@ def run_once(
         plant=list(spec.plant),
         events=nemesis.events,
         throughput=_throughput(ops),
+        spans=_spans(ops),
     )
     (directory / "results.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
     return result
