@@ -196,21 +196,16 @@ async def repair_ledger(
         if in_place:
             dest: str | None = frag.bookie
         else:
-            dest = choose_target(
-                frag,
-                candidates,
-                local=None if target is not None else local,
-                exclude=set(bad),
-                prefer=[target] if target is not None else [],
-            )
+            only = target if target is not None else local
+            dest = choose_target(frag, candidates, local=only, exclude=set(bad))
         res = FragmentResult(frag.segment, frag.bookie, dest)
         out.fragments.append(res)
         if dest is None:
             res.deferred = local is not None and target is None
             res.skipped = (
-                f"local bookie {local} cannot hold it (already in the ensemble, or its rack "
-                "is used)"
-                if res.deferred
+                f"{'target' if target else 'local'} bookie {only} cannot hold it (in the "
+                "ensemble already, not writable, or its failure domain is used)"
+                if only is not None
                 else "no writable bookie outside the ensemble in an unused failure domain"
             )
             incomplete = True

@@ -53,6 +53,7 @@ class WorkerStats:
     failures: int = 0
     bytes: int = 0
     entries: int = 0
+    lock_busy: int = 0  # tasks skipped because another worker held the ledger's lock
 
 
 class ReplicationWorker:
@@ -109,6 +110,7 @@ class ReplicationWorker:
             if self._backoff.get(task.ledger_id, 0.0) > time.monotonic():
                 continue
             if not await asyncio.to_thread(self.urm.try_lock, task.ledger_id, self.node_id):
+                self.stats.lock_busy += 1
                 continue
             attempted += 1
             try:

@@ -8,14 +8,18 @@ checked), not only by the metadata.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import subprocess
 import sys
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
+from impl.autorecovery.auditor import Auditor, AuditorConfig
+from impl.autorecovery.worker import ReplicationWorker, WorkerConfig
 from impl.client.client import BookKeeper, FencedError
 from impl.client.connection import BookieUnavailableError
 from impl.cluster.local import LocalCluster
@@ -23,6 +27,7 @@ from impl.cluster.process import wait_until
 from impl.core.digest import Digest
 from impl.core.frames import ReadRequest, ReadResponse, Status
 from impl.core.metadata import LedgerMetadata
+from impl.core.repair import Reason, Task
 from impl.meta.store import ZkMetadataStore, connect
 from impl.meta.underreplication import UnderreplicationManager
 from tests.impl.conftest import MakeCluster
@@ -279,6 +284,239 @@ def test_disabled_autorecovery_repairs_nothing_and_enabling_completes_it(
             assert await asyncio.to_thread(wait_until, repaired, 120, 0.5)
             live = {b.bookie_id for b in cluster.bookies if b.bookie_id != victim}
             await _assert_fully_replicated(bk, ledgers, live)
+
+    try:
+        asyncio.run(go())
+    finally:
+        store.zk.stop()
+        store.zk.close()
+
+
+async def _ledger_on(
+    bk: BookKeeper, store: ZkMetadataStore, must: str, avoid: set[str], entries: int
+) -> dict[int, list[bytes]]:
+    """A closed ledger whose ensemble holds ``must`` and none of ``avoid``."""
+    for _ in range(50):
+        more = await _write_closed_ledgers(bk, 1, entries)
+        lid = next(iter(more))
+        ens = set(store.read_ledger(lid)[0].bookies())
+        if must in ens and not ens & avoid:
+            return more
+        await bk.delete_ledger(lid)
+    raise AssertionError(f"no ensemble with {must} and without {avoid} in 50 tries")
+
+
+async def _holds_any(bk: BookKeeper, bookie: str, lid: int, entries: int) -> bool:
+    for e in range(entries):
+        resp = await bk.request(bookie, functools.partial(_read, lid, e))
+        if resp.status is Status.OK:
+            return True
+    return False
+
+
+def _read(lid: int, entry: int, rid: int) -> ReadRequest:
+    return ReadRequest(rid, lid, entry)
+
+
+def _lose(cluster: LocalCluster, store: ZkMetadataStore, bookie: str) -> None:
+    cluster.kill_bookie(next(b.index for b in cluster.bookies if b.bookie_id == bookie))
+    gone = lambda: bookie not in {b.bookie_id for b in store.bookies()}  # noqa: E731
+    assert wait_until(gone, 30, 0.2)
+
+
+def _worker(bk: BookKeeper, local: str | None, **config: Any) -> ReplicationWorker:
+    urm = UnderreplicationManager(bk.meta.zk, bk.root)
+    return ReplicationWorker(bk, urm, f"test-worker-{local}", local, WorkerConfig(**config))
+
+
+def test_two_workers_race_for_one_ledger_one_holds_the_lock_and_copies_once(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = make_cluster(5, **FAST)
+    store, urm = _urm(cluster)
+    ids = [b.bookie_id for b in cluster.bookies]
+
+    async def go() -> None:
+        async with (
+            BookKeeper(cluster.zk_hosts) as bk,
+            BookKeeper(cluster.zk_hosts) as bk1,
+            BookKeeper(cluster.zk_hosts) as bk2,
+        ):
+            urm.ensure_layout()
+            ledger = await _ledger_on(bk, store, ids[0], {ids[3], ids[4]}, 300)
+            lid = next(iter(ledger))
+            await asyncio.to_thread(_lose, cluster, store, ids[0])
+            urm.mark(lid, {ids[0]: Reason.LOST}, 1)
+            w1, w2 = _worker(bk1, ids[3]), _worker(bk2, ids[4])
+            await asyncio.gather(w1.run_once(), w2.run_once())
+            assert w1.stats.repaired + w2.stats.repaired == 1
+            assert w1.stats.lock_busy + w2.stats.lock_busy == 1  # the race did happen
+            winner, loser = (ids[3], ids[4]) if w1.stats.repaired else (ids[4], ids[3])
+            md = store.read_ledger(lid)[0]
+            assert winner in md.bookies()
+            assert ids[0] not in md.bookies()
+            assert not await _holds_any(bk, loser, lid, 300)  # no second copy
+            assert urm.tasks() == []
+            live = set(ids[1:])
+            await _assert_fully_replicated(bk, ledger, live)
+
+    try:
+        asyncio.run(go())
+    finally:
+        store.zk.stop()
+        store.zk.close()
+
+
+def test_repair_slots_bound_concurrent_copies_per_bookie(make_cluster: MakeCluster) -> None:
+    cluster = make_cluster(5, **FAST)
+    store, urm = _urm(cluster)
+    ids = [b.bookie_id for b in cluster.bookies]
+
+    async def go() -> None:
+        async with BookKeeper(cluster.zk_hosts) as bk, BookKeeper(cluster.zk_hosts) as bk1:
+            urm.ensure_layout()
+            ledger = await _ledger_on(bk, store, ids[0], {ids[3]}, 50)
+            lid = next(iter(ledger))
+            await asyncio.to_thread(_lose, cluster, store, ids[0])
+            urm.mark(lid, {ids[0]: Reason.LOST}, 1)
+            before = store.read_ledger(lid)
+            held = urm.slot(ids[3], "another repair", 1)
+            assert held.acquire(blocking=False)
+            worker = _worker(bk1, ids[3], slots_per_bookie=1)
+            await worker.run_once()
+            # The destination's only slot is taken: the worker copied nothing and waits.
+            assert store.read_ledger(lid) == before
+            assert not await _holds_any(bk, ids[3], lid, 50)
+            assert [t.ledger_id for t, _ in urm.tasks()] == [lid]
+            assert worker.stats.failures == 0
+            held.release()
+            await worker.run_once()
+            assert worker.stats.repaired == 1
+            assert ids[3] in store.read_ledger(lid)[0].bookies()
+            await _assert_fully_replicated(bk, ledger, set(ids[1:]))
+
+    try:
+        asyncio.run(go())
+    finally:
+        store.zk.stop()
+        store.zk.close()
+
+
+def test_the_most_at_risk_ledger_is_repaired_first(make_cluster: MakeCluster) -> None:
+    cluster = make_cluster(5, **FAST)
+    store, urm = _urm(cluster)
+    ids = [b.bookie_id for b in cluster.bookies]
+
+    class Recording(ReplicationWorker):
+        order: list[int]
+
+        async def repair(self, task: Task, version: int) -> bool | None:
+            self.order.append(task.ledger_id)
+            return await super().repair(task, version)
+
+    async def go() -> None:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            urm.ensure_layout()
+            # Older but safer: Wq = 3 keeps 2 live replicas of every entry.
+            safer = await bk.create_ledger(3, 3, 2, PW)
+            await safer.add_many([b"s%d" % i for i in range(30)])
+            await safer.close()
+            victim = safer.metadata.segments[0].ensemble[0]
+            riskier = None
+            for _ in range(50):  # Wq = 2: some entries keep 1 live replica
+                h = await bk.create_ledger(3, 2, 2, PW)
+                await h.add_many([b"r%d" % i for i in range(30)])
+                await h.close()
+                if victim in h.metadata.bookies():
+                    riskier = h
+                    break
+            assert riskier is not None
+            await asyncio.to_thread(_lose, cluster, store, victim)
+            urm2 = UnderreplicationManager(bk.meta.zk, bk.root)
+            auditor = Auditor(bk, urm2, "t", AuditorConfig())
+            assert await auditor.audit() == 2
+            prio = {t.ledger_id: t.priority for t, _ in urm.tasks()}
+            assert prio == {safer.ledger_id: 2, riskier.ledger_id: 1}
+            w = Recording(bk, urm2, "rec", None, WorkerConfig())
+            w.order = []
+            await w.run_once()
+            assert w.order == [riskier.ledger_id, safer.ledger_id]
+            assert w.stats.repaired == 2
+            live = {b for b in ids if b != victim}
+            await _assert_fully_replicated(
+                bk,
+                {
+                    safer.ledger_id: [b"s%d" % i for i in range(30)],
+                    riskier.ledger_id: [b"r%d" % i for i in range(30)],
+                },
+                live,
+            )
+
+    try:
+        asyncio.run(go())
+    finally:
+        store.zk.stop()
+        store.zk.close()
+
+
+def test_manual_recovery_to_a_target_bookie_reports_per_ledger(make_cluster: MakeCluster) -> None:
+    cluster = make_cluster(5, **FAST)
+    store, _ = _urm(cluster)
+    ids = [b.bookie_id for b in cluster.bookies]
+    lost, target = ids[0], ids[4]
+
+    async def go() -> None:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            ledgers: dict[int, list[bytes]] = {}
+            for _ in range(3):
+                ledgers.update(await _ledger_on(bk, store, lost, {target}, 40))
+            # An open ledger whose writer went idle: recovery fences and closes it first.
+            while True:
+                h = await bk.create_ledger(3, 2, 2, PW)
+                if lost in h.writer.ensemble and target not in h.writer.ensemble:
+                    break
+                await h.close()
+                await bk.delete_ledger(h.ledger_id)
+            await h.add_many([b"open-%d" % i for i in range(40)])
+            ledgers[h.ledger_id] = [b"open-%d" % i for i in range(40)]
+            await asyncio.to_thread(_lose, cluster, store, lost)
+            out = await asyncio.to_thread(_shell, cluster, "recover", lost, "--target", target)
+            assert out.returncode == 0, out.stdout + out.stderr
+            for lid in ledgers:
+                assert f"ledger {lid}: done" in out.stdout
+                assert target in store.read_ledger(lid)[0].bookies()
+            assert f"{len(ledgers)} of {len(ledgers)} ledgers re-replicated" in out.stdout
+            await _assert_fully_replicated(bk, ledgers, set(ids[1:]))
+            with pytest.raises(FencedError):
+                await h.add(b"after recovery")
+
+    try:
+        asyncio.run(go())
+    finally:
+        store.zk.stop()
+        store.zk.close()
+
+
+def test_decommission_moves_every_replica_off_a_live_bookie(make_cluster: MakeCluster) -> None:
+    cluster = make_cluster(5, autorecovery=True, **FAST)
+    store, urm = _urm(cluster)
+    ids = [b.bookie_id for b in cluster.bookies]
+
+    async def go() -> None:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            ledgers = await _write_closed_ledgers(bk, 8, 40)
+            leaving = Counter(
+                b for lid in ledgers for b in store.read_ledger(lid)[0].bookies()
+            ).most_common(1)[0][0]
+            assert store.read_cookie(leaving) is not None
+            out = await asyncio.to_thread(
+                _shell, cluster, "decommission", leaving, "--timeout", "120"
+            )
+            assert out.returncode == 0, out.stdout + out.stderr
+            assert "decommissioned" in out.stdout
+            assert store.read_cookie(leaving) is None
+            assert urm.decommissioning() == set()
+            await _assert_fully_replicated(bk, ledgers, set(ids) - {leaving})
 
     try:
         asyncio.run(go())
