@@ -24,7 +24,7 @@ kinds, and what happens at the window's start and stop:
   flip bytes in an entry log while it runs; kill it, cut its journal's tail
   and restart it; kill it, wipe its disk and try to restart it (its cookie
   must make it refuse; it stays out for the rest of the run, so no window
-  after a wipe names the victim).
+  after a wipe names the victim; at most one wipe, in the run's second half).
 
 The composition rules: windows that claim the same resource (a node; every
 bookie for ``power-loss``; the network for ``partition`` and ``expire``)
@@ -203,7 +203,11 @@ def schedule(spec: ScheduleSpec, seed: int) -> list[FaultWindow]:
         open_now = [w for w in windows if w.start <= t < w.stop]
         busy = frozenset().union(*(_claims(spec, w.kind, w.target) for w in open_now))
         free = [c for c in candidates if not _claims(spec, kind, c) & busy]
-        fits = kind != "expire" or stop - t >= spec.expire_length
+        fits = (kind != "expire" or stop - t >= spec.expire_length) and (
+            # A wipe takes the victim out for good: only in the second half, so that
+            # its other disk faults get their turn first.
+            kind != "wipe" or t >= spec.duration / 2
+        )
         if len(open_now) < spec.max_concurrent and free and fits:
             # Exact floats: rounding a start up past the next instant would let
             # two windows of one target overlap.

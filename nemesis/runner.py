@@ -52,6 +52,7 @@ from linearizability.history import (
 )
 from nemesis.checker import check_durability, check_linearizable
 from nemesis.db import ClusterBackend, NodeRefusedError
+from nemesis.disk import NothingToCorruptError
 from nemesis.generator import DEFAULT_KINDS, FaultWindow, ScheduleSpec, schedule
 from nemesis.workload import Workload, WorkloadSpec
 
@@ -71,6 +72,7 @@ class RunSpec:
     bookies: int = 5
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     plant: tuple[str, ...] = ()  # planted bugs (impl.core.planted), for detection tests
+    interval: float = 4.0  # mean seconds between fault starts
 
 
 @dataclass
@@ -141,6 +143,12 @@ class _Nemesis:
                 raise ValueError(f"unknown fault kind {kind!r}")
         except NodeRefusedError as e:
             out.update(self._refused(target, w, str(e)))
+        except NothingToCorruptError as e:
+            out["skipped"] = str(e)
+        except Exception as e:  # a node that will not come back is a finding, not a crash
+            if start:
+                raise
+            out.update(self._refused(target, w, f"{type(e).__name__}: {e}"))
         if out:
             self.events.append({"kind": kind, "target": target, "event": event, **out})
         return out
@@ -221,6 +229,7 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
             network=tuple(backend.network),
             clients=tuple(backend.clients),
             expire_length=backend.session_timeout + 4.0,
+            mean_interval=spec.interval,
         ),
         rng.getrandbits(64),
     )

@@ -1,0 +1,100 @@
+"""Planted bugs: each is caught by the campaign's checks, and the same seed without it is valid.
+
+A campaign that cannot fail proves nothing. ``impl.core.planted`` switches on
+known ways to break BookKeeper's guarantees; these tests run short campaigns
+with and without each switch, with seeds that trigger it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from impl.core.planted import ENV, PLANTS, UnknownPlantError, active, parse
+from nemesis.db import LocalBackend
+from nemesis.db_netns import NamespaceBackend
+from nemesis.netns import namespaces_supported
+from nemesis.runner import RunResult, RunSpec, run_once
+from nemesis.workload import WorkloadSpec
+
+SUPPORTED, WHY = namespaces_supported()
+SMALL = WorkloadSpec(writers=2, readers=1, in_flight=4, entries_per_ledger=40)
+
+
+def test_parse_names_and_reject_typos(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse(None) == frozenset()
+    assert parse(" ack-before-fsync , ") == {"ack-before-fsync"}
+    with pytest.raises(UnknownPlantError, match="ack-before-sync"):
+        parse("ack-before-sync")
+    monkeypatch.setenv(ENV, ",".join(PLANTS))
+    assert all(active(name) for name in PLANTS)
+    monkeypatch.delenv(ENV)
+    assert not any(active(name) for name in PLANTS)
+    with pytest.raises(UnknownPlantError):
+        active("no-such-bug")
+
+
+def _run(tmp_path: Path, spec: RunSpec, netns: bool) -> RunResult:
+    backend = (
+        NamespaceBackend(
+            tmp_path / "cluster", spec.bookies, plant=spec.plant, registry_dir=tmp_path / "registry"
+        )
+        if netns
+        else LocalBackend(tmp_path / "cluster", bookies=spec.bookies)
+    )
+    before = os.environ.get(ENV)
+    result = run_once(spec, backend, tmp_path / "run", lambda _: None)
+    assert os.environ.get(ENV) == before  # the run restores the environment
+    assert result.error is None, result.error
+    return result
+
+
+def _kinds(result: RunResult) -> set[str]:
+    return {a["kind"] for c in result.checks.values() for a in c["anomalies"]}
+
+
+@pytest.mark.zookeeper
+@pytest.mark.slow
+@pytest.mark.parametrize("plant", [("recovery-reads-without-fence",), ()])
+def test_recovery_without_fence_is_caught_and_the_same_seed_is_valid_without_it(
+    tmp_path: Path, plant: tuple[str, ...]
+) -> None:
+    # No faults needed: writers race recoveries of their own ledgers. Without
+    # fencing a writer keeps adding after the recovery closed the ledger.
+    spec = RunSpec(seed=1, duration=6.0, faults=(), bookies=3, workload=SMALL, plant=plant)
+    result = _run(tmp_path, spec, netns=False)
+    if plant:
+        assert result.valid is False
+        assert result.checks["durability"]["counts"].get("lost-write", 0) > 0
+        assert {"lost-write", "ack-after-fence"} <= _kinds(result)
+    else:
+        assert result.valid is True, result.checks
+
+
+@pytest.mark.zookeeper
+@pytest.mark.slow
+@pytest.mark.skipif(not SUPPORTED, reason=f"no network namespaces here: {WHY}")
+@pytest.mark.parametrize("plant", [("ack-before-fsync",), ()])
+def test_ack_before_fsync_loses_acked_entries_on_lazyfs_and_the_same_seed_is_valid_without_it(
+    tmp_path: Path, plant: tuple[str, ...]
+) -> None:
+    # Bookies on lazyfs, killed with their unsynced writes dropped.
+    # Two crashes of the two bookies of one write set lose its acked entries.
+    spec = RunSpec(
+        seed=3,
+        duration=12.0,
+        faults=("lose-unsynced",),
+        bookies=4,
+        workload=SMALL,
+        plant=plant,
+        interval=2.0,
+    )
+    result = _run(tmp_path, spec, netns=True)
+    assert result.faults.get("lose-unsynced", 0) >= 2
+    if plant:
+        assert result.valid is False
+        assert result.checks["durability"]["counts"].get("lost-write", 0) > 0
+    else:
+        assert result.valid is True, result.checks
