@@ -34,10 +34,17 @@ from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kazoo.exceptions import KazooException
+
 from impl.client.client import BKError, BookKeeper, FencedError, ReadHandle, WriteHandle
 from linearizability.history import Op, Recorder
 
 OP_TIMEOUT = 20.0  # seconds before an operation's outcome is declared unknown
+# What a client operation may raise when the cluster misbehaves. The client lets
+# kazoo's errors through (a ConnectionLoss during a metadata write, when a
+# partition cuts ZooKeeper off): as in Jepsen, such an operation's outcome is
+# unknown (info), or, for a read, nothing was observed (fail).
+CLIENT_ERRORS = (BKError, TimeoutError, KazooException)
 
 
 @dataclass(frozen=True)
@@ -97,7 +104,7 @@ class Workload:
                 self.bk.create_ledger(s.ensemble, s.write_quorum, s.ack_quorum, s.password),
                 OP_TIMEOUT,
             )
-        except (BKError, TimeoutError) as e:
+        except CLIENT_ERRORS as e:
             self.recorder.complete(inv, "info", {"error": _brief(e)})
             return None
         self.recorder.complete(inv, "ok", value, ledger=handle.ledger_id)
@@ -163,7 +170,7 @@ class Workload:
         inv = self.recorder.invoke(self.process(), "close", handle.ledger_id, None)
         try:
             await asyncio.wait_for(handle.close(), OP_TIMEOUT)
-        except (BKError, TimeoutError) as e:
+        except CLIENT_ERRORS as e:
             self.recorder.complete(inv, "info", {"error": _brief(e)})
             return
         self.recorder.complete(inv, "ok", {"last_entry": handle.current_metadata().last_entry})
@@ -187,7 +194,7 @@ class Workload:
             handle = await asyncio.wait_for(
                 self.bk.open_ledger(lid, self.spec.password, recovery=True), OP_TIMEOUT
             )
-        except (BKError, TimeoutError) as e:
+        except CLIENT_ERRORS as e:
             # Recovery may have fenced bookies before it failed: its effect is unknown.
             self.recorder.complete(inv, "info", {"error": _brief(e)})
             return None
@@ -209,7 +216,7 @@ class Workload:
                     handle = await asyncio.wait_for(
                         self.bk.open_ledger(lid, self.spec.password, recovery=False), OP_TIMEOUT
                     )
-                except (BKError, TimeoutError):
+                except CLIENT_ERRORS:
                     continue  # a metadata read, not a ledger operation: nothing to record
                 handles[lid] = handle
             if handle.lac < 0 or self.rng.random() < 0.4:
@@ -221,7 +228,7 @@ class Workload:
         inv = self.recorder.invoke(p, "read_lac", handle.ledger_id, None)
         try:
             lac = await asyncio.wait_for(handle.read_lac(), OP_TIMEOUT)
-        except (BKError, TimeoutError) as e:
+        except CLIENT_ERRORS as e:
             self.recorder.complete(inv, "fail", {"error": _brief(e)})
             return
         self.recorder.complete(inv, "ok", {"lac": lac})
@@ -231,7 +238,7 @@ class Workload:
         inv = self.recorder.invoke(p, "read", handle.ledger_id, {"entry": entry})
         try:
             data = await asyncio.wait_for(handle.read_entry(entry), OP_TIMEOUT)
-        except (BKError, TimeoutError) as e:
+        except CLIENT_ERRORS as e:
             self.recorder.complete(inv, "fail", {"error": _brief(e)})
             return False
         self.recorder.complete(inv, "ok", {"entry": entry, "found": True, "data": data.decode()})
@@ -254,7 +261,15 @@ class Workload:
                 await asyncio.sleep(1.0)
             if last is None:
                 continue
-            handle = await self.bk.open_ledger(lid, self.spec.password, recovery=False)
+            handle = None
+            for _ in range(attempts):
+                try:
+                    handle = await self.bk.open_ledger(lid, self.spec.password, recovery=False)
+                    break
+                except CLIENT_ERRORS:
+                    await asyncio.sleep(1.0)
+            if handle is None:
+                continue  # its acknowledged entries go unread: the durability check says so
             entries = iter(range(last + 1))  # shared: each entry goes to one reader
             await asyncio.gather(*(self._read_each(p, handle, entries, attempts) for p in readers))
 

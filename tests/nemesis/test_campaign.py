@@ -1,14 +1,19 @@
-"""A short real campaign: a local cluster, the workload under kill and pause faults, checks."""
+"""Short real campaigns: the local cluster under process faults, the namespace cluster under
+partitions, ZooKeeper faults, session expiry and lazyfs crashes; both checked and valid."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from impl.cluster.process import pid_alive
 from nemesis.db import LocalBackend
+from nemesis.db_netns import NamespaceBackend
+from nemesis.netns import namespaces_supported
+from nemesis.report import render
 from nemesis.runner import RunSpec, run_once
 from nemesis.workload import WorkloadSpec
 
@@ -54,3 +59,48 @@ def test_short_campaign_injects_faults_and_is_valid(
     state = json.loads((tmp_path / "cluster" / "cluster.json").read_text())
     pids = [b["pid"] for b in state["bookies"] if b.get("pid")]
     assert not [p for p in pids if pid_alive(p)]
+
+
+NETNS, WHY = namespaces_supported()
+
+
+@pytest.mark.skipif(not NETNS, reason=f"no network namespaces here: {WHY}")
+def test_short_namespace_campaign_with_partitions_and_zookeeper_faults_is_valid(
+    tmp_path: Path,
+) -> None:
+    # Seed 86 schedules: a lazyfs crash of a bookie, a paused ZooKeeper server, a
+    # bookie's session expiry (cut from every ZooKeeper server) and a majority ring.
+    spec = RunSpec(
+        seed=86,
+        duration=20.0,
+        faults=("kill", "pause", "partition", "expire", "lose-unsynced"),
+        bookies=4,
+        workload=WorkloadSpec(writers=2, readers=1, in_flight=4, entries_per_ledger=40),
+        interval=2.0,
+    )
+    backend = NamespaceBackend(tmp_path / "cluster", 4, registry_dir=tmp_path / "registry")
+    result = run_once(spec, backend, tmp_path / "run", lambda _: None)
+
+    assert result.error is None, result.error
+    assert result.backend == "netns"
+    assert {w["kind"] for w in result.windows} == {"lose-unsynced", "pause", "expire", "partition"}
+    assert any(w["target"].startswith("zk") for w in result.windows)
+    assert sum(result.faults.values()) == len(result.windows)
+    assert result.ops.get("add:ok", 0) > 0
+    assert result.valid is True, {k: c["anomalies"][:3] for k, c in result.checks.items()}
+    assert [s["kind"] for s in result.spans] == [w["kind"] for w in result.windows]
+    assert result.throughput
+    assert all(len(row) == 4 for row in result.throughput)
+
+    report = render(
+        {
+            "valid": True,
+            "backend": "netns",
+            "faults": list(spec.faults),
+            "time": 20,
+            "runs": [asdict(result)],
+        },
+        tmp_path,
+    )
+    assert report.count("<rect") == len(result.windows)  # every fault window is shaded
+    assert not list((tmp_path / "registry").rglob("*.json"))  # torn down
