@@ -1,0 +1,188 @@
+"""Durability on Spark: the decision of :mod:`linearizability.durability`.
+
+Per (run, ledger): the last acknowledged recovery (by invocation) fixes the
+close point; every acknowledged add must be at or below it and found, with its
+payload, by a read invoked after that recovery completed (the last such read
+decides); no final read beyond the close point; one payload per entry id (two
+acknowledged adds are a ``duplicate``, two final reads with different data a
+``divergent-read``). Aggregations and joins only; the anomaly names, operations
+and messages are those of the single-process check.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from spark_checks.ledger import _repr, _s
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+KEY: Final = ("run", "ledger")
+_OUT: Final = "entry long, data string, found boolean, last_entry long"
+
+
+def check(paired: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(anomalies, totals): anomalies with run, ledger, kind, ops, message; totals
+    one row per run with ``acknowledged`` and ``final_reads``."""
+    from pyspark.sql import functions as sf
+
+    ok = paired.where(
+        sf.col("problem").isNull()
+        & (sf.col("ctype") == "ok")
+        & sf.col("ledger").isNotNull()
+        & sf.col("f").isin("add", "recover", "read")
+    ).select(*KEY, "f", "call", "ret", sf.from_json("out", _OUT).alias("o"))
+    adds = ok.where(sf.col("f") == "add").select(
+        *KEY, sf.col("o")["entry"].alias("entry"), sf.col("o")["data"].alias("data"), "call"
+    )
+    acked = adds.groupBy(*KEY, "entry").agg(
+        sf.max(sf.struct("call", "data")).alias("last"),
+        sf.min("call").alias("first_call"),
+        sf.collect_list("call").alias("calls"),
+    )
+    recovers = (
+        ok.where(sf.col("f") == "recover")
+        .groupBy(*KEY)
+        .agg(sf.max(sf.struct("call", "ret", sf.col("o")["last_entry"].alias("last"))).alias("r"))
+        .select(
+            *KEY,
+            sf.col("r")["call"].alias("rec_call"),
+            sf.col("r")["ret"].alias("rec_ret"),
+            sf.col("r")["last"].alias("rec_last"),
+        )
+    )
+    finals = (
+        ok.where((sf.col("f") == "read") & sf.coalesce(sf.col("o")["found"], sf.lit(False)))
+        .join(recovers, list(KEY))
+        .where(sf.col("call") > sf.col("rec_ret"))
+        .groupBy(*KEY, sf.col("o")["entry"].alias("entry"))
+        .agg(
+            sf.min(sf.struct("call", sf.col("o")["data"].alias("data"))).alias("first"),
+            sf.max(sf.struct("call", sf.col("o")["data"].alias("data"))).alias("last_read"),
+            sf.collect_list(sf.struct("call", sf.col("o")["data"].alias("data"))).alias("reads"),
+        )
+    )
+
+    def row(kind: str, ops: list[Column], *message: Column | str) -> Column:
+        return sf.struct(
+            sf.lit(kind).alias("kind"),
+            sf.array(*[o.cast("long") for o in ops]).alias("ops"),
+            sf.concat(*[sf.lit(m) if isinstance(m, str) else m for m in message]).alias("message"),
+        )
+
+    a = acked.join(recovers, list(KEY), "left").join(finals, [*KEY, "entry"], "left")
+    data = sf.col("last")["data"]
+    add_call = sf.col("last")["call"]
+    entry = _s(sf.col("entry"))
+    acked_anoms = a.select(
+        *KEY,
+        sf.when(
+            sf.col("rec_call").isNull(),
+            row(
+                "lost-write",
+                [add_call],
+                "entry ",
+                entry,
+                " was acknowledged but ledger ",
+                _s(sf.col("ledger")),
+                " was never recovered, so it could not be read back",
+            ),
+        )
+        .when(
+            sf.col("entry") > sf.col("rec_last"),
+            row(
+                "lost-write",
+                [add_call, sf.col("rec_call")],
+                "entry ",
+                entry,
+                " was acknowledged but recovery closed the ledger at ",
+                _s(sf.col("rec_last")),
+            ),
+        )
+        .when(
+            sf.col("last_read").isNull(),
+            row(
+                "lost-write",
+                [add_call, sf.col("rec_call")],
+                "entry ",
+                entry,
+                " was acknowledged but no final read found it",
+            ),
+        )
+        .when(
+            sf.col("last_read")["data"] != data,
+            row(
+                "divergent-read",
+                [add_call, sf.col("last_read")["call"]],
+                "entry ",
+                entry,
+                " was acknowledged as ",
+                _repr(data),
+                " but read back as ",
+                _repr(sf.col("last_read")["data"]),
+            ),
+        )
+        .alias("a"),
+    )
+    f = finals.join(recovers, list(KEY))
+    truncated = f.where(sf.col("entry") > sf.col("rec_last")).select(
+        *KEY,
+        row(
+            "read-of-truncated-entry",
+            [sf.col("last_read")["call"], sf.col("rec_call")],
+            "entry ",
+            _s(sf.col("entry")),
+            " was read after recovery closed the ledger at ",
+            _s(sf.col("rec_last")),
+        ).alias("a"),
+    )
+    duplicates = (
+        acked.select(*KEY, "entry", "first_call", sf.explode("calls").alias("call"))
+        .where(sf.col("call") != sf.col("first_call"))
+        .select(
+            *KEY,
+            row(
+                "duplicate",
+                [sf.col("first_call"), sf.col("call")],
+                "two adds of entry ",
+                _s(sf.col("entry")),
+                " were acknowledged",
+            ).alias("a"),
+        )
+    )
+    two_payloads = (
+        finals.select(*KEY, "entry", "first", sf.explode("reads").alias("r"))
+        .where(sf.col("r")["data"] != sf.col("first")["data"])
+        .select(
+            *KEY,
+            row(
+                "divergent-read",
+                [sf.col("first")["call"], sf.col("r")["call"]],
+                "entry ",
+                _s(sf.col("entry")),
+                " was read back as ",
+                _repr(sf.col("first")["data"]),
+                " and as ",
+                _repr(sf.col("r")["data"]),
+            ).alias("a"),
+        )
+    )
+    anomalies = (
+        acked_anoms.unionByName(truncated)
+        .unionByName(duplicates)
+        .unionByName(two_payloads)
+        .where(sf.col("a").isNotNull())
+        .select(*KEY, "a.kind", "a.ops", "a.message")
+    )
+    totals = (
+        acked.groupBy("run")
+        .agg(sf.count(sf.lit(1)).alias("acknowledged"))
+        .join(finals.groupBy("run").agg(sf.count(sf.lit(1)).alias("final_reads")), "run", "full")
+        .select(
+            "run",
+            sf.coalesce("acknowledged", sf.lit(0)).alias("acknowledged"),
+            sf.coalesce("final_reads", sf.lit(0)).alias("final_reads"),
+        )
+    )
+    return anomalies, totals

@@ -1,0 +1,693 @@
+"""Per-ledger linearizability on Spark: the ledger checker's algorithm in SQL.
+
+The same decision as :mod:`linearizability.ledger_checker` (read its docstring
+for why no search is needed), written only with Spark's built-in operations so
+that it runs in the JVM and scales with the cluster:
+
+1. Each operation gets a key ``e``: the entry of an add or read, the value of
+   a LAC read; creates, closes and unknown reads, LAC reads and closes get
+   negative keys of their own (:data:`CREATES`, :data:`CLOSES`, :data:`OTHER`).
+   One aggregation by (run, ledger, e) gathers, per entry, the acknowledged
+   adds, the unknown ones, the reads that found it and did not, and the LAC
+   reads that returned it, as small sorted arrays.
+2. One window per ledger, ordered by ``e``, takes the running maxima of the
+   chain of adds: the latest invocation among the adds of the entries up to
+   ``e`` (the add chosen for each entry: the acknowledged one, else the
+   earliest unknown one whose data matches the reads) and among the "no such
+   entry" reads of those entries. The same window counts the entries with an
+   add, so the first entry never written is known without another pass.
+3. One aggregation per ledger gives the ledger's facts: the create's floor,
+   the first close (by completion) and its last entry, the proven entries,
+   hence ``N``, the entries that exist.
+4. Each (ledger, e) row, joined with its ledger's facts, is compared with its
+   bounds and yields the anomalies it proves; a second pass per ledger checks
+   the closes against the chain at ``N - 1``.
+
+The anomaly names, the operations named and the messages are the ledger
+checker's (messages quote data as Python's ``repr`` does for printable text).
+Unlike the ledger checker, every anomaly is kept (it keeps 50 per kind and
+ledger and counts the rest); the counts agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+INF: Final = 1 << 62  # the completion of an operation whose outcome is unknown
+CREATES: Final = -3
+CLOSES: Final = -4
+OTHER: Final = -2  # unknown reads, LAC reads and closes: counted, constrain nothing
+MALFORMED: Final = -9
+KEY: Final = ("run", "ledger")
+
+LEDGER_FS: Final = ("create", "add", "read", "read_lac", "close", "recover")
+_IN_SCHEMA: Final = "entry long, data string"
+_OUT_SCHEMA: Final = (
+    "entry long, data string, found boolean, lac long, last_entry long, error string"
+)
+
+ANOMALY_SCHEMA: Final = "kind string, ops array<long>, message string"
+
+
+def ledger_ops(paired: DataFrame) -> DataFrame:
+    """The operations as the ledger checker records them, each with its key ``e``."""
+    from pyspark.sql import functions as sf
+
+    inv = sf.from_json("inv", _IN_SCHEMA)
+    out = sf.from_json("out", _OUT_SCHEMA)
+    f = sf.col("f")
+    fenced = (f == "add") & (sf.col("ctype") == "fail") & (out["error"] == "fenced")
+    status = (
+        sf.when(sf.col("ctype") == "ok", "ok")
+        .when((sf.col("ctype") == "fail") & ~sf.coalesce(fenced, sf.lit(False)), "fail")
+        .otherwise("info")
+    )
+    df = paired.where(sf.col("problem").isNull() & sf.col("ledger").isNotNull()).select(
+        "run",
+        "ledger",
+        "f",
+        "call",
+        status.alias("status"),
+        sf.col("ret"),
+        inv.alias("i"),
+        out.alias("o"),
+    )
+    known = sf.col("status") == "ok"
+    i, o = sf.col("i"), sf.col("o")
+    entry = sf.when(f.isin("add", "read"), i["entry"])
+    malformed = (
+        ~f.isin(*LEDGER_FS)
+        | (f.isin("add", "read") & (entry.isNull() | (entry < 0)))
+        | ((f == "add") & i["data"].isNull())
+        | ((f == "read") & known & (o["found"].isNull() | (o["found"] & o["data"].isNull())))
+        | ((f == "read_lac") & known & (o["lac"].isNull() | (o["lac"] < -1)))
+        | (f.isin("close", "recover") & known & (o["last_entry"].isNull() | (o["last_entry"] < -1)))
+    )
+    e = (
+        sf.when(malformed, MALFORMED)
+        .when(f == "add", entry)
+        .when(f == "create", CREATES)
+        .when(~known, OTHER)
+        .when(f == "read", entry)
+        .when(f == "read_lac", o["lac"])
+        .otherwise(CLOSES)
+    )
+    return df.where(sf.col("status") != "fail").select(
+        "run",
+        "ledger",
+        e.alias("e"),
+        "f",
+        "call",
+        sf.when(known, sf.col("ret")).otherwise(sf.lit(INF)).alias("end"),
+        known.alias("known"),
+        sf.when(f == "add", i["data"]).when(f == "read", o["data"]).alias("data"),
+        sf.when(f == "read", o["found"]).alias("found"),
+        sf.when(f.isin("close", "recover"), o["last_entry"]).alias("last"),
+    )
+
+
+def _repr(c: Column) -> Column:
+    """Python's repr of a str, for printable text without both kinds of quote."""
+    from pyspark.sql import functions as sf
+
+    plain = sf.regexp_replace(c, r"\\", r"\\\\")
+    return (
+        sf.when(~c.contains("'"), sf.concat(sf.lit("'"), plain, sf.lit("'")))
+        .when(~c.contains('"'), sf.concat(sf.lit('"'), plain, sf.lit('"')))
+        .otherwise(sf.concat(sf.lit("'"), sf.regexp_replace(plain, "'", r"\\'"), sf.lit("'")))
+    )
+
+
+def _s(c: Column | int) -> Column:
+    from pyspark.sql import functions as sf
+
+    return (sf.lit(c) if isinstance(c, int) else c).cast("string")
+
+
+def _anomaly(cond: Column, kind: str | Column, ops: list[Column], *message: Column | str) -> Column:
+    from pyspark.sql import functions as sf
+
+    parts = [sf.lit(m) if isinstance(m, str) else m for m in message]
+    return sf.when(
+        cond,
+        sf.struct(
+            (sf.lit(kind) if isinstance(kind, str) else kind).alias("kind"),
+            _ops(ops).alias("ops"),
+            sf.concat(*parts).alias("message"),
+        ),
+    )
+
+
+def _ops(ops: list[Column]) -> Column:
+    from pyspark.sql import functions as sf
+
+    if not ops:
+        return sf.array().cast("array<long>")
+    return sf.array(*[o.cast("long") for o in ops])
+
+
+def _empty() -> Column:
+    from pyspark.sql import functions as sf
+
+    return sf.array().cast(
+        f"array<struct<{ANOMALY_SCHEMA.replace(' string', ':string').replace(' array', ':array')}>>"
+    )
+
+
+# The bounds of an operation that takes effect after add e: the create (floor),
+# the latest add of the chain up to e, the latest "no such entry" read of an
+# entry up to e. (kind of cause, column of its invocation, column naming its entry)
+_CAUSES: Final = (
+    ("create", "floor", None),
+    ("add", "best_add", "add_e"),
+    ("missing", "best_miss", "miss_e"),
+)
+
+
+def _too_early(
+    victim: str, call: Column, ret: Column, e: Column, f: Column | None = None
+) -> Column:
+    """An array of the anomalies of an operation completed before a bound."""
+    from pyspark.sql import functions as sf
+
+    out = []
+    for cause, bound, named in _CAUSES:
+        c = sf.col(named).cast("string") if named else sf.lit("-1")
+        kind = (
+            "stale-read"
+            if cause == "missing"
+            else ("nonmonotonic" if cause == victim == "add" else "future-read")
+        )
+        es = e.cast("string")
+        msg: list[Column | str]
+        templates: dict[str, list[Column | str]]
+        if cause == "create":
+            templates = {
+                "add": ["add of entry ", es, " completed before the ledger's create was invoked"],
+                "read": ["read of entry ", es, " completed before the ledger's create was invoked"],
+                "lac": ["read_lac completed before the ledger's create was invoked"],
+                "close": [
+                    f if f is not None else sf.lit("close"),
+                    " completed before the ledger's create was invoked",
+                ],
+            }
+            msg = templates[victim]
+        elif cause == "add":
+            templates = {
+                "add": [
+                    "add of entry ",
+                    es,
+                    " was acknowledged before the add of entry ",
+                    c,
+                    " was invoked",
+                ],
+                "read": ["read found entry ", es, " before the add of entry ", c, " was invoked"],
+                "lac": ["read_lac returned ", es, " before the add of entry ", c, " was invoked"],
+                "close": [
+                    f if f is not None else sf.lit("close"),
+                    " returned last entry ",
+                    es,
+                    " before the add of entry ",
+                    c,
+                    " was invoked",
+                ],
+            }
+            msg = templates[victim]
+        else:
+            templates = {
+                "add": [
+                    "no such entry ",
+                    c,
+                    " in a read that began after entry ",
+                    es,
+                    " was acknowledged",
+                ],
+                "read": [
+                    "no such entry ",
+                    c,
+                    " in a read that began after entry ",
+                    es,
+                    " was read",
+                ],
+                "lac": ["no such entry ", c, " in a read that began after LAC ", es, " was read"],
+                "close": [
+                    "no such entry ",
+                    c,
+                    " in a read that began after ",
+                    f if f is not None else sf.lit("close"),
+                    " returned ",
+                    es,
+                ],
+            }
+            msg = templates[victim]
+        cause_col = sf.col(bound)
+        if cause != "create":
+            cause_col = sf.when(e >= 0, cause_col).otherwise(sf.lit(-1))
+        out.append(_anomaly(ret <= cause_col, kind, [cause_col, call], *msg))
+    return sf.array(*out)
+
+
+def check(paired: DataFrame, partitions: int | None = None) -> tuple[DataFrame, DataFrame]:
+    """(anomalies, ledgers): every anomaly with its run, ledger and operations;
+    per ledger its operations, entries (N), last entry if closed and anomaly count."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    lops = ledger_ops(paired)
+    lops = lops.repartition(partitions, *KEY) if partitions else lops.repartition(*KEY)
+    is_add, is_read = sf.col("f") == "add", sf.col("f") == "read"
+    known, found = sf.col("known"), sf.col("found")
+    e = sf.col("e")
+
+    def arr(cond: Column, *fields: str) -> Column:
+        return sf.array_sort(sf.collect_list(sf.when(cond, sf.struct(*fields))))
+
+    g = lops.groupBy(*KEY, "e").agg(
+        sf.count(sf.lit(1)).alias("cnt"),
+        sf.min(sf.when(e == MALFORMED, sf.col("call"))).alias("malformed"),
+        arr(is_add & known & (e >= 0), "end", "call", "data").alias("ok_adds"),
+        arr(is_add & ~known & (e >= 0), "call", "data").alias("opt_adds"),
+        arr(is_read & known & found & (e >= 0), "end", "call", "data").alias("found"),
+        arr(is_read & known & ~found & (e >= 0), "end", "call").alias("miss"),
+        arr((sf.col("f") == "read_lac") & known & (e >= -1), "end", "call").alias("lacs"),
+        arr(sf.col("f") == "create", "end", "call").alias("creates"),
+        arr(e == CLOSES, "end", "call", "last", "f").alias("closes"),
+    )
+
+    # The add chosen for entry e, and the running maxima of the chain.
+    found0 = sf.get("found", 0)
+    matching = sf.when(
+        sf.size("found") > 0, sf.filter("opt_adds", lambda a: a["data"] == found0["data"])
+    ).otherwise(sf.col("opt_adds"))
+    chosen = sf.when(
+        sf.size("ok_adds") > 0,
+        sf.struct(
+            sf.get("ok_adds", 0)["call"].alias("call"),
+            sf.get("ok_adds", 0)["end"].alias("end"),
+            sf.get("ok_adds", 0)["data"].alias("data"),
+        ),
+    ).when(
+        sf.size(matching) > 0,
+        sf.struct(
+            sf.array_min(matching)["call"].alias("call"),
+            sf.lit(INF).cast("long").alias("end"),
+            sf.array_min(matching)["data"].alias("data"),
+        ),
+    )
+    miss_max = sf.array_max(sf.transform("miss", lambda m: m["call"]))
+    w = Window.partitionBy(*KEY).orderBy("e").rowsBetween(Window.unboundedPreceding, 0)
+    has_add = (sf.size("ok_adds") > 0) | (sf.size("opt_adds") > 0)
+    g = g.withColumn("chosen", chosen).withColumn("has_add", has_add & (e >= 0))
+    g = g.select(
+        "*",
+        sf.max(sf.struct(sf.col("chosen")["call"].alias("c"), e.alias("e"))).over(w).alias("ba"),
+        sf.max(sf.struct(miss_max.alias("c"), e.alias("e"))).over(w).alias("bm"),
+        sf.sum(sf.col("has_add").cast("long")).over(w).alias("adds_upto"),
+        sf.lag("e").over(Window.partitionBy(*KEY).orderBy("e")).alias("prev_e"),
+    )
+    g = g.select(
+        "*",
+        sf.coalesce(sf.col("ba")["c"], sf.lit(-1)).alias("best_add"),
+        sf.coalesce(sf.col("ba")["e"], sf.lit(-1)).alias("add_e"),
+        sf.coalesce(sf.col("bm")["c"], sf.lit(-1)).alias("best_miss"),
+        sf.coalesce(sf.col("bm")["e"], sf.lit(-1)).alias("miss_e"),
+    ).drop("ba", "bm")
+    g = g.persist()
+
+    # The ledger's facts.
+    evidence = (e >= 0) & (
+        (sf.size("ok_adds") > 0) | (sf.size("found") > 0) | (sf.size("lacs") > 0)
+    )
+    proof = sf.coalesce(sf.get("ok_adds", 0)["call"], found0["call"], sf.get("lacs", 0)["call"])
+    facts = g.groupBy(*KEY).agg(
+        sf.sum("cnt").alias("operations"),
+        sf.min("malformed").alias("malformed"),
+        sf.first(sf.when(e == CREATES, sf.col("creates")), ignorenulls=True).alias("creates"),
+        sf.first(sf.when(e == CLOSES, sf.col("closes")), ignorenulls=True).alias("closes"),
+        sf.max(sf.when(evidence, sf.struct(e.alias("e"), proof.alias("op")))).alias("proven"),
+        sf.max(sf.when(sf.col("has_add") & (sf.col("adds_upto") == e + 1), e + 1)).alias("mex"),
+        sf.max(sf.when(e >= 0, e)).alias("max_e"),
+    )
+    creates = sf.coalesce(sf.col("creates"), sf.array())
+    ok_creates = sf.filter(creates, lambda c: c["end"] != INF)
+    floor = sf.coalesce(
+        sf.array_min(sf.transform(ok_creates, lambda c: c["call"])),
+        sf.array_min(sf.transform(creates, lambda c: c["call"])),
+        sf.lit(-1),
+    )
+    closes = sf.coalesce(sf.col("closes"), sf.array())
+    first = sf.get(closes, 0)
+    closed = sf.size(closes) > 0
+    proven_e = sf.coalesce(sf.col("proven")["e"], sf.lit(-1))
+    n_raw = sf.when(closed, first["last"] + 1).otherwise(proven_e + 1)
+    requirer = sf.when(closed, first["call"]).otherwise(
+        sf.coalesce(sf.col("proven")["op"], sf.lit(-1))
+    )
+    facts = facts.select(
+        "*",
+        floor.alias("floor"),
+        sf.when(closed, first["last"]).alias("closed_at"),
+        sf.when(closed, first["call"]).alias("close_op"),
+        sf.when(closed, first["end"]).alias("close_ret"),
+        sf.when(closed, first["f"]).alias("close_f"),
+        n_raw.alias("n0"),
+        requirer.alias("requirer"),
+        (n_raw > 2 * sf.col("operations") + 16).alias("capped"),
+    ).withColumn(
+        "n",
+        sf.when(sf.col("capped"), sf.coalesce(sf.col("mex"), sf.lit(0))).otherwise(sf.col("n0")),
+    )
+    facts = facts.persist()
+
+    ledger_anoms = sf.concat(
+        sf.array(
+            _anomaly(
+                sf.size(ok_creates) > 1,
+                "duplicate",
+                [],
+                _s(sf.size(ok_creates)),
+                " creates returned ledger ",
+                _s(sf.col("ledger")),
+            ),
+            _anomaly(
+                sf.col("capped"),
+                "skip",
+                [sf.col("requirer")],
+                "entries ",
+                _s(sf.col("n")),
+                "..",
+                _s(sf.col("n0") - 1),
+                " were never written, yet ",
+                _s(sf.col("n0") - 1),
+                " exists",
+            ),
+        ),
+        sf.transform(
+            sf.filter(
+                closes, lambda c: (c["call"] != first["call"]) & (c["last"] != first["last"])
+            ),
+            lambda c: sf.struct(
+                sf.lit("disagreeing-closes").alias("kind"),
+                sf.array(first["call"].cast("long"), c["call"].cast("long")).alias("ops"),
+                sf.concat(
+                    first["f"],
+                    sf.lit(" closed at entry "),
+                    _s(first["last"]),
+                    sf.lit(" but "),
+                    c["f"],
+                    sf.lit(" at entry "),
+                    _s(c["last"]),
+                ).alias("message"),
+            ),
+        ),
+    )
+    # the duplicate creates' ops: every ok create, in completion order
+    ledger_level = facts.select(
+        *KEY,
+        sf.explode(sf.filter(ledger_anoms, lambda a: a.isNotNull())).alias("a"),
+        sf.transform(ok_creates, lambda c: c["call"].cast("long")).alias("create_ops"),
+    ).select(
+        *KEY,
+        sf.col("a")["kind"].alias("kind"),
+        sf.when(sf.col("a")["kind"] == "duplicate", sf.col("create_ops"))
+        .otherwise(sf.col("a")["ops"])
+        .alias("ops"),
+        sf.col("a")["message"].alias("message"),
+    )
+
+    rows = g.join(
+        sf.broadcast(
+            facts.select(
+                *KEY,
+                "floor",
+                "closed_at",
+                "close_op",
+                "close_ret",
+                "close_f",
+                "n0",
+                "n",
+                "requirer",
+            )
+        ),
+        list(KEY),
+    )
+    rows = rows.withColumn("rows_anoms", _row_anomalies())
+    row_level = rows.select(
+        *KEY, sf.explode(sf.filter("rows_anoms", lambda a: a.isNotNull())).alias("a")
+    ).select(*KEY, "a.kind", "a.ops", "a.message")
+
+    # Entries below N with no row at all: never written (skip).
+    gaps_lo = sf.greatest(sf.coalesce(sf.col("prev_e"), sf.lit(-1)), sf.lit(-1)) + 1
+    gaps_hi = sf.least(e, sf.col("n")) - 1
+    gap_rows = rows.where((e >= 0) & (gaps_lo <= gaps_hi)).select(
+        *KEY, sf.explode(sf.sequence(gaps_lo, gaps_hi)).alias("gap"), "requirer"
+    )
+    tail = facts.select(
+        *KEY,
+        (sf.greatest(sf.coalesce(sf.col("max_e"), sf.lit(-1)), sf.lit(-1)) + 1).alias("lo"),
+        (sf.col("n") - 1).alias("hi"),
+        "requirer",
+    ).where(sf.col("lo") <= sf.col("hi"))
+    tail_rows = tail.select(*KEY, sf.explode(sf.sequence("lo", "hi")).alias("gap"), "requirer")
+    skips = gap_rows.unionByName(tail_rows).select(
+        *KEY,
+        sf.lit("skip").alias("kind"),
+        sf.array(sf.col("requirer").cast("long")).alias("ops"),
+        sf.concat(
+            sf.lit("entry "),
+            _s(sf.col("gap")),
+            sf.lit(" was never written, yet a later entry exists"),
+        ).alias("message"),
+    )
+
+    # Closes against the chain at N - 1.
+    at_end = (
+        rows.where((e >= 0) & (e < sf.col("n")))
+        .groupBy(*KEY)
+        .agg(
+            sf.max(sf.struct(sf.col("best_add").alias("c"), sf.col("add_e").alias("e"))).alias(
+                "ba"
+            ),
+            sf.max(sf.struct(sf.col("best_miss").alias("c"), sf.col("miss_e").alias("e"))).alias(
+                "bm"
+            ),
+        )
+    )
+    cl = facts.where(sf.size(sf.coalesce("closes", sf.array())) > 0).join(at_end, list(KEY), "left")
+    cl = cl.select(
+        *KEY,
+        "floor",
+        (sf.col("n") - 1).alias("e"),
+        sf.coalesce(sf.col("ba")["c"], sf.lit(-1)).alias("best_add"),
+        sf.coalesce(sf.col("ba")["e"], sf.lit(-1)).alias("add_e"),
+        sf.coalesce(sf.col("bm")["c"], sf.lit(-1)).alias("best_miss"),
+        sf.coalesce(sf.col("bm")["e"], sf.lit(-1)).alias("miss_e"),
+        sf.explode(sf.filter("closes", lambda c: c["last"] == sf.col("closed_at"))).alias("c"),
+    )
+    close_level = cl.select(
+        *KEY,
+        sf.explode(
+            sf.filter(
+                _too_early(
+                    "close", sf.col("c")["call"], sf.col("c")["end"], sf.col("e"), sf.col("c")["f"]
+                ),
+                lambda a: a.isNotNull(),
+            )
+        ).alias("a"),
+    ).select(*KEY, "a.kind", "a.ops", "a.message")
+
+    anomalies = ledger_level.unionByName(row_level).unionByName(skips).unionByName(close_level)
+    counts = anomalies.groupBy(*KEY).agg(sf.count(sf.lit(1)).alias("anomalies"))
+    ledgers = facts.join(counts, list(KEY), "left").select(
+        *KEY,
+        "operations",
+        sf.col("n").alias("entries"),
+        "closed_at",
+        sf.coalesce(sf.col("anomalies"), sf.lit(0)).alias("anomalies"),
+        "malformed",
+    )
+    return anomalies, ledgers
+
+
+def _row_anomalies() -> Column:
+    """The anomalies one (ledger, e) row proves (e >= 0: an entry; -1: LAC -1)."""
+    from pyspark.sql import functions as sf
+
+    e = sf.col("e")
+    es = _s(e)
+    n0, n = sf.col("n0"), sf.col("n")
+    closed = sf.col("closed_at").isNotNull()
+    ok_adds, found, opt = sf.col("ok_adds"), sf.col("found"), sf.col("opt_adds")
+    ok0, found0 = sf.get(ok_adds, 0), sf.get(found, 0)
+    close_f, closed_at, close_op = sf.col("close_f"), _s(sf.col("closed_at")), sf.col("close_op")
+    chosen = sf.col("chosen")
+
+    def each(
+        arr: Column, pred: Callable[[Column], Column], make: Callable[[Column], Column]
+    ) -> Column:
+        return sf.transform(sf.filter(arr, pred), make)
+
+    def struct(kind: str, ops: list[Column], *message: Column | str) -> Column:
+        parts = [sf.lit(m) if isinstance(m, str) else m for m in message]
+        return sf.struct(
+            sf.lit(kind).alias("kind"),
+            sf.array(*[o.cast("long") for o in ops]).alias("ops"),
+            sf.concat(*parts).alias("message"),
+        )
+
+    in_chain = (e >= 0) & (e < n)
+    beyond = closed & (e >= n0)
+    singles = sf.array(
+        # an acknowledged add beyond the close point
+        _anomaly(
+            beyond & (sf.size(ok_adds) > 0) & (ok0["call"] > sf.col("close_ret")),
+            "ack-after-fence",
+            [ok0["call"], close_op],
+            "add of entry ",
+            es,
+            " was sent after ",
+            close_f,
+            " closed the ledger at ",
+            closed_at,
+            ", and acknowledged",
+        ),
+        _anomaly(
+            beyond & (sf.size(ok_adds) > 0) & (ok0["call"] <= sf.col("close_ret")),
+            "lost-write",
+            [ok0["call"], close_op],
+            "entry ",
+            es,
+            " was acknowledged but ",
+            close_f,
+            " closed the ledger at ",
+            closed_at,
+        ),
+        _anomaly(
+            beyond & (sf.size(found) > 0),
+            "read-of-truncated-entry",
+            [found0["call"], close_op],
+            "entry ",
+            es,
+            " was read but ",
+            close_f,
+            " closed the ledger at ",
+            closed_at,
+        ),
+        # the chain: the add chosen for the entry, or why there is none
+        _anomaly(
+            in_chain & chosen.isNull() & (sf.size(opt) > 0),
+            "divergent-read",
+            [found0["call"], sf.array_min(opt)["call"]],
+            "entry ",
+            es,
+            " was read as ",
+            _repr(found0["data"]),
+            ", which no add of entry ",
+            es,
+            " wrote",
+        ),
+        _anomaly(
+            in_chain & chosen.isNull() & (sf.size(opt) == 0) & (sf.size(found) > 0),
+            "future-read",
+            [found0["call"]],
+            "entry ",
+            es,
+            " was read but never written",
+        ),
+        _anomaly(
+            in_chain & chosen.isNull() & (sf.size(opt) == 0) & (sf.size(found) == 0),
+            "skip",
+            [sf.col("requirer")],
+            "entry ",
+            es,
+            " was never written, yet a later entry exists",
+        ),
+        _anomaly(
+            in_chain
+            & (sf.size(ok_adds) > 0)
+            & (sf.size(found) > 0)
+            & (found0["data"] != ok0["data"]),
+            "divergent-read",
+            [ok0["call"], found0["call"]],
+            "entry ",
+            es,
+            " was written as ",
+            _repr(ok0["data"]),
+            " but read as ",
+            _repr(found0["data"]),
+        ),
+    )
+    chain_add = sf.when(
+        in_chain & chosen.isNotNull(),
+        _too_early("add", chosen["call"], chosen["end"], e),
+    ).otherwise(_empty())
+    duplicates = each(
+        ok_adds,
+        lambda a: a["call"] != ok0["call"],
+        lambda a: struct(
+            "duplicate", [ok0["call"], a["call"]], "two adds of entry ", es, " were acknowledged"
+        ),
+    )
+    divergent = each(
+        found,
+        lambda r: r["data"] != found0["data"],
+        lambda r: struct(
+            "divergent-read",
+            [found0["call"], r["call"]],
+            "entry ",
+            es,
+            " read as ",
+            _repr(found0["data"]),
+            " and as ",
+            _repr(r["data"]),
+        ),
+    )
+    lac_truncated = each(
+        sf.col("lacs"),
+        lambda lac: beyond,
+        lambda lac: struct(
+            "read-of-truncated-entry",
+            [lac["call"], close_op],
+            "LAC ",
+            es,
+            " was read but ",
+            close_f,
+            " closed the ledger at ",
+            closed_at,
+        ),
+    )
+    miss_floor = each(
+        sf.col("miss"),
+        lambda m: m["end"] <= sf.col("floor"),
+        lambda m: struct(
+            "future-read",
+            [sf.col("floor"), m["call"]],
+            "read of entry ",
+            es,
+            " completed before the ledger's create was invoked",
+        ),
+    )
+    read_checks = sf.when(
+        in_chain,
+        sf.flatten(sf.transform(found, lambda r: _too_early("read", r["call"], r["end"], e))),
+    ).otherwise(_empty())
+    lac_checks = sf.when(
+        e < n,
+        sf.flatten(
+            sf.transform(sf.col("lacs"), lambda lac: _too_early("lac", lac["call"], lac["end"], e))
+        ),
+    ).otherwise(_empty())
+    return sf.concat(
+        singles,
+        chain_add,
+        duplicates,
+        divergent,
+        lac_truncated,
+        miss_floor,
+        read_checks,
+        lac_checks,
+    )

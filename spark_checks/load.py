@@ -1,0 +1,197 @@
+"""Histories into Spark: reading, JSON Lines conversion, pairing, validation.
+
+Input is the shared history format (:mod:`linearizability.history`): a Parquet
+file or a directory of them (one history, or many campaign runs told apart by a
+``run`` column), or JSON Lines. JSON Lines is read and validated by
+``linearizability.history`` and converted to Parquet on the way in, a file per
+run; a directory without Parquet files is searched for ``*.jsonl`` files, each
+one a run named by its path (a campaign's ``run-*/history.jsonl``).
+
+Pairing (:func:`operations`) joins each invocation with the next line of its
+process, per run, with a window; the format's cross-line rules that can be
+checked per process are checked on the way (:func:`validate`): a completion has
+an open invocation with the same ``f`` and ledger, a process runs one
+operation at a time and is not reused after an ``info``. Index order within a
+run is trusted (Parquet rows have no line order to check it against).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from linearizability.history import (
+    FIELDS,
+    NEMESIS,
+    HistoryError,
+    Op,
+    parquet_schema,
+    read_jsonl,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+RUN_COLUMN = "run"
+BATCH = 65_536
+
+
+def jsonl_to_parquet(path: Path, out: Path, run: str) -> int:
+    """Validate a JSON Lines history and write it as Parquet with a ``run`` column."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = parquet_schema()
+    schema = base.append(pa.field(RUN_COLUMN, pa.string(), nullable=False))
+    n = 0
+    with pq.ParquetWriter(str(out), schema, compression="zstd") as writer:
+        cols: dict[str, list[Any]] = {name: [] for name in (*FIELDS, RUN_COLUMN)}
+
+        def flush() -> None:
+            if cols["index"]:
+                writer.write_table(pa.table(cols, schema=schema))
+                for c in cols.values():
+                    c.clear()
+
+        ops: Iterator[Op] = read_jsonl(path)
+        for op in ops:
+            cols["index"].append(op.index)
+            cols["time"].append(op.time)
+            cols["process"].append(None if op.process == NEMESIS else op.process)
+            cols["type"].append(op.type)
+            cols["f"].append(op.f)
+            cols["ledger"].append(op.ledger)
+            cols["value"].append(
+                None if op.value is None else json.dumps(op.value, separators=(",", ":"))
+            )
+            cols[RUN_COLUMN].append(run)
+            n += 1
+            if n % BATCH == 0:
+                flush()
+        flush()
+    return n
+
+
+def _jsonl_files(path: Path) -> list[tuple[Path, str]]:
+    if path.is_file():
+        return [(path, "")]
+    files = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+    return [(f, str(f.parent.relative_to(path)) if f.parent != path else f.stem) for f in files]
+
+
+def read_ops(spark: SparkSession, path: Path, *, workdir: Path | None = None) -> DataFrame:
+    """The history's lines as a DataFrame with the format's columns and ``run``."""
+    from pyspark.sql import functions as sf
+
+    if not path.exists():
+        raise HistoryError("no such file or directory", source=str(path))
+    parquet = path.suffix == ".parquet" or (
+        path.is_dir() and any(p.is_file() for p in path.rglob("*.parquet"))
+    )
+    if not parquet:
+        files = _jsonl_files(path)
+        if not files:
+            raise HistoryError("no .parquet or .jsonl history here", source=str(path))
+        target = Path(tempfile.mkdtemp(prefix="bkref-spark-in-", dir=workdir))
+        for i, (f, run) in enumerate(files):
+            jsonl_to_parquet(f, target / f"part-{i:05d}.parquet", run)
+        path = target
+    df = spark.read.option("recursiveFileLookup", "true").parquet(str(path))
+    missing = [c for c in FIELDS if c not in df.columns]
+    if missing:
+        raise HistoryError(f"missing column(s) {missing}", source=str(path))
+    run_col = sf.col(RUN_COLUMN).cast("string") if RUN_COLUMN in df.columns else sf.lit("")
+    return df.select(
+        run_col.alias("run"),
+        sf.col("index").cast("long").alias("index"),
+        sf.col("time").cast("long").alias("time"),
+        sf.col("process").cast("long").alias("process"),
+        sf.col("type").cast("string").alias("type"),
+        sf.col("f").cast("string").alias("f"),
+        sf.col("ledger").cast("long").alias("ledger"),
+        sf.col("value").cast("string").alias("value"),
+    )
+
+
+def operations(ops: DataFrame) -> DataFrame:
+    """Invocations paired with their completions, one row per operation.
+
+    Columns: run, process, f, call (invocation index), t_call, ret (completion
+    index, null if none), t_ret, ctype (completion type, null if none), ledger
+    (the completion's, else the invocation's), inv and out (JSON text of the
+    values), problem (why the pairing breaks a rule of the format, else null).
+    Nemesis lines are dropped; completions appear only inside their operation,
+    except a completion without an invocation, kept as a row with a problem.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    w = Window.partitionBy("run", "process").orderBy("index")
+    lines = ops.where(sf.col("process").isNotNull()).select(
+        "*",
+        sf.lead(sf.struct("index", "time", "type", "f", "ledger", "value")).over(w).alias("nxt"),
+        sf.lag("type").over(w).alias("prv"),
+    )
+    nxt = sf.col("nxt")
+    completes = nxt.isNotNull() & (nxt["type"] != "invoke")
+    is_invoke = sf.col("type") == "invoke"
+    problem = (
+        sf.when(
+            is_invoke & (sf.col("prv") == "info"),
+            sf.concat(sf.lit("process "), sf.col("process"), sf.lit(" reused after an info")),
+        )
+        .when(
+            is_invoke & nxt.isNotNull() & (nxt["type"] == "invoke"),
+            sf.concat(sf.lit("two open invocations on process "), sf.col("process")),
+        )
+        .when(
+            is_invoke & completes & (nxt["f"] != sf.col("f")),
+            sf.concat(
+                sf.lit("completion "),
+                nxt["f"],
+                sf.lit(" does not match the invocation "),
+                sf.col("f"),
+            ),
+        )
+        .when(
+            is_invoke
+            & completes
+            & sf.col("ledger").isNotNull()
+            & ~nxt["ledger"].eqNullSafe(sf.col("ledger")),
+            sf.concat(sf.lit("completion names another ledger than its invocation")),
+        )
+        .when(
+            ~is_invoke & (sf.col("prv").isNull() | (sf.col("prv") != "invoke")),
+            sf.concat(sf.lit("completion without invocation on process "), sf.col("process")),
+        )
+    )
+    keep = is_invoke | problem.isNotNull()
+    return lines.where(keep).select(
+        "run",
+        "process",
+        "f",
+        sf.col("index").alias("call"),
+        sf.col("time").alias("t_call"),
+        sf.when(completes, nxt["index"]).alias("ret"),
+        sf.when(completes, nxt["time"]).alias("t_ret"),
+        sf.when(completes, nxt["type"]).alias("ctype"),
+        sf.coalesce(sf.when(completes, nxt["ledger"]), sf.col("ledger")).alias("ledger"),
+        sf.col("value").alias("inv"),
+        sf.when(completes, nxt["value"]).alias("out"),
+        problem.alias("problem"),
+    )
+
+
+def validate(paired: DataFrame) -> None:
+    """Raise :class:`HistoryError` naming the first operation that breaks a rule."""
+    from pyspark.sql import functions as sf
+
+    bad = paired.where(sf.col("problem").isNotNull()).orderBy("run", "call").limit(1).collect()
+    if bad:
+        row = bad[0]
+        run = f"run {row['run']!r} " if row["run"] else ""
+        raise HistoryError(f"{run}index {row['call']}: {row['problem']}")
