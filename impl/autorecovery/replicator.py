@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from impl.core.frames import AddRequest, ReadRequest, ReadResponse, Status
 from impl.core.metadata import LedgerMetadata
 from impl.core.repair import Fragment, Reason, choose_target, fragments, replace_replica
 from impl.meta.store import MetadataConflictError, NoSuchLedgerError
+from impl.meta.underreplication import UnderreplicationManager
 
 log = logging.getLogger(__name__)
 
@@ -233,12 +236,15 @@ async def recover_bookie(
     *,
     target: str | None = None,
     progress: Callable[[LedgerRepair], None] | None = None,
+    lock_patience: float = 60.0,
 ) -> list[LedgerRepair]:
     """Manual recovery (``bkref shell recover``): re-replicate every ledger with a segment
     on ``bookie``, to ``target`` if given. An open ledger is first recovered (fenced and
     closed), as BookKeeper's recoverBookieData does, so that its last segment can move."""
     live = {b.bookie_id for b in await asyncio.to_thread(bk.meta.bookies)}
     reason = Reason.LEAVING if bookie in live else Reason.LOST
+    urm = UnderreplicationManager(bk.meta.zk, bk.root)
+    await asyncio.to_thread(urm.ensure_layout)
     out: list[LedgerRepair] = []
     for lid in await bk.list_ledgers():
         try:
@@ -247,17 +253,34 @@ async def recover_bookie(
             continue
         if bookie not in md.bookies():
             continue
-        try:
-            if not md.is_closed:
-                await bk.open_ledger(lid, md.password, recovery=True)
-            candidates = await asyncio.to_thread(bk.meta.writable_bookies)
-            candidates.pop(bookie, None)
-            result = await repair_ledger(bk, lid, {bookie: reason}, candidates, target=target)
-            md, _ = await asyncio.to_thread(bk.meta.read_ledger, lid)
-            result.complete = result.complete and bookie not in md.bookies()
-        except (RepairError, BKError) as e:
-            result = LedgerRepair(lid, message=str(e))
+        # The ledger's lock, as a worker takes it: no worker or bookie GC acts meanwhile.
+        owner = f"manual-recovery-{os.getpid()}"
+        if not await _lock(urm, lid, owner, lock_patience):
+            holder = await asyncio.to_thread(urm.lock_holder, lid)
+            result = LedgerRepair(lid, message=f"locked by {holder} for {lock_patience:.0f} s")
+        else:
+            try:
+                if not md.is_closed:
+                    await bk.open_ledger(lid, md.password, recovery=True)
+                candidates = await asyncio.to_thread(bk.meta.writable_bookies)
+                candidates.pop(bookie, None)
+                result = await repair_ledger(bk, lid, {bookie: reason}, candidates, target=target)
+                md, _ = await asyncio.to_thread(bk.meta.read_ledger, lid)
+                result.complete = result.complete and bookie not in md.bookies()
+            except (RepairError, BKError) as e:
+                result = LedgerRepair(lid, message=str(e))
+            finally:
+                await asyncio.to_thread(urm.unlock, lid)
         out.append(result)
         if progress is not None:
             progress(result)
     return out
+
+
+async def _lock(urm: UnderreplicationManager, lid: int, owner: str, patience: float) -> bool:
+    deadline = time.monotonic() + patience
+    while not await asyncio.to_thread(urm.try_lock, lid, owner):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.2)
+    return True

@@ -63,11 +63,14 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:  # noqa: ANN
     dc.add_argument("bookie")
     dc.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait (3600)")
     st = sub.add_parser(
-        "status", parents=[common], help="replica health: cluster totals, --ledger L or --bookies"
+        "status",
+        parents=[common],
+        help="replica health: cluster totals, --ledger L, --per-ledger or --bookies",
     )
     g = st.add_mutually_exclusive_group()
-    g.add_argument("--ledger", type=int)
-    g.add_argument("--bookies", action="store_true")
+    g.add_argument("--ledger", type=int, help="one ledger's health, replicas and task")
+    g.add_argument("--per-ledger", action="store_true", help="every ledger's health")
+    g.add_argument("--bookies", action="store_true", help="ledgers and entries per bookie")
 
 
 def _repair_line(r: LedgerRepair) -> str:
@@ -208,6 +211,14 @@ async def _status(
     if args.ledger is not None:
         s = st.ledgers[0]
         out(args, s.to_json(), "\n".join(f"{k}: {v}" for k, v in s.to_json().items()))
+    elif args.per_ledger:
+        rows = [s.to_json() for s in st.ledgers]
+        text = "\n".join(
+            f"{r['ledger']}\t{r['state']}\t{r['health']}\tlive replicas {r['live_replicas']}"
+            f"/{r['write_quorum']}" + (f"\t{r['underreplicated']}" if r["underreplicated"] else "")
+            for r in rows
+        )
+        out(args, rows, text or "(no ledgers)")
     elif args.bookies:
         text = "\n".join(
             f"{b}\t{row['state']}{' (decommissioning)' if row['decommissioning'] else ''}"

@@ -79,6 +79,7 @@ def cluster_status(
     live = {b.bookie_id for b in infos}
     leaving = urm.decommissioning()
     tasks = {t.ledger_id: t for t, _ in urm.tasks()}
+    redundant = urm.redundant()
     auditor = urm.auditor()
     out = ClusterStatus(enabled=urm.is_enabled(), auditor=auditor.node_id if auditor else None)
     for info in infos:
@@ -104,7 +105,13 @@ def cluster_status(
             LedgerStatus(
                 lid,
                 md.state.value,
-                health(md, live, leaving=leaving, entries_missing=missing),
+                health(
+                    md,
+                    live,
+                    leaving=leaving,
+                    entries_missing=missing,
+                    redundant=redundant.get(lid, ()),
+                ),
                 live_replicas(md, live),
                 md.write_quorum,
                 sorted(md.bookies()),

@@ -37,6 +37,7 @@ class BookieConfig:
     flushInterval: int = 60000  # noqa: N815
     logSizeLimit: int = 1073741824  # noqa: N815
     gcWaitTime: int = 600000  # noqa: N815
+    gcOverreplicatedLedgerWaitTime: int = 86400000  # noqa: N815 (ms)
     minorCompactionThreshold: float = 0.2  # noqa: N815
     minorCompactionInterval: int = 3600  # noqa: N815
     majorCompactionThreshold: float = 0.8  # noqa: N815

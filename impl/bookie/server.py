@@ -32,7 +32,8 @@ from impl.core.frames import (
     Status,
     encode,
 )
-from impl.meta.store import ZkMetadataStore, connect
+from impl.meta.store import NoSuchLedgerError, ZkMetadataStore, connect
+from impl.meta.underreplication import UnderreplicationManager
 from impl.storage.bookie_storage import BookieStorage
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class Bookie:
         self._wakeup_pending = False
         self._wakeup_lock = threading.Lock()
         self._to_persist: list[tuple[BookieDecision, _Out]] = []
+        self._redundant_since: dict[int, float] = {}  # over-replicated ledger -> first seen
 
     # ------------------------------------------------------------ lifecycle
 
@@ -154,7 +156,19 @@ class Bookie:
         assert self.store is not None
         candidates = self.storage.ledger_ids()  # before the listing: see garbage_collect
         live = set(self.store.list_ledgers())
-        r = self.storage.garbage_collect(live, candidates, threshold)
+        urm = UnderreplicationManager(self.store.zk, self.config.zkLedgersRootPath)
+        locked = self._overreplicated(urm, candidates & live)
+        try:
+            r = self.storage.garbage_collect(live - set(locked), candidates, threshold)
+        finally:
+            for lid in locked:
+                urm.unlock(lid)
+        if r.deleted_ledgers and self._loop is not None:
+            # The core (on the event loop's thread) forgets them too.
+            gone = list(r.deleted_ledgers)
+            self._loop.call_soon_threadsafe(
+                lambda: [self.core.ledgers.pop(lid, None) for lid in gone]
+            )
         if r.deleted_ledgers or r.deleted_logs or r.compacted_logs:
             log.info(
                 "gc: deleted ledgers %s, removed entry logs %s, compacted %s "
@@ -165,6 +179,44 @@ class Bookie:
                 threshold,
                 r.bytes_reclaimed,
             )
+
+    def _overreplicated(self, urm: UnderreplicationManager, ledgers: set[int]) -> list[int]:
+        """Closed ledgers stored here that no segment names (left behind when this bookie
+        was repaired away while down): published as REDUNDANT, and after
+        ``gcOverreplicatedLedgerWaitTime`` returned, locked, for deletion. The ledger's
+        under-replication lock keeps a repair that is copying here right now (before its
+        metadata CAS) from losing its copy, and the metadata is read again under it."""
+        assert self.store is not None
+        now = time.monotonic()
+        redundant: set[int] = set()
+        for lid in ledgers:
+            try:
+                md, _ = self.store.read_ledger(lid)
+            except NoSuchLedgerError:
+                continue
+            if md.is_closed and self.bookie_id not in md.bookies():
+                redundant.add(lid)
+        self._redundant_since = {lid: self._redundant_since.get(lid, now) for lid in redundant}
+        urm.set_redundant(self.bookie_id, sorted(redundant))
+        wait = self.config.gcOverreplicatedLedgerWaitTime / 1000
+        locked: list[int] = []
+        for lid, since in sorted(self._redundant_since.items()):
+            if now - since < wait or not urm.try_lock(lid, f"gc-{self.bookie_id}"):
+                continue
+            try:
+                md, _ = self.store.read_ledger(lid)
+                still = md.is_closed and self.bookie_id not in md.bookies()
+            except NoSuchLedgerError:
+                still = True
+            if still:
+                locked.append(lid)
+                del self._redundant_since[lid]
+            else:
+                urm.unlock(lid)
+        if locked:
+            log.info("gc: deleting over-replicated ledgers %s (no segment names us)", locked)
+            urm.set_redundant(self.bookie_id, sorted(self._redundant_since))
+        return locked
 
     def disk_usage(self) -> float:
         u = shutil.disk_usage(self.config.ledgerDirectories[0])

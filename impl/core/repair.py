@@ -40,6 +40,7 @@ class Health(enum.Enum):
     REPLICA_MISSING = "REPLICA_MISSING"  # a segment has fewer live replicas than Wq
     ENTRIES_MISSING = "ENTRIES_MISSING"  # a live replica lacks entries (VERSION_INCOMPLETE)
     RELOCATING = "RELOCATING"  # a replica is on a decommissioning bookie
+    REDUNDANT = "REDUNDANT"  # a bookie holds a copy no segment names (its GC drops it)
     HEALTHY = "HEALTHY"
 
 
@@ -127,7 +128,9 @@ def health(
     *,
     leaving: Collection[str] = (),
     entries_missing: Collection[str] = (),
+    redundant: Collection[str] = (),
 ) -> Health:
+    """``redundant``: bookies that hold a copy of the ledger although no segment names them."""
     bookies = metadata.bookies()
     if live_replicas(metadata, live) < metadata.write_quorum:
         return Health.REPLICA_MISSING
@@ -135,6 +138,8 @@ def health(
         return Health.ENTRIES_MISSING
     if bookies & set(leaving):
         return Health.RELOCATING
+    if set(redundant) - bookies:
+        return Health.REDUNDANT
     return Health.HEALTHY
 
 

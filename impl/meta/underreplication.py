@@ -18,6 +18,8 @@ Under ``<root>/underreplication/``:
   even to the same value, triggers an audit (``bkref shell triggeraudit``).
 - ``decommission/<bookie>``: bookies being decommissioned.
 - ``slots/<bookie>``: a kazoo semaphore bounding concurrent repair copies per bookie.
+- ``redundant/<bookie>``: JSON list of the closed ledgers that bookie stores but no
+  segment names (its GC publishes it, and deletes them after a wait).
 """
 
 from __future__ import annotations
@@ -258,6 +260,30 @@ class UnderreplicationManager:
         else:
             with contextlib.suppress(NoNodeError):
                 self.zk.delete(path)
+
+    # ------------------------------------------------------------ redundant replicas
+
+    def set_redundant(self, bookie: str, ledgers: list[int]) -> None:
+        """What ``bookie`` stores that no segment names (published by its GC)."""
+        path = f"{self.base}/redundant/{bookie}"
+        data = json.dumps(ledgers).encode()
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            with contextlib.suppress(NodeExistsError):
+                self.zk.create(path, data, makepath=True)
+
+    def redundant(self) -> dict[int, list[str]]:
+        """ledger -> bookies holding a copy that no segment names."""
+        out: dict[int, list[str]] = {}
+        for bookie in _children(self.zk, f"{self.base}/redundant"):
+            try:
+                data, _ = self.zk.get(f"{self.base}/redundant/{bookie}")
+            except NoNodeError:
+                continue
+            for lid in json.loads(data or b"[]"):
+                out.setdefault(int(lid), []).append(bookie)
+        return out
 
     # ------------------------------------------------------------ repair slots
 

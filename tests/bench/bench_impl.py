@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from impl.client.client import BookKeeper
@@ -74,8 +76,10 @@ async def _reads(bk: BookKeeper, ledger: int, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-async def _loopback(port: int, n: int, inflight: int) -> tuple[float, list[float]]:
-    """Raw asyncio request/response over one loopback connection, ENTRY-byte requests."""
+async def _loopback(
+    port: int, n: int, inflight: int, size: int = ENTRY
+) -> tuple[float, list[float]]:
+    """Raw asyncio request/response over one loopback connection, ``size``-byte requests."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     waiting: asyncio.Queue[asyncio.Future[None]] = asyncio.Queue()
 
@@ -85,7 +89,7 @@ async def _loopback(port: int, n: int, inflight: int) -> tuple[float, list[float
             (await waiting.get()).set_result(None)
 
     rt = asyncio.get_running_loop().create_task(recv())
-    msg = len(os.urandom(ENTRY)).to_bytes(4, "big") + os.urandom(ENTRY)
+    msg = size.to_bytes(4, "big") + os.urandom(size)
     lat: list[float] = []
     sem = asyncio.Semaphore(inflight)
 
@@ -104,6 +108,31 @@ async def _loopback(port: int, n: int, inflight: int) -> tuple[float, list[float
     rt.cancel()
     writer.close()
     return n / secs, lat
+
+
+@contextlib.contextmanager
+def echo_server() -> Iterator[int]:
+    """A raw asyncio request/response server in its own process; yields its port."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", _ECHO_SERVER, str(port)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        server.stdout.readline()
+        yield port
+    finally:
+        server.terminate()
+        server.wait()
+        if server.stdout is not None:
+            server.stdout.close()
+
+
+def loopback_throughput(n: int, inflight: int, size: int) -> float:
+    """Bytes per second of ``size``-byte requests over raw asyncio loopback."""
+    with echo_server() as port:
+        rate, _ = asyncio.run(_loopback(port, n, inflight, size))
+    return rate * size
 
 
 def _fsync_rate(directory: Path, n: int) -> float:
@@ -168,20 +197,9 @@ def run(quick: bool) -> str:
             res["add32eager"] = asyncio.run(go_eager())
         finally:
             eager.down()
-        port = free_port()
-        server = subprocess.Popen(
-            [sys.executable, "-c", _ECHO_SERVER, str(port)], stdout=subprocess.PIPE, text=True
-        )
-        try:
-            assert server.stdout is not None
-            server.stdout.readline()
+        with echo_server() as port:
             lb1 = asyncio.run(_loopback(port, nraw // 5, 1))
             lb32 = asyncio.run(_loopback(port, nraw, 32))
-        finally:
-            server.terminate()
-            server.wait()
-            if server.stdout is not None:
-                server.stdout.close()
         fsync = _fsync_rate(Path(d), 200 if quick else 2000)
 
     row("add 1 KiB, E=Wq=3 Aq=2, fsync, 1 in flight", n1, *res["add1"])

@@ -126,6 +126,33 @@ def test_sigkill_of_a_bookie_re_replicates_every_entry_to_wq_live_bookies(
             live = {b.bookie_id for b in cluster.bookies if b.bookie_id != victim}
             await _assert_fully_replicated(bk, ledgers, live)
 
+            # The victim comes back with its old copies, which no segment names any more:
+            # REDUNDANT in the status view, then dropped by its GC after the wait.
+            cluster.write_config(index, gcWaitTime=1000, gcOverreplicatedLedgerWaitTime=3000)
+            await asyncio.to_thread(cluster.start_bookie, index)
+            mine = [lid for lid in ledgers if await _holds_any(bk, victim, lid, 100)]
+            assert len(mine) == held
+
+            def health() -> dict[int, str]:
+                out = _shell(cluster, "status", "--json", "--per-ledger")
+                assert out.returncode == 0, out.stderr
+                return {row["ledger"]: row["health"] for row in json.loads(out.stdout)}
+
+            def flagged() -> bool:
+                return set(mine) <= {k for k, v in health().items() if v == "REDUNDANT"}
+
+            assert await asyncio.to_thread(wait_until, flagged, 30, 0.5)
+
+            async def dropped() -> bool:
+                return not any([await _holds_any(bk, victim, lid, 100) for lid in mine])
+
+            deadline = time.monotonic() + 60
+            while not await dropped():
+                assert time.monotonic() < deadline, "the GC kept the over-replicated ledgers"
+                await asyncio.sleep(0.5)
+            assert set(health().values()) == {"HEALTHY"}
+            await _assert_fully_replicated(bk, ledgers, live)
+
     try:
         asyncio.run(go())
     finally:

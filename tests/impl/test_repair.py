@@ -87,6 +87,8 @@ def test_live_replicas_and_health() -> None:
     assert health(md, {A, B}) is Health.REPLICA_MISSING
     assert health(md, {A, B, C}, entries_missing=[B]) is Health.ENTRIES_MISSING
     assert health(md, {A, B, C}, leaving=[C]) is Health.RELOCATING
+    assert health(md, {A, B, C}, redundant=[D]) is Health.REDUNDANT
+    assert health(md, {A, B, C}, redundant=[A]) is Health.HEALTHY  # named: not redundant
     # An empty segment (the ledger was closed before it got an entry) holds nothing.
     empty = _md((Segment(0, (A, B, C)), Segment(5, (A, B, D))), closed_at=4)
     assert live_replicas(empty, {A, B, C}) == 2
