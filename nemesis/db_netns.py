@@ -58,7 +58,13 @@ from impl.meta import layout
 from nemesis import disk
 from nemesis.db import BOOKIE_SESSION_MS, NodeRefusedError
 from nemesis.lazyfs import LazyMount
-from nemesis.netns import NamespaceNetwork, cleanup_leftovers, default_registry_dir
+from nemesis.netns import (
+    NamespaceNetwork,
+    cleanup_leftovers,
+    default_registry_dir,
+    owner,
+    owner_alive,
+)
 
 T = TypeVar("T")
 STATE_FILE = "netns-cluster.json"
@@ -166,7 +172,7 @@ class NamespaceBackend:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.registry.mkdir(parents=True, exist_ok=True)
         (self.registry / f"{self.net.run_id}.json").write_text(
-            json.dumps({"directory": str(self.directory)}) + "\n"
+            json.dumps({"directory": str(self.directory), "owner": owner()}) + "\n"
         )
         self._save()
         self.net.setup()
@@ -440,6 +446,7 @@ class NamespaceBackend:
 
     def _save(self) -> None:
         state: dict[str, Any] = {
+            "owner": owner(),
             "run_id": self.net.run_id,
             "net_registry": str(self.net.registry),
             "namespaces": [n.netns for n in self.net.nodes.values()] + [self.net.bridge_ns],
@@ -456,22 +463,29 @@ class NamespaceBackend:
 def cleanup(registry_dir: Path | None = None, directories: list[Path] | None = None) -> list[str]:
     """Stop what crashed or interrupted namespace campaigns left; what was removed.
 
-    Campaign directories come from the registry (and ``directories``); for each,
+    Campaign directories come from the registry, for campaigns whose runner is
+    gone (and from ``directories``, which the caller vouches for); for each,
     its bookies (by PID, only while they run our config), ZooKeeper servers,
     lazyfs mounts and daemons; then every namespace a network registry names.
     """
     registry = (registry_dir or default_registry_dir()).parent / "campaigns"
     found: list[Path] = list(directories or [])
     entries = sorted(registry.glob("*.json")) if registry.is_dir() else []
+    leftovers = []
     for entry in entries:
         with contextlib.suppress(OSError, ValueError, KeyError):
-            found.append(Path(json.loads(entry.read_text())["directory"]))
+            recorded = json.loads(entry.read_text())
+            if not owner_alive(recorded):  # a campaign in progress is not a leftover
+                found.append(Path(recorded["directory"]))
+                leftovers.append(entry)
     removed: list[str] = []
     for directory in found:
         path = directory / STATE_FILE
         if not path.exists():
             continue
         state = json.loads(path.read_text())
+        if owner_alive(state):
+            continue  # its runner is still running: not a leftover
         for raw in state.get("services", []):
             pid = raw.get("pid")
             if pid and pid_alive(pid) and runs_with(pid, raw["marker"]):
@@ -491,6 +505,6 @@ def cleanup(registry_dir: Path | None = None, directories: list[Path] | None = N
             if pid and pid_alive(pid) and runs_with(pid, m["mountpoint"]):
                 stop_pid(pid, sig=signal.SIGKILL, grace=0.0)
     removed += [f"namespace {ns}" for ns in cleanup_leftovers(registry_dir)]
-    for entry in entries:
+    for entry in leftovers:
         entry.unlink(missing_ok=True)
     return removed

@@ -11,9 +11,11 @@ Partitions are real: a grudge (see :mod:`nemesis.partition`) becomes iptables
 DROP rules in the INPUT chain of each node's namespace, loaded atomically with
 ``iptables-restore``.
 
-Everything created is first recorded in a registry file, so that
-``cleanup_leftovers`` (``bkref campaign cleanup``) removes what a crashed or
-interrupted run left behind; it deletes only namespaces named in a registry.
+Everything created is first recorded in a registry file, with the PID and
+start time of the process that created it, so that ``cleanup_leftovers``
+(``bkref campaign cleanup``) removes what a crashed or interrupted run left
+behind; it deletes only namespaces named in a registry whose owner is gone,
+never those of a run still in progress.
 """
 
 from __future__ import annotations
@@ -146,6 +148,7 @@ class NamespaceNetwork:
         entry = {
             "run_id": self.run_id,
             "namespaces": [n.netns for n in self.nodes.values()] + [self.bridge_ns],
+            "owner": owner(),
         }
         self.registry.write_text(json.dumps(entry) + "\n")
 
@@ -206,8 +209,33 @@ class NamespaceNetwork:
         self._ns(netns, "iptables-restore", input_text=table)
 
 
+def owner() -> dict[str, int]:
+    """This process, as a registry records it: PID and start time (PIDs are re-used)."""
+    return {"pid": os.getpid(), "start": _start_time(os.getpid())}
+
+
+def _start_time(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def owner_alive(entry: Mapping[str, object]) -> bool:
+    """True if the process that wrote a registry entry still runs: not a leftover."""
+    who = entry.get("owner")
+    if not isinstance(who, dict):
+        return False
+    pid, start = int(who.get("pid", -1)), int(who.get("start", -2))
+    return pid > 0 and _start_time(pid) == start
+
+
 def cleanup_leftovers(registry_dir: Path | None = None) -> list[str]:
-    """Delete the namespaces that registry files name; returns those removed."""
+    """Delete the namespaces that registry files of dead owners name; returns those removed.
+
+    A network whose owner still runs (a campaign or a test in progress) is left alone.
+    """
     directory = registry_dir or default_registry_dir()
     removed: list[str] = []
     if not directory.is_dir():
@@ -215,9 +243,12 @@ def cleanup_leftovers(registry_dir: Path | None = None) -> list[str]:
     existing = list_namespaces()
     for entry in sorted(directory.glob("*.json")):
         try:
-            names = json.loads(entry.read_text())["namespaces"]
+            recorded = json.loads(entry.read_text())
+            names = recorded["namespaces"]
         except (OSError, ValueError, KeyError) as e:
             raise NetnsError(f"unreadable registry file {entry}: {e}; remove it by hand") from e
+        if owner_alive(recorded):
+            continue
         for ns in names:
             if ns in existing and ns.startswith(PREFIX):
                 _run(["ip", "netns", "del", ns])

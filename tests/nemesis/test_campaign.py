@@ -84,7 +84,7 @@ def test_short_namespace_campaign_with_partitions_and_zookeeper_faults_is_valid(
     assert result.error is None, result.error
     assert result.backend == "netns"
     assert {w["kind"] for w in result.windows} == {"lose-unsynced", "pause", "expire", "partition"}
-    assert any(w["target"].startswith("zk") for w in result.windows)
+    assert any(str(w["target"]).startswith("zk") for w in result.windows)
     assert sum(result.faults.values()) == len(result.windows)
     assert result.ops.get("add:ok", 0) > 0
     assert result.valid is True, {k: c["anomalies"][:3] for k, c in result.checks.items()}

@@ -11,6 +11,7 @@ what a runner that died without teardown left.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 from pathlib import Path
@@ -31,6 +32,15 @@ pytestmark = [
         not SUPPORTED or not os.path.exists("/dev/fuse"), reason=f"needs namespaces, FUSE: {WHY}"
     ),
 ]
+
+
+def _orphan(directory: Path) -> None:
+    """Make every registry and state file under ``directory`` look written by a dead runner."""
+    for path in directory.rglob("*.json"):
+        recorded = json.loads(path.read_text())
+        if "owner" in recorded:
+            recorded["owner"] = {"pid": 2**22 + 1, "start": 0}  # above pid_max: never runs
+            path.write_text(json.dumps(recorded))
 
 
 def _write_and_read(backend: NamespaceBackend, entries: int) -> list[bytes]:
@@ -121,6 +131,8 @@ def test_cleanup_removes_what_a_dead_runner_left(tmp_path: Path) -> None:
     backend._admin.stop()
     backend._admin.close()
 
+    assert cleanup(tmp_path / "reg" / "netns") == []  # its runner (this test) is alive
+    _orphan(tmp_path)  # now the runner "died"
     removed = cleanup(tmp_path / "reg" / "netns")
     assert any(r.startswith("namespace ") for r in removed)
     assert not namespaces & list_namespaces()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -103,6 +104,10 @@ def test_setup_and_teardown_leave_the_host_network_unchanged(tmp_path: Path) -> 
 def test_cleanup_removes_what_an_interrupted_run_left(tmp_path: Path) -> None:
     net = NamespaceNetwork(["p", "q"], registry_dir=tmp_path)
     net.setup()  # and then the runner "crashes": no teardown
+    assert cleanup_leftovers(tmp_path) == []  # while its owner (this test) runs, it stays
+    recorded = json.loads(net.registry.read_text())
+    recorded["owner"] = {"pid": 2**22 + 1, "start": 0}  # above pid_max: a dead owner
+    net.registry.write_text(json.dumps(recorded))
     removed = cleanup_leftovers(tmp_path)
     assert sorted(removed) == sorted([net.nodes["p"].netns, net.nodes["q"].netns, net.bridge_ns])
     assert not set(removed) & list_namespaces()

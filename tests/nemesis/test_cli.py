@@ -1,0 +1,33 @@
+"""`bkref campaign` arguments: refusals are clear and exit 2, before any cluster starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nemesis.cli import _quorum, main
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--backend", "local", "--faults", "partition"], "cannot inject ['partition']"),
+        (["--backend", "local", "--faults", "lose-unsynced"], "cannot inject ['lose-unsynced']"),
+        (["--faults", "meteor"], "unknown fault kind(s) ['meteor']"),
+        (["--quorum", "2,3,2"], "need E >= Wq >= Aq >= 1"),
+        (["--bookies", "2"], "need --runs >= 1, --bookies >= 3"),
+    ],
+)
+def test_bad_arguments_exit_2_with_the_reason(
+    argv: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert said in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "out").exists()  # nothing was started
+
+
+def test_quorum_defaults_to_wq_above_aq_when_a_disk_loses_synced_data() -> None:
+    assert _quorum(None, ("kill", "pause")) == (3, 2, 2)
+    assert _quorum(None, ("kill", "truncate")) == (3, 3, 2)
+    assert _quorum("5,3,2", ("truncate",)) == (5, 3, 2)
