@@ -41,6 +41,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -135,6 +136,7 @@ class NamespaceBackend:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._paused: set[str] = set()
         self._admin: KazooClient | None = None
+        self._save_lock = threading.Lock()
 
     # ------------------------------------------------------------ the interface's facts
 
@@ -445,6 +447,10 @@ class NamespaceBackend:
     # ------------------------------------------------------------ state, cleanup
 
     def _save(self) -> None:
+        with self._save_lock:  # restarts may run in parallel (a power cut's end)
+            self._write_state()
+
+    def _write_state(self) -> None:
         state: dict[str, Any] = {
             "owner": owner(),
             "run_id": self.net.run_id,

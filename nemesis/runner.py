@@ -32,6 +32,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,17 @@ class RunResult:
     spans: list[dict[str, Any]] = field(default_factory=list)  # faults as the history saw them
 
 
+def _try_start(backend: ClusterBackend) -> Callable[[str], str | None]:
+    def start(node: str) -> str | None:
+        try:
+            backend.start(node)
+        except Exception as e:  # refused, or would not come back: a finding either way
+            return f"{type(e).__name__}: {e}"
+        return None
+
+    return start
+
+
 class _Nemesis:
     """Applies fault windows to a backend and records what happened (Jepsen's nemesis)."""
 
@@ -128,14 +140,15 @@ class _Nemesis:
                 b.lose_unsynced(target)
             elif kind == "power-loss":
                 live = [x for x in b.bookies if x not in self.refused]
-                for x in live:
-                    if start:
+                if start:
+                    for x in live:
                         b.lose_unsynced(x)
-                    else:
-                        try:
-                            b.start(x)
-                        except NodeRefusedError as e:
-                            self._refused(x, w, str(e))
+                else:  # the machines come back together, as after a power cut
+                    with ThreadPoolExecutor(len(live) or 1) as pool:
+                        outcomes = list(pool.map(_try_start(b), live))
+                    for x, error in zip(live, outcomes, strict=True):
+                        if error is not None:
+                            self._refused(x, w, error)
             elif kind in ("flip", "truncate", "wipe"):
                 if start:
                     out["did"] = b.corrupt(target, kind, self.rng)
