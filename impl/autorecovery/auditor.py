@@ -6,7 +6,8 @@
   session ends (its vote disappears with it).
 - Bookie audit: on a change of ``/ledgers/available`` the auditor compares the
   registered bookies with those it saw before. A lost bookie is audited after
-  ``lostBookieRecoveryDelay`` seconds, at once if more than one is lost; an audit
+  ``lostBookieRecoveryDelay`` seconds, at once if more than one bookie that holds
+  data is down (counting those lost earlier and not yet back); an audit
   scans every ledger's metadata and marks each ledger that names a lost (or
   decommissioning) bookie. It also runs on election, every
   ``auditorPeriodicBookieCheckInterval`` and whenever the delay znode is written
@@ -75,6 +76,8 @@ class Auditor:
         self._bookies_changed = asyncio.Event()
         self._trigger = asyncio.Event()
         self._rng = random.Random()
+        self._seen: set[str] = set()  # bookies registered at some point of this term
+        self._named: set[str] = set()  # bookies some ledger named at the last audit
 
     def _threadsafe(self, event: asyncio.Event) -> Callable[[], None]:
         loop = asyncio.get_running_loop()
@@ -165,6 +168,7 @@ class Auditor:
         zk.DataWatch(f"{self.urm.base}/lostBookieRecoveryDelay", on_delay)
         try:
             known = await self._registered()
+            self._seen = set(known)
             await self.audit()
             now = time.monotonic()
             next_check = self._next(now, self.config.periodic_check_interval)
@@ -187,18 +191,23 @@ class Auditor:
                     self._bookies_changed.clear()
                     registered = await self._registered()
                     lost = known - registered
+                    # Every bookie down now that still holds data (the audits say which).
+                    down = (self._seen - registered) & (self._named | lost)
                     known = registered
+                    self._seen |= registered
                     if lost:
                         delay = await asyncio.to_thread(
                             self.urm.lost_bookie_recovery_delay,
                             self.config.lost_bookie_recovery_delay,
                         )
                         log.info(
-                            "auditor: bookies lost: %s (lostBookieRecoveryDelay %d s)",
+                            "auditor: bookies lost: %s, %d down in all "
+                            "(lostBookieRecoveryDelay %d s)",
                             sorted(lost),
+                            len(down),
                             delay,
                         )
-                        if delay <= 0 or len(lost) > 1 or audit_at is not None:
+                        if delay <= 0 or len(down) > 1 or audit_at is not None:
                             audit_at = now
                         else:
                             audit_at = now + delay
@@ -246,8 +255,10 @@ class Auditor:
         registered = await self._registered()
         leaving = await asyncio.to_thread(self.urm.decommissioning)
         marked = 0
+        named: set[str] = set()
         for lid, md in await self._ledgers():
             bad: dict[str, Reason] = {}
+            named |= md.bookies()
             for b in md.bookies():
                 if b not in registered:
                     bad[b] = Reason.LOST
@@ -258,6 +269,7 @@ class Auditor:
                     self.urm.mark, lid, bad, live_replicas(md, registered - leaving)
                 )
                 marked += 1
+        self._named = named
         self.stats.audits += 1
         self.stats.marked += marked
         self.stats.last_audit_s = time.monotonic() - started

@@ -652,3 +652,48 @@ def test_a_dedicated_autorecovery_process_repairs_a_cluster_without_autorecovery
         assert proc.wait(30) == 0  # SIGTERM stops it cleanly
         store.zk.stop()
         store.zk.close()
+
+
+def test_lost_bookie_recovery_delay_defers_the_audit_unless_triggered_or_two_are_lost(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = make_cluster(5, autorecovery=True, **FAST)
+    store, urm = _urm(cluster)
+    ids = [b.bookie_id for b in cluster.bookies]
+
+    async def go() -> None:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            ledgers = await _write_closed_ledgers(bk, 12, 20)
+            out = _shell(cluster, "lostbookierecoverydelay", "set", "600")
+            assert out.returncode == 0, out.stderr
+            assert "600 s" in _shell(cluster, "lostbookierecoverydelay", "get").stdout
+            assert await asyncio.to_thread(wait_until, lambda: urm.auditor() is not None, 30)
+            auditor = urm.auditor()
+            assert auditor is not None
+            first, second = [b for b in ids if b != auditor.node_id][:2]
+            await asyncio.to_thread(_lose, cluster, store, first)
+            await asyncio.sleep(5)  # well past the loss, far short of the 600 s delay
+            assert urm.tasks() == []
+            # triggeraudit audits now, whatever the delay.
+            assert _shell(cluster, "triggeraudit").returncode == 0
+            on_first = {lid for lid in ledgers if first in store.read_ledger(lid)[0].bookies()}
+            marked = lambda: {t.ledger_id for t, _ in urm.tasks()} >= on_first  # noqa: E731
+            assert await asyncio.to_thread(wait_until, marked, 30, 0.2)
+            assert await asyncio.to_thread(wait_until, lambda: not urm.tasks(), 60, 0.5)
+            # Two bookies lost (the first one is still gone): audited at once.
+            await asyncio.to_thread(_lose, cluster, store, second)
+            on_second = {lid for lid in ledgers if second in store.read_ledger(lid)[0].bookies()}
+
+            def repaired() -> bool:
+                return not urm.tasks() and all(
+                    second not in store.read_ledger(lid)[0].bookies() for lid in on_second
+                )
+
+            assert await asyncio.to_thread(wait_until, repaired, 60, 0.5)
+            await _assert_fully_replicated(bk, ledgers, set(ids) - {first, second})
+
+    try:
+        asyncio.run(go())
+    finally:
+        store.zk.stop()
+        store.zk.close()
