@@ -72,6 +72,13 @@ class FencedError(BKError):
         super().__init__(message, Status.FENCED)
 
 
+class NoSuchEntryError(BKError):
+    """Every replica asked answered that it does not hold the entry."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, Status.NO_SUCH_ENTRY)
+
+
 class WrongPasswordError(BKError):
     def __init__(self, message: str) -> None:
         super().__init__(message, Status.UNAUTHORIZED)
@@ -395,8 +402,13 @@ class ReadHandle:
         return self.metadata.last_entry if self.metadata.is_closed else self.lac
 
     async def read_entry(self, entry_id: int) -> bytes:
-        """One entry, from the first replica of its write set whose copy verifies."""
+        """One entry, from the first replica of its write set whose copy verifies.
+
+        Raises :class:`NoSuchEntryError` only when every replica answered that it does
+        not hold the entry; when some could not be asked (down, timed out) or returned a
+        corrupt copy, a :class:`BKError` with status IO_ERROR: absence is then unknown."""
         reasons: list[str] = []
+        absent = 0
         for bookie in read_order(self.current_metadata(), entry_id):
             try:
                 resp = await self.bk.request(
@@ -416,9 +428,19 @@ class ReadHandle:
                     reasons.append(f"{bookie}: {e}")
                     continue
             reasons.append(f"{bookie}: {resp.status.name}")
+            if resp.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
+                absent += 1
+        detail = "; ".join(reasons)
+        if absent == len(reasons):
+            raise NoSuchEntryError(
+                f"ledger {self.ledger_id} entry {entry_id}: every replica of its write set "
+                f"answered that it has no such entry ({detail})"
+            )
         raise BKError(
-            f"ledger {self.ledger_id} entry {entry_id} unreadable: " + "; ".join(reasons),
-            Status.NO_SUCH_ENTRY,
+            f"ledger {self.ledger_id} entry {entry_id} unreadable: no replica returned a "
+            f"verified copy, and not all of them could say whether they hold it ({detail}); "
+            "retry once the bookies are reachable",
+            Status.IO_ERROR,
         )
 
     async def read(self, first: int, last: int, *, concurrency: int = 64) -> list[bytes]:

@@ -17,7 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from impl.client.client import BookKeeper, FencedError, WrongPasswordError
+from impl.client.client import (
+    BKError,
+    BookKeeper,
+    FencedError,
+    NoSuchEntryError,
+    WrongPasswordError,
+)
 from impl.client.connection import BookieConnection
 from impl.cluster.process import pid_alive
 from impl.core.digest import Digest, DigestType, master_key
@@ -526,3 +532,27 @@ def test_cluster_cli_up_status_down(tmp_path: Path) -> None:
         )
     assert down.returncode == 0, down.stderr
     assert not any(pid_alive(p["pid"]) for p in status["processes"])
+
+
+def test_read_tells_an_absent_entry_from_unreachable_replicas(make_cluster: MakeCluster) -> None:
+    cluster = make_cluster(3)
+
+    async def go() -> None:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            h = await bk.create_ledger(3, 2, 2, PW)
+            await h.add_many([b"e%d" % i for i in range(10)])
+            with pytest.raises(NoSuchEntryError, match="every replica"):
+                await h.read_entry(15)  # asked past the end: both replicas say "no such entry"
+            ws = h.writer.metadata.quorum.write_set(3)
+            for idx in ws:
+                bookie = h.writer.ensemble[idx]
+                await asyncio.to_thread(
+                    cluster.kill_bookie,
+                    next(b.index for b in cluster.bookies if b.bookie_id == bookie),
+                )
+            with pytest.raises(BKError) as err:
+                await h.read_entry(3)
+            assert not isinstance(err.value, NoSuchEntryError)
+            assert err.value.status is Status.IO_ERROR
+
+    asyncio.run(go())
