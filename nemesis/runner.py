@@ -112,6 +112,10 @@ class _Nemesis:
     def __init__(self, backend: ClusterBackend, rng: random.Random) -> None:
         self.backend = backend
         self.rng = rng
+        # A thread of its own: the client's calls (kazoo blocks while ZooKeeper is cut
+        # off) may hold every thread of asyncio's default pool, and the heal must not
+        # wait for them.
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="nemesis")
         self.events: list[dict[str, Any]] = []
         self.refused: set[str] = set()
 
@@ -199,7 +203,9 @@ async def _nemesis(
         value: dict[str, Any] = {"target": w.target, "event": event}
         recorder.record(NEMESIS, "info", w.kind, None, value)
         log(f"nemesis: {w.kind} {event} {w.target}")
-        did = await asyncio.to_thread(nemesis.apply, w, event)
+        did = await asyncio.get_running_loop().run_in_executor(
+            nemesis.executor, nemesis.apply, w, event
+        )
         # The fault's completion: a restart or a disk fault takes time, and says what it did.
         recorder.record(NEMESIS, "info", w.kind, None, {**value, "done": True, **did})
         if did:
@@ -258,7 +264,7 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
         remaining = spec.duration - max((w.stop for w in windows), default=0.0)
         await asyncio.sleep(max(0.0, remaining))
         recorder.record(NEMESIS, "info", "heal", None, {"event": "start"})
-        await asyncio.to_thread(backend.heal)
+        await asyncio.get_running_loop().run_in_executor(nemesis.executor, backend.heal)
         log("heal phase: faults reverted; writers finish their ledgers")
         stop.set()
         await work
@@ -383,6 +389,7 @@ def run_once(
         try:
             backend.teardown()
         finally:
+            nemesis.executor.shutdown(wait=False)
             root.removeHandler(client_log)
             client_log.close()
             if saved_plant is None:
