@@ -21,8 +21,8 @@ Outcomes: an add that completes is ok; one rejected as fenced is ``fail``
 with ``{"error": "fenced"}``; any other error or a timeout is ``info``
 (unknown) and retires its process, as Jepsen does. Reads have no effect, so a
 read that errs is ``fail``: it tells nothing about the ledger. A read records
-``found: false`` only when the bookies answered that the entry does not
-exist, never when they could not be reached.
+``found: false`` only when every replica answered that the entry does not
+exist (the client's ``NoSuchEntryError``), never when one could not be reached.
 """
 
 from __future__ import annotations
@@ -36,7 +36,14 @@ from typing import Any
 
 from kazoo.exceptions import KazooException
 
-from impl.client.client import BKError, BookKeeper, FencedError, ReadHandle, WriteHandle
+from impl.client.client import (
+    BKError,
+    BookKeeper,
+    FencedError,
+    NoSuchEntryError,
+    ReadHandle,
+    WriteHandle,
+)
 from linearizability.history import Op, Recorder
 
 OP_TIMEOUT = 20.0  # seconds before an operation's outcome is declared unknown
@@ -238,6 +245,9 @@ class Workload:
         inv = self.recorder.invoke(p, "read", handle.ledger_id, {"entry": entry})
         try:
             data = await asyncio.wait_for(handle.read_entry(entry), OP_TIMEOUT)
+        except NoSuchEntryError:  # every replica answered: an observation, not a failure
+            self.recorder.complete(inv, "ok", {"entry": entry, "found": False})
+            return False
         except CLIENT_ERRORS as e:
             self.recorder.complete(inv, "fail", {"error": _brief(e)})
             return False
