@@ -36,10 +36,14 @@ def check(paired: DataFrame) -> tuple[DataFrame, DataFrame]:
     adds = ok.where(sf.col("f") == "add").select(
         *KEY, sf.col("o")["entry"].alias("entry"), sf.col("o")["data"].alias("data"), "call"
     )
-    acked = adds.groupBy(*KEY, "entry").agg(
-        sf.max(sf.struct("call", "data")).alias("last"),
-        sf.min("call").alias("first_call"),
-        sf.collect_list("call").alias("calls"),
+    acked = (
+        adds.groupBy(*KEY, "entry")
+        .agg(
+            sf.max(sf.struct("call", "data")).alias("last"),
+            sf.min("call").alias("first_call"),
+            sf.collect_list("call").alias("calls"),
+        )
+        .persist()
     )
     recovers = (
         ok.where(sf.col("f") == "recover")
@@ -62,6 +66,7 @@ def check(paired: DataFrame) -> tuple[DataFrame, DataFrame]:
             sf.max(sf.struct("call", sf.col("o")["data"].alias("data"))).alias("last_read"),
             sf.collect_list(sf.struct("call", sf.col("o")["data"].alias("data"))).alias("reads"),
         )
+        .persist()
     )
 
     def row(kind: str, ops: list[Column], *message: Column | str) -> Column:

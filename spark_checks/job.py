@@ -210,6 +210,11 @@ def run(args: argparse.Namespace) -> int:
             "anomalies": {c: found.get(c, {}) for c in checks.anomalies},
         }
         for name, df in checks.tables.items():
+            if name == "ledgers":
+                from spark_checks.ledger import with_counts
+
+                lin = written.where(sf.col("check") == "linearizable")
+                df = with_counts(df, lin)  # noqa: PLW2901 - the table as written
             df.write.mode("overwrite").parquet(str(out / name))
         if "ledgers" in checks.tables:
             ledgers = spark.read.parquet(str(out / "ledgers"))

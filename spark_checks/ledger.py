@@ -31,7 +31,6 @@ ledger and counts the rest); the counts agree.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
@@ -150,14 +149,6 @@ def _ops(ops: list[Column]) -> Column:
     return sf.array(*[o.cast("long") for o in ops])
 
 
-def _empty() -> Column:
-    from pyspark.sql import functions as sf
-
-    return sf.array().cast(
-        f"array<struct<{ANOMALY_SCHEMA.replace(' string', ':string').replace(' array', ':array')}>>"
-    )
-
-
 # The bounds of an operation that takes effect after add e: the create (floor),
 # the latest add of the chain up to e, the latest "no such entry" read of an
 # entry up to e. (kind of cause, column of its invocation, column naming its entry)
@@ -166,89 +157,6 @@ _CAUSES: Final = (
     ("add", "best_add", "add_e"),
     ("missing", "best_miss", "miss_e"),
 )
-
-
-def _too_early(
-    victim: str, call: Column, ret: Column, e: Column, f: Column | None = None
-) -> Column:
-    """An array of the anomalies of an operation completed before a bound."""
-    from pyspark.sql import functions as sf
-
-    out = []
-    for cause, bound, named in _CAUSES:
-        c = sf.col(named).cast("string") if named else sf.lit("-1")
-        kind = (
-            "stale-read"
-            if cause == "missing"
-            else ("nonmonotonic" if cause == victim == "add" else "future-read")
-        )
-        es = e.cast("string")
-        msg: list[Column | str]
-        templates: dict[str, list[Column | str]]
-        if cause == "create":
-            templates = {
-                "add": ["add of entry ", es, " completed before the ledger's create was invoked"],
-                "read": ["read of entry ", es, " completed before the ledger's create was invoked"],
-                "lac": ["read_lac completed before the ledger's create was invoked"],
-                "close": [
-                    f if f is not None else sf.lit("close"),
-                    " completed before the ledger's create was invoked",
-                ],
-            }
-            msg = templates[victim]
-        elif cause == "add":
-            templates = {
-                "add": [
-                    "add of entry ",
-                    es,
-                    " was acknowledged before the add of entry ",
-                    c,
-                    " was invoked",
-                ],
-                "read": ["read found entry ", es, " before the add of entry ", c, " was invoked"],
-                "lac": ["read_lac returned ", es, " before the add of entry ", c, " was invoked"],
-                "close": [
-                    f if f is not None else sf.lit("close"),
-                    " returned last entry ",
-                    es,
-                    " before the add of entry ",
-                    c,
-                    " was invoked",
-                ],
-            }
-            msg = templates[victim]
-        else:
-            templates = {
-                "add": [
-                    "no such entry ",
-                    c,
-                    " in a read that began after entry ",
-                    es,
-                    " was acknowledged",
-                ],
-                "read": [
-                    "no such entry ",
-                    c,
-                    " in a read that began after entry ",
-                    es,
-                    " was read",
-                ],
-                "lac": ["no such entry ", c, " in a read that began after LAC ", es, " was read"],
-                "close": [
-                    "no such entry ",
-                    c,
-                    " in a read that began after ",
-                    f if f is not None else sf.lit("close"),
-                    " returned ",
-                    es,
-                ],
-            }
-            msg = templates[victim]
-        cause_col = sf.col(bound)
-        if cause != "create":
-            cause_col = sf.when(e >= 0, cause_col).otherwise(sf.lit(-1))
-        out.append(_anomaly(ret <= cause_col, kind, [cause_col, call], *msg))
-    return sf.array(*out)
 
 
 def check(paired: DataFrame, partitions: int | None = None) -> tuple[DataFrame, DataFrame]:
@@ -492,197 +400,290 @@ def check(paired: DataFrame, partitions: int | None = None) -> tuple[DataFrame, 
         *KEY,
         sf.explode(
             sf.filter(
-                _too_early(
-                    "close", sf.col("c")["call"], sf.col("c")["end"], sf.col("e"), sf.col("c")["f"]
-                ),
+                sf.expr(_too_early_sql("close", "c.call", "c.end", "e", "c.f")),
                 lambda a: a.isNotNull(),
             )
         ).alias("a"),
     ).select(*KEY, "a.kind", "a.ops", "a.message")
 
     anomalies = ledger_level.unionByName(row_level).unionByName(skips).unionByName(close_level)
+    ledgers = facts.select(
+        *KEY, "operations", sf.col("n").alias("entries"), "closed_at", "malformed"
+    )
+    return anomalies, ledgers
+
+
+def with_counts(ledgers: DataFrame, anomalies: DataFrame) -> DataFrame:
+    """The ledgers table with each ledger's number of anomalies (pass the
+    anomalies once computed, e.g. read back from Parquet, not recomputed)."""
+    from pyspark.sql import functions as sf
+
     counts = anomalies.groupBy(*KEY).agg(sf.count(sf.lit(1)).alias("anomalies"))
-    ledgers = facts.join(counts, list(KEY), "left").select(
+    return ledgers.join(counts, list(KEY), "left").select(
         *KEY,
         "operations",
-        sf.col("n").alias("entries"),
+        "entries",
         "closed_at",
         sf.coalesce(sf.col("anomalies"), sf.lit(0)).alias("anomalies"),
         "malformed",
     )
-    return anomalies, ledgers
+
+
+# ---------------------------------------------------------------- SQL text
+# The per-row comparisons are written as SQL text: one expression crosses from
+# Python to the JVM in one call (building it from Column objects costs
+# thousands of calls, seconds on a loaded machine).
+
+
+def _q(text: str) -> str:
+    """A SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _repr_sql(c: str) -> str:
+    """Python's repr of a str, for printable text (as :func:`_repr`)."""
+    sq, dq, bs = _q("'"), _q('"'), _q("\\")
+    plain = f"replace({c}, {bs}, {_q(chr(92) * 2)})"
+    return (
+        f"CASE WHEN instr({c}, {sq}) = 0 THEN concat({sq}, {plain}, {sq}) "
+        f"WHEN instr({c}, {dq}) = 0 THEN concat({dq}, {plain}, {dq}) "
+        f"ELSE concat({sq}, replace({plain}, {sq}, {_q(chr(92) + chr(39))}), {sq}) END"
+    )
+
+
+def _msg(*parts: str) -> str:
+    """concat of parts: ``"text"`` pieces are literals, ``{expr}`` pieces SQL."""
+    out = []
+    for part in parts:
+        if part.startswith("{") and part.endswith("}"):
+            out.append(f"cast({part[1:-1]} as string)")
+        else:
+            out.append(_q(part))
+    return "concat(" + ", ".join(out) + ")"
+
+
+def _struct_sql(kind: str, ops: list[str], message: str) -> str:
+    arr = ", ".join(f"cast({o} as bigint)" for o in ops)
+    return f"named_struct('kind', {_q(kind)}, 'ops', array({arr}), 'message', {message})"
+
+
+def _when_sql(cond: str, kind: str, ops: list[str], message: str) -> str:
+    return f"CASE WHEN {cond} THEN {_struct_sql(kind, ops, message)} END"
+
+
+_EMPTY_SQL: Final = "cast(array() as array<struct<kind:string,ops:array<bigint>,message:string>>)"
+
+
+def _too_early_sql(victim: str, call: str, ret: str, e: str, f: str = "'close'") -> str:
+    """SQL: an array of the anomalies of an operation
+    completed no later than one of its bounds (nulls where none)."""
+    out = []
+    es = "{" + e + "}"
+    fs = "{" + f + "}"
+    for cause, bound, named in _CAUSES:
+        c = "{" + (named or "-1") + "}"
+        kind = (
+            "stale-read"
+            if cause == "missing"
+            else ("nonmonotonic" if cause == victim == "add" else "future-read")
+        )
+        before = " completed before the ledger's create was invoked"
+        templates: dict[str, dict[str, tuple[str, ...]]] = {
+            "create": {
+                "add": ("add of entry ", es, before),
+                "read": ("read of entry ", es, before),
+                "lac": ("read_lac" + before,),
+                "close": (fs, before),
+            },
+            "add": {
+                "add": (
+                    "add of entry ",
+                    es,
+                    " was acknowledged before the add of entry ",
+                    c,
+                    " was invoked",
+                ),
+                "read": ("read found entry ", es, " before the add of entry ", c, " was invoked"),
+                "lac": ("read_lac returned ", es, " before the add of entry ", c, " was invoked"),
+                "close": (
+                    fs,
+                    " returned last entry ",
+                    es,
+                    " before the add of entry ",
+                    c,
+                    " was invoked",
+                ),
+            },
+            "missing": {
+                "add": (
+                    "no such entry ",
+                    c,
+                    " in a read that began after entry ",
+                    es,
+                    " was acknowledged",
+                ),
+                "read": (
+                    "no such entry ",
+                    c,
+                    " in a read that began after entry ",
+                    es,
+                    " was read",
+                ),
+                "lac": ("no such entry ", c, " in a read that began after LAC ", es, " was read"),
+                "close": (
+                    "no such entry ",
+                    c,
+                    " in a read that began after ",
+                    fs,
+                    " returned ",
+                    es,
+                ),
+            },
+        }
+        cause_sql = bound if cause == "create" else f"(CASE WHEN {e} >= 0 THEN {bound} ELSE -1 END)"
+        message = _msg(*templates[cause][victim])
+        out.append(_when_sql(f"{ret} <= {cause_sql}", kind, [cause_sql, call], message))
+    return "array(" + ", ".join(out) + ")"
 
 
 def _row_anomalies() -> Column:
     """The anomalies one (ledger, e) row proves (e >= 0: an entry; -1: LAC -1)."""
     from pyspark.sql import functions as sf
 
-    e = sf.col("e")
-    es = _s(e)
-    n0, n = sf.col("n0"), sf.col("n")
-    closed = sf.col("closed_at").isNotNull()
-    ok_adds, found, opt = sf.col("ok_adds"), sf.col("found"), sf.col("opt_adds")
-    ok0, found0 = sf.get(ok_adds, 0), sf.get(found, 0)
-    close_f, closed_at, close_op = sf.col("close_f"), _s(sf.col("closed_at")), sf.col("close_op")
-    chosen = sf.col("chosen")
-
-    def each(
-        arr: Column, pred: Callable[[Column], Column], make: Callable[[Column], Column]
-    ) -> Column:
-        return sf.transform(sf.filter(arr, pred), make)
-
-    def struct(kind: str, ops: list[Column], *message: Column | str) -> Column:
-        parts = [sf.lit(m) if isinstance(m, str) else m for m in message]
-        return sf.struct(
-            sf.lit(kind).alias("kind"),
-            sf.array(*[o.cast("long") for o in ops]).alias("ops"),
-            sf.concat(*parts).alias("message"),
-        )
-
-    in_chain = (e >= 0) & (e < n)
-    beyond = closed & (e >= n0)
-    singles = sf.array(
+    ok0, found0 = "get(ok_adds, 0)", "get(found, 0)"
+    in_chain = "(e >= 0 AND e < n)"
+    beyond = "(closed_at IS NOT NULL AND e >= n0)"
+    at = ("{close_f}", " closed the ledger at ", "{closed_at}")
+    singles = [
         # an acknowledged add beyond the close point
-        _anomaly(
-            beyond & (sf.size(ok_adds) > 0) & (ok0["call"] > sf.col("close_ret")),
+        _when_sql(
+            f"{beyond} AND size(ok_adds) > 0 AND {ok0}.call > close_ret",
             "ack-after-fence",
-            [ok0["call"], close_op],
-            "add of entry ",
-            es,
-            " was sent after ",
-            close_f,
-            " closed the ledger at ",
-            closed_at,
-            ", and acknowledged",
+            [f"{ok0}.call", "close_op"],
+            _msg("add of entry ", "{e}", " was sent after ", *at, ", and acknowledged"),
         ),
-        _anomaly(
-            beyond & (sf.size(ok_adds) > 0) & (ok0["call"] <= sf.col("close_ret")),
+        _when_sql(
+            f"{beyond} AND size(ok_adds) > 0 AND {ok0}.call <= close_ret",
             "lost-write",
-            [ok0["call"], close_op],
-            "entry ",
-            es,
-            " was acknowledged but ",
-            close_f,
-            " closed the ledger at ",
-            closed_at,
+            [f"{ok0}.call", "close_op"],
+            _msg("entry ", "{e}", " was acknowledged but ", *at),
         ),
-        _anomaly(
-            beyond & (sf.size(found) > 0),
+        _when_sql(
+            f"{beyond} AND size(found) > 0",
             "read-of-truncated-entry",
-            [found0["call"], close_op],
-            "entry ",
-            es,
-            " was read but ",
-            close_f,
-            " closed the ledger at ",
-            closed_at,
+            [f"{found0}.call", "close_op"],
+            _msg("entry ", "{e}", " was read but ", *at),
         ),
         # the chain: the add chosen for the entry, or why there is none
-        _anomaly(
-            in_chain & chosen.isNull() & (sf.size(opt) > 0),
+        _when_sql(
+            f"{in_chain} AND chosen IS NULL AND size(opt_adds) > 0",
             "divergent-read",
-            [found0["call"], sf.array_min(opt)["call"]],
-            "entry ",
-            es,
-            " was read as ",
-            _repr(found0["data"]),
-            ", which no add of entry ",
-            es,
-            " wrote",
+            [f"{found0}.call", "array_min(opt_adds).call"],
+            "concat("
+            + ", ".join(
+                [
+                    _q("entry "),
+                    "cast(e as string)",
+                    _q(" was read as "),
+                    _repr_sql(f"{found0}.data"),
+                    _q(", which no add of entry "),
+                    "cast(e as string)",
+                    _q(" wrote"),
+                ]
+            )
+            + ")",
         ),
-        _anomaly(
-            in_chain & chosen.isNull() & (sf.size(opt) == 0) & (sf.size(found) > 0),
+        _when_sql(
+            f"{in_chain} AND chosen IS NULL AND size(opt_adds) = 0 AND size(found) > 0",
             "future-read",
-            [found0["call"]],
-            "entry ",
-            es,
-            " was read but never written",
+            [f"{found0}.call"],
+            _msg("entry ", "{e}", " was read but never written"),
         ),
-        _anomaly(
-            in_chain & chosen.isNull() & (sf.size(opt) == 0) & (sf.size(found) == 0),
+        _when_sql(
+            f"{in_chain} AND chosen IS NULL AND size(opt_adds) = 0 AND size(found) = 0",
             "skip",
-            [sf.col("requirer")],
-            "entry ",
-            es,
-            " was never written, yet a later entry exists",
+            ["requirer"],
+            _msg("entry ", "{e}", " was never written, yet a later entry exists"),
         ),
-        _anomaly(
-            in_chain
-            & (sf.size(ok_adds) > 0)
-            & (sf.size(found) > 0)
-            & (found0["data"] != ok0["data"]),
+        _when_sql(
+            f"{in_chain} AND size(ok_adds) > 0 AND size(found) > 0 AND {found0}.data != {ok0}.data",
             "divergent-read",
-            [ok0["call"], found0["call"]],
-            "entry ",
-            es,
-            " was written as ",
-            _repr(ok0["data"]),
-            " but read as ",
-            _repr(found0["data"]),
+            [f"{ok0}.call", f"{found0}.call"],
+            "concat("
+            + ", ".join(
+                [
+                    _q("entry "),
+                    "cast(e as string)",
+                    _q(" was written as "),
+                    _repr_sql(f"{ok0}.data"),
+                    _q(" but read as "),
+                    _repr_sql(f"{found0}.data"),
+                ]
+            )
+            + ")",
         ),
+    ]
+    chain_add = (
+        f"CASE WHEN {in_chain} AND chosen IS NOT NULL "
+        f"THEN {_too_early_sql('add', 'chosen.call', 'chosen.end', 'e')} ELSE {_EMPTY_SQL} END"
     )
-    chain_add = sf.when(
-        in_chain & chosen.isNotNull(),
-        _too_early("add", chosen["call"], chosen["end"], e),
-    ).otherwise(_empty())
-    duplicates = each(
-        ok_adds,
-        lambda a: a["call"] != ok0["call"],
-        lambda a: struct(
-            "duplicate", [ok0["call"], a["call"]], "two adds of entry ", es, " were acknowledged"
-        ),
+    duplicates = (
+        f"transform(filter(ok_adds, a -> a.call != {ok0}.call), a -> "
+        + _struct_sql(
+            "duplicate",
+            [f"{ok0}.call", "a.call"],
+            _msg("two adds of entry ", "{e}", " were acknowledged"),
+        )
+        + ")"
     )
-    divergent = each(
-        found,
-        lambda r: r["data"] != found0["data"],
-        lambda r: struct(
+    divergent = (
+        f"transform(filter(found, r -> r.data != {found0}.data), r -> "
+        + _struct_sql(
             "divergent-read",
-            [found0["call"], r["call"]],
-            "entry ",
-            es,
-            " read as ",
-            _repr(found0["data"]),
-            " and as ",
-            _repr(r["data"]),
-        ),
+            [f"{found0}.call", "r.call"],
+            "concat("
+            + ", ".join(
+                [
+                    _q("entry "),
+                    "cast(e as string)",
+                    _q(" read as "),
+                    _repr_sql(f"{found0}.data"),
+                    _q(" and as "),
+                    _repr_sql("r.data"),
+                ]
+            )
+            + ")",
+        )
+        + ")"
     )
-    lac_truncated = each(
-        sf.col("lacs"),
-        lambda lac: beyond,
-        lambda lac: struct(
+    lac_truncated = (
+        f"transform(filter(lacs, x -> {beyond}), x -> "
+        + _struct_sql(
             "read-of-truncated-entry",
-            [lac["call"], close_op],
-            "LAC ",
-            es,
-            " was read but ",
-            close_f,
-            " closed the ledger at ",
-            closed_at,
-        ),
+            ["x.call", "close_op"],
+            _msg("LAC ", "{e}", " was read but ", *at),
+        )
+        + ")"
     )
-    miss_floor = each(
-        sf.col("miss"),
-        lambda m: m["end"] <= sf.col("floor"),
-        lambda m: struct(
+    miss_floor = (
+        "transform(filter(miss, m -> m.end <= floor), m -> "
+        + _struct_sql(
             "future-read",
-            [sf.col("floor"), m["call"]],
-            "read of entry ",
-            es,
-            " completed before the ledger's create was invoked",
-        ),
+            ["floor", "m.call"],
+            _msg("read of entry ", "{e}", " completed before the ledger's create was invoked"),
+        )
+        + ")"
     )
-    read_checks = sf.when(
-        in_chain,
-        sf.flatten(sf.transform(found, lambda r: _too_early("read", r["call"], r["end"], e))),
-    ).otherwise(_empty())
-    lac_checks = sf.when(
-        e < n,
-        sf.flatten(
-            sf.transform(sf.col("lacs"), lambda lac: _too_early("lac", lac["call"], lac["end"], e))
-        ),
-    ).otherwise(_empty())
-    return sf.concat(
-        singles,
+    read_checks = (
+        f"CASE WHEN {in_chain} THEN flatten(transform(found, r -> "
+        f"{_too_early_sql('read', 'r.call', 'r.end', 'e')})) ELSE {_EMPTY_SQL} END"
+    )
+    lac_checks = (
+        "CASE WHEN e < n THEN flatten(transform(lacs, x -> "
+        f"{_too_early_sql('lac', 'x.call', 'x.end', 'e')})) ELSE {_EMPTY_SQL} END"
+    )
+    parts = [
+        "array(" + ", ".join(singles) + ")",
         chain_add,
         duplicates,
         divergent,
@@ -690,4 +691,5 @@ def _row_anomalies() -> Column:
         miss_floor,
         read_checks,
         lac_checks,
-    )
+    ]
+    return sf.expr("concat(" + ", ".join(parts) + ")")

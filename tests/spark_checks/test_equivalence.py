@@ -24,6 +24,7 @@ from linearizability.generate import ledger_history, to_ops
 from linearizability.history import Op, read_jsonl, validate, write_jsonl
 from linearizability.ledger_checker import ANOMALY_KINDS, MAX_EXAMPLES, check_ledgers
 from spark_checks.job import build, prepare
+from spark_checks.ledger import with_counts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -131,7 +132,8 @@ def results(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Re
     for check, table in (("linearizable", out.linearizable), ("durability", out.durability)):
         for r in checks.anomalies[check].collect():
             table[r["run"]].append((r["kind"], r["ledger"], tuple(r["ops"]), r["message"]))
-    for r in checks.tables["ledgers"].collect():
+    ledgers = with_counts(checks.tables["ledgers"], checks.anomalies["linearizable"])
+    for r in ledgers.collect():
         out.ledgers[r["run"]][r["ledger"]] = r.asDict()
     for r in checks.extra["durability_totals"].collect():
         out.durability_totals[r["run"]] = (r["acknowledged"], r["final_reads"])
