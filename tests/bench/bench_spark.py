@@ -1,0 +1,150 @@
+"""Spark checks: time and peak memory of `bkref spark-check` on local[2], by history size.
+
+Beside it, the single-process checkers on the same history (the ledger checker
+and the durability check, reading the same Parquet file) as a baseline. The
+histories come from `bkref gen-history` (1,000 ledgers; fewer in quick mode).
+Sizes: 10^6 and 10^7 operations in a full run; set BKREF_BENCH_SPARK_OPS (for
+example ``1e6,1e7,1e8``) for others (10^8 needs ~10 GB of disk and hours to
+generate with the Python generator).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from linearizability.gen_cli import generate
+from linearizability.history import write_parquet
+
+TITLE = "Spark checks (spark_checks): throughput and peak memory on local[2]"
+
+# The single-process baseline runs in a fresh interpreter so that its peak
+# memory (VmHWM) is its own.
+_BASELINE = """
+import sys, time
+from linearizability.durability import check_durability
+from linearizability.history import read_parquet
+from linearizability.ledger_checker import check_ledgers
+t = time.perf_counter()
+ops = list(read_parquet(sys.argv[1], check=False))
+r = check_ledgers(ops)
+d = check_durability(ops)
+s = time.perf_counter() - t
+hwm = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]
+print(r.verdict, d["valid"], len(ops), s, hwm)
+"""
+
+
+def _tree_rss_kib(root: int) -> int:
+    """Resident memory of a process and all its descendants (KiB)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            status = (d / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        pid, ppid = int(d.name), int(fields.get("PPid", "0").strip() or 0)
+        children.setdefault(ppid, []).append(pid)
+        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0]) if "VmRSS" in fields else 0
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total
+
+
+def _measure(cmd: list[str]) -> tuple[float, int, str, str, int]:
+    """Run ``cmd``; wall seconds, peak RSS of its process tree (KiB), stdout, stderr, rc."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss_kib(proc.pid))
+            done.wait(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    done.set()
+    sampler.join()
+    return time.perf_counter() - started, peak, out, err, proc.returncode
+
+
+def _startup(stderr: str) -> float:
+    """Seconds until the Spark session was up, from the first progress line."""
+    for line in stderr.splitlines():
+        if "[1/" in line and line.rstrip().endswith("s)"):
+            return float(line.rsplit("(", 1)[1].split()[0])
+    return 0.0
+
+
+def _sizes(quick: bool) -> list[int]:
+    if quick:
+        return [20_000]
+    env = os.environ.get("BKREF_BENCH_SPARK_OPS")
+    if env:
+        return [int(float(x)) for x in env.split(",")]
+    return [1_000_000, 10_000_000]
+
+
+def run(quick: bool) -> str:
+    bkref = str(Path(sys.executable).with_name("bkref"))
+    rows = [
+        "| ops | ledgers | Spark: check s | startup s | ops/s | peak RSS | "
+        "single process: s | ops/s | peak RSS |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    notes = []
+    for n in _sizes(quick):
+        ledgers = 20 if quick else 1000
+        with tempfile.TemporaryDirectory(prefix="bkref-bench-spark-") as d:
+            history, out = Path(d) / "history.parquet", Path(d) / "out"
+            t = time.perf_counter()
+            ops = write_parquet(generate(n, ledgers, seed=1), history)
+            gen = time.perf_counter() - t
+            cmd = [bkref, "spark-check", str(history), "--master", "local[2]", "--out", str(out)]
+            wall, peak, _, err, rc = _measure(cmd)
+            if rc != 0:
+                raise RuntimeError(f"spark-check exited {rc} on a valid history:\n{err[-2000:]}")
+            start = _startup(err)
+            check = wall - start
+            _, b_peak, b_out, b_err, b_rc = _measure(
+                [sys.executable, "-c", _BASELINE, str(history)]
+            )
+            if b_rc != 0:
+                raise RuntimeError(f"baseline failed:\n{b_err[-2000:]}")
+            verdict, durable, _, b_s, _ = b_out.split()
+            if (verdict, durable) != ("valid", "True"):
+                raise RuntimeError(f"the baseline says {verdict}, durable {durable}")
+            b_s_f = float(b_s)
+            rows.append(
+                f"| {ops:,} | {ledgers:,} | {check:.1f} | {start:.1f} | {ops / check:,.0f} | "
+                f"{peak / 2**20:.2f} GiB | {b_s_f:.1f} | {ops / b_s_f:,.0f} | "
+                f"{b_peak / 2**20:.2f} GiB |"
+            )
+            notes.append(f"{ops:,} ops generated in {gen:.0f} s")
+    load = os.getloadavg()
+    return (
+        "\n".join(rows)
+        + "\n\nSpark: `bkref spark-check` in a subprocess (ledger linearizability and durability,"
+        " tables, summary and page written); check s = wall time minus the session's start;"
+        " peak RSS of the process tree (driver, JVM, Python workers) sampled every 0.5 s."
+        " Single process: `check_ledgers` + `check_durability` after reading the same Parquet"
+        " file, in a fresh interpreter (VmHWM). Histories by `bkref gen-history --seed 1`: "
+        + "; ".join(notes)
+        + f". Load average at the end: {load[0]:.1f} (the machine is shared).\n"
+    )
