@@ -13,14 +13,14 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import socket
 import sys
 from pathlib import Path
 
 from impl.autorecovery.auditor import Auditor, AuditorConfig
 from impl.autorecovery.worker import ReplicationWorker, WorkerConfig
-from impl.bookie.config import BookieConfig, ConfigError
+from impl.bookie.config import BookieConfig, load_for_cli
+from impl.bookie.main import cancel_on_signals
 from impl.client.client import BKError, BookKeeper
 from impl.core.repair import Scheduling
 from impl.meta.underreplication import UnderreplicationManager
@@ -100,21 +100,12 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        config = BookieConfig.load(args.config)
-    except ConfigError as e:
-        print(f"bkref autorecovery: {e}", file=sys.stderr)
+    config = load_for_cli("bkref autorecovery", args.config, args.log_level)
+    if config is None:
         return 2
 
     async def run() -> None:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
-        loop.add_signal_handler(signal.SIGINT, task.cancel)
+        cancel_on_signals()
         await AutoRecovery(config, dedicated=args.dedicated).run()
 
     try:

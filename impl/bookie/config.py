@@ -7,6 +7,8 @@ milliseconds, compaction intervals in seconds.
 
 from __future__ import annotations
 
+import logging
+import sys
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -122,3 +124,13 @@ class BookieConfig:
 
 def _q(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def load_for_cli(prog: str, path: Path, log_level: str) -> BookieConfig | None:
+    """Set up logging and load ``path`` for a command; None (error printed) if unusable."""
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return BookieConfig.load(path)
+    except ConfigError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None

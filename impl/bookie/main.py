@@ -9,9 +9,19 @@ import signal
 import sys
 from pathlib import Path
 
-from impl.bookie.config import BookieConfig, ConfigError
+from impl.bookie.config import BookieConfig, ConfigError, load_for_cli
 from impl.bookie.cookie import CookieMismatchError
 from impl.bookie.server import Bookie
+
+
+def cancel_on_signals() -> asyncio.AbstractEventLoop:
+    """SIGTERM and SIGINT cancel the running task: a clean stop. Returns the loop."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    loop.add_signal_handler(signal.SIGINT, task.cancel)
+    return loop
 
 
 def main(argv: list[str]) -> int:
@@ -32,13 +42,8 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        config = BookieConfig.load(args.config)
-    except ConfigError as e:
-        print(f"bkref bookie: {e}", file=sys.stderr)
+    config = load_for_cli("bkref bookie", args.config, args.log_level)
+    if config is None:
         return 2
     bookie = Bookie(config)
     try:
@@ -53,11 +58,7 @@ def main(argv: list[str]) -> int:
         return 1
 
     async def run() -> None:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
-        loop.add_signal_handler(signal.SIGINT, task.cancel)
+        loop = cancel_on_signals()
 
         def hup() -> None:
             try:

@@ -14,10 +14,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kazoo.client import KazooClient
 
 from impl.autorecovery.auditor import Auditor, AuditorConfig
 from impl.autorecovery.worker import ReplicationWorker, WorkerConfig
@@ -40,9 +42,38 @@ PW = b"autorecovery"
 FAST = {"zkTimeout": 4000, "rwRereplicateBackoffMs": 500}
 
 
-def _urm(cluster: LocalCluster) -> tuple[ZkMetadataStore, UnderreplicationManager]:
-    zk = connect(cluster.zk_hosts)
-    return ZkMetadataStore(zk), UnderreplicationManager(zk)
+ZkView = Callable[[LocalCluster], tuple[ZkMetadataStore, UnderreplicationManager]]
+
+
+@pytest.fixture
+def zk_view() -> Iterator[ZkView]:
+    """``zk_view(cluster)``: the test's own ZooKeeper view of the cluster (metadata and
+    AutoRecovery state), closed after the test."""
+    clients: list[KazooClient] = []
+
+    def view(cluster: LocalCluster) -> tuple[ZkMetadataStore, UnderreplicationManager]:
+        zk = connect(cluster.zk_hosts)
+        clients.append(zk)
+        return ZkMetadataStore(zk), UnderreplicationManager(zk)
+
+    yield view
+    for zk in clients:
+        zk.stop()
+        zk.close()
+
+
+def _off(
+    store: ZkMetadataStore, urm: UnderreplicationManager, bookie: str, ledgers: Iterable[int]
+) -> Callable[[], bool]:
+    """Repair is done: no task left and no ledger of ``ledgers`` names ``bookie``."""
+    ids = list(ledgers)
+
+    def done() -> bool:
+        return not urm.tasks() and all(
+            bookie not in store.read_ledger(lid)[0].bookies() for lid in ids
+        )
+
+    return done
 
 
 async def _write_closed_ledgers(
@@ -99,9 +130,10 @@ def _names(md: LedgerMetadata) -> set[str]:
 
 def test_sigkill_of_a_bookie_re_replicates_every_entry_to_wq_live_bookies(
     make_cluster: MakeCluster,
+    zk_view: ZkView,
 ) -> None:
     cluster = make_cluster(5, autorecovery=True, **FAST)
-    store, urm = _urm(cluster)
+    store, urm = zk_view(cluster)
 
     async def go() -> None:
         async with BookKeeper(cluster.zk_hosts) as bk:
@@ -115,11 +147,7 @@ def test_sigkill_of_a_bookie_re_replicates_every_entry_to_wq_live_bookies(
             started = time.monotonic()
             await asyncio.to_thread(cluster.kill_bookie, index)
 
-            def repaired() -> bool:
-                return not urm.tasks() and all(
-                    victim not in store.read_ledger(lid)[0].bookies() for lid in ledgers
-                )
-
+            repaired = _off(store, urm, victim, ledgers)
             assert await asyncio.to_thread(wait_until, repaired, 120.0, 0.5)
             took = time.monotonic() - started
             print(f"re-replicated {held} ledgers of {victim} in {took:.1f} s after SIGKILL")
@@ -153,18 +181,15 @@ def test_sigkill_of_a_bookie_re_replicates_every_entry_to_wq_live_bookies(
             assert set(health().values()) == {"HEALTHY"}
             await _assert_fully_replicated(bk, ledgers, live)
 
-    try:
-        asyncio.run(go())
-    finally:
-        store.zk.stop()
-        store.zk.close()
+    asyncio.run(go())
 
 
 def test_idle_open_ledger_is_fenced_after_the_grace_period_and_an_active_writer_is_not(
     make_cluster: MakeCluster,
+    zk_view: ZkView,
 ) -> None:
     cluster = make_cluster(5, autorecovery=True, openLedgerRereplicationGracePeriod=3000, **FAST)
-    store, urm = _urm(cluster)
+    store, urm = zk_view(cluster)
 
     async def go() -> None:
         async with BookKeeper(cluster.zk_hosts) as bk:
@@ -215,11 +240,7 @@ def test_idle_open_ledger_is_fenced_after_the_grace_period_and_an_active_writer_
                 live,
             )
 
-    try:
-        asyncio.run(go())
-    finally:
-        store.zk.stop()
-        store.zk.close()
+    asyncio.run(go())
 
 
 def _shell(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -241,9 +262,10 @@ def _auditor(cluster: LocalCluster) -> tuple[str, int]:
 
 def test_sigkill_of_the_auditor_elects_another_and_repair_continues(
     make_cluster: MakeCluster,
+    zk_view: ZkView,
 ) -> None:
     cluster = make_cluster(5, autorecovery=True, **FAST)
-    store, urm = _urm(cluster)
+    store, urm = zk_view(cluster)
 
     async def go() -> None:
         async with BookKeeper(cluster.zk_hosts) as bk:
@@ -267,27 +289,20 @@ def test_sigkill_of_the_auditor_elects_another_and_repair_continues(
             assert successor != auditor
             assert new_epoch > epoch
 
-            def repaired() -> bool:
-                return not urm.tasks() and all(
-                    auditor not in store.read_ledger(lid)[0].bookies() for lid in ledgers
-                )
-
+            repaired = _off(store, urm, auditor, ledgers)
             assert await asyncio.to_thread(wait_until, repaired, 120, 0.5)
             live = {b.bookie_id for b in cluster.bookies if b.bookie_id != auditor}
             await _assert_fully_replicated(bk, ledgers, live)
 
-    try:
-        asyncio.run(go())
-    finally:
-        store.zk.stop()
-        store.zk.close()
+    asyncio.run(go())
 
 
 def test_disabled_autorecovery_repairs_nothing_and_enabling_completes_it(
     make_cluster: MakeCluster,
+    zk_view: ZkView,
 ) -> None:
     cluster = make_cluster(5, autorecovery=True, **FAST)
-    store, urm = _urm(cluster)
+    store, urm = zk_view(cluster)
 
     async def go() -> None:
         async with BookKeeper(cluster.zk_hosts) as bk:
@@ -307,20 +322,12 @@ def test_disabled_autorecovery_repairs_nothing_and_enabling_completes_it(
             out = _shell(cluster, "autorecovery", "enable")
             assert out.returncode == 0, out.stderr
 
-            def repaired() -> bool:
-                return not urm.tasks() and all(
-                    victim not in store.read_ledger(lid)[0].bookies() for lid in ledgers
-                )
-
+            repaired = _off(store, urm, victim, ledgers)
             assert await asyncio.to_thread(wait_until, repaired, 120, 0.5)
             live = {b.bookie_id for b in cluster.bookies if b.bookie_id != victim}
             await _assert_fully_replicated(bk, ledgers, live)
 
-    try:
-        asyncio.run(go())
-    finally:
-        store.zk.stop()
-        store.zk.close()
+    asyncio.run(go())
 
 
 async def _ledger_on(
@@ -362,9 +369,10 @@ def _worker(bk: BookKeeper, local: str | None, **config: Any) -> ReplicationWork
 
 def test_two_workers_race_for_one_ledger_one_holds_the_lock_and_copies_once(
     make_cluster: MakeCluster,
+    zk_view: ZkView,
 ) -> None:
     cluster = make_cluster(5, **FAST)
-    store, urm = _urm(cluster)
+    store, urm = zk_view(cluster)
     ids = [b.bookie_id for b in cluster.bookies]
 
     async def go() -> None:
@@ -391,16 +399,14 @@ def test_two_workers_race_for_one_ledger_one_holds_the_lock_and_copies_once(
             live = set(ids[1:])
             await _assert_fully_replicated(bk, ledger, live)
 
-    try:
-        asyncio.run(go())
-    finally:
-        store.zk.stop()
-        store.zk.close()
+    asyncio.run(go())
 
 
-def test_repair_slots_bound_concurrent_copies_per_bookie(make_cluster: MakeCluster) -> None:
+def test_repair_slots_bound_concurrent_copies_per_bookie(
+    make_cluster: MakeCluster, zk_view: ZkView
+) -> None:
     cluster = make_cluster(5, **FAST)
-    store, urm = _urm(cluster)
+    store, urm = zk_view(cluster)
     ids = [b.bookie_id for b in cluster.bookies]
 
     async def go() -> None:
@@ -426,16 +432,14 @@ def test_repair_slots_bound_concurrent_copies_per_bookie(make_cluster: MakeClust
             assert ids[3] in store.read_ledger(lid)[0].bookies()
             await _assert_fully_replicated(bk, ledger, set(ids[1:]))
 
-    try:
-        asyncio.run(go())
-    finally:
-        store.zk.stop()
-        store.zk.close()
+    asyncio.run(go())
 
 
-def test_the_most_at_risk_ledger_is_repaired_first(make_cluster: MakeCluster) -> None:
+def test_the_most_at_risk_ledger_is_repaired_first(
+    make_cluster: MakeCluster, zk_view: ZkView
+) -> None:
     cluster = make_cluster(5, **FAST)
-    store, urm = _urm(cluster)
+    store, urm = zk_view(cluster)
     ids = [b.bookie_id for b in cluster.bookies]
 
     class Recording(ReplicationWorker):
@@ -483,16 +487,14 @@ def test_the_most_at_risk_ledger_is_repaired_first(make_cluster: MakeCluster) ->
                 live,
             )
 
-    try:
-        asyncio.run(go())
-    finally:
-        store.zk.stop()
-        store.zk.close()
+    asyncio.run(go())
 
 
-def test_manual_recovery_to_a_target_bookie_reports_per_ledger(make_cluster: MakeCluster) -> None:
+def test_manual_recovery_to_a_target_bookie_reports_per_ledger(
+    make_cluster: MakeCluster, zk_view: ZkView
+) -> None:
     cluster = make_cluster(5, **FAST)
-    store, _ = _urm(cluster)
+    store, _ = zk_view(cluster)
     ids = [b.bookie_id for b in cluster.bookies]
     lost, target = ids[0], ids[4]
 
@@ -521,16 +523,14 @@ def test_manual_recovery_to_a_target_bookie_reports_per_ledger(make_cluster: Mak
             with pytest.raises(FencedError):
                 await h.add(b"after recovery")
 
-    try:
-        asyncio.run(go())
-    finally:
-        store.zk.stop()
-        store.zk.close()
+    asyncio.run(go())
 
 
-def test_decommission_moves_every_replica_off_a_live_bookie(make_cluster: MakeCluster) -> None:
+def test_decommission_moves_every_replica_off_a_live_bookie(
+    make_cluster: MakeCluster, zk_view: ZkView
+) -> None:
     cluster = make_cluster(5, autorecovery=True, **FAST)
-    store, urm = _urm(cluster)
+    store, urm = zk_view(cluster)
     ids = [b.bookie_id for b in cluster.bookies]
 
     async def go() -> None:
@@ -549,15 +549,12 @@ def test_decommission_moves_every_replica_off_a_live_bookie(make_cluster: MakeCl
             assert urm.decommissioning() == set()
             await _assert_fully_replicated(bk, ledgers, set(ids) - {leaving})
 
-    try:
-        asyncio.run(go())
-    finally:
-        store.zk.stop()
-        store.zk.close()
+    asyncio.run(go())
 
 
 def test_periodic_ledger_check_finds_a_corrupt_replica_and_it_is_refilled_in_place(
     make_cluster: MakeCluster,
+    zk_view: ZkView,
 ) -> None:
     cluster = make_cluster(
         5,
@@ -566,7 +563,7 @@ def test_periodic_ledger_check_finds_a_corrupt_replica_and_it_is_refilled_in_pla
         auditorLedgerVerificationPercentage=100,
         **FAST,
     )
-    store, urm = _urm(cluster)
+    store, urm = zk_view(cluster)
 
     async def go() -> None:
         async with BookKeeper(cluster.zk_hosts) as bk:
@@ -595,11 +592,7 @@ def test_periodic_ledger_check_finds_a_corrupt_replica_and_it_is_refilled_in_pla
             assert store.read_ledger(lid)[0].segments == md.segments
             await _assert_fully_replicated(bk, ledgers, {b.bookie_id for b in cluster.bookies})
 
-    try:
-        asyncio.run(go())
-    finally:
-        store.zk.stop()
-        store.zk.close()
+    asyncio.run(go())
 
 
 def bk_sync_replicas(zk_hosts: str, lid: int, md: LedgerMetadata, entry: int) -> list[str]:
@@ -611,10 +604,10 @@ def bk_sync_replicas(zk_hosts: str, lid: int, md: LedgerMetadata, entry: int) ->
 
 
 def test_a_dedicated_autorecovery_process_repairs_a_cluster_without_autorecovery(
-    make_cluster: MakeCluster, tmp_path: Path
+    make_cluster: MakeCluster, zk_view: ZkView, tmp_path: Path
 ) -> None:
     cluster = make_cluster(5, **FAST)
-    store, urm = _urm(cluster)
+    store, urm = zk_view(cluster)
     config = tmp_path / "autorecovery.toml"
     config.write_text(
         f'zkServers = "{cluster.zk_hosts}"\nzkTimeout = 4000\nrwRereplicateBackoffMs = 500\n'
@@ -633,11 +626,7 @@ def test_a_dedicated_autorecovery_process_repairs_a_cluster_without_autorecovery
             victim = store.read_ledger(next(iter(ledgers)))[0].segments[0].ensemble[0]
             await asyncio.to_thread(_lose, cluster, store, victim)
 
-            def repaired() -> bool:
-                return not urm.tasks() and all(
-                    victim not in store.read_ledger(lid)[0].bookies() for lid in ledgers
-                )
-
+            repaired = _off(store, urm, victim, ledgers)
             assert await asyncio.to_thread(wait_until, repaired, 60, 0.5), (
                 tmp_path / "autorecovery.log"
             ).read_text()[-3000:]
@@ -650,15 +639,14 @@ def test_a_dedicated_autorecovery_process_repairs_a_cluster_without_autorecovery
     finally:
         proc.terminate()
         assert proc.wait(30) == 0  # SIGTERM stops it cleanly
-        store.zk.stop()
-        store.zk.close()
 
 
 def test_lost_bookie_recovery_delay_defers_the_audit_unless_triggered_or_two_are_lost(
     make_cluster: MakeCluster,
+    zk_view: ZkView,
 ) -> None:
     cluster = make_cluster(5, autorecovery=True, **FAST)
-    store, urm = _urm(cluster)
+    store, urm = zk_view(cluster)
     ids = [b.bookie_id for b in cluster.bookies]
 
     async def go() -> None:
@@ -684,16 +672,8 @@ def test_lost_bookie_recovery_delay_defers_the_audit_unless_triggered_or_two_are
             await asyncio.to_thread(_lose, cluster, store, second)
             on_second = {lid for lid in ledgers if second in store.read_ledger(lid)[0].bookies()}
 
-            def repaired() -> bool:
-                return not urm.tasks() and all(
-                    second not in store.read_ledger(lid)[0].bookies() for lid in on_second
-                )
-
+            repaired = _off(store, urm, second, on_second)
             assert await asyncio.to_thread(wait_until, repaired, 60, 0.5)
             await _assert_fully_replicated(bk, ledgers, set(ids) - {first, second})
 
-    try:
-        asyncio.run(go())
-    finally:
-        store.zk.stop()
-        store.zk.close()
+    asyncio.run(go())
