@@ -104,3 +104,8 @@ def test_short_namespace_campaign_with_partitions_and_zookeeper_faults_is_valid(
     )
     assert report.count("<rect") == len(result.windows)  # every fault window is shaded
     assert not list((tmp_path / "registry").rglob("*.json"))  # torn down
+    # The expiry was real: the bookie cut from ZooKeeper lost its session, then registered again.
+    expired = next(w["target"] for w in result.windows if w["kind"] == "expire")
+    log = (tmp_path / "run" / "logs" / f"{expired}.log").read_text()
+    assert "ZooKeeper session lost" in log
+    assert "as writable" in log.split("ZooKeeper session lost")[-1]

@@ -134,6 +134,12 @@ def test_cleanup_removes_what_a_dead_runner_left(tmp_path: Path) -> None:
     assert cleanup(tmp_path / "reg" / "netns") == []  # its runner (this test) is alive
     _orphan(tmp_path)  # now the runner "died"
     removed = cleanup(tmp_path / "reg" / "netns")
+    # The processes were stopped by PID, as from another process; reap our handles.
+    assert backend.ensemble is not None
+    children = [*backend._children.values(), *backend.ensemble._children.values()]
+    children += [m.process for m in backend.mounts.values() if m.process is not None]
+    for child in children:
+        child.wait(timeout=10)
     assert any(r.startswith("namespace ") for r in removed)
     assert not namespaces & list_namespaces()
     assert not [p for p in pids if pid_alive(p)]
