@@ -26,9 +26,12 @@ mount and namespace the backend made. What it made is written to
 ``<directory>/netns-cluster.json`` as it goes, and the directory is named in
 a registry, so that :func:`cleanup` (``bkref campaign cleanup``) can remove
 what a crashed runner left. To add an AutoRecovery process per bookie later:
-add a :class:`Service` per bookie in :meth:`NamespaceBackend._plan` (same
-node as its bookie, its own config as the ownership marker); start, stop,
-kill and pause already work on any service by name.
+in :meth:`NamespaceBackend._plan` add ``Service(f"autorecovery-{i}", node=b,
+argv=[..., "--config", cfg], marker=cfg, log=...)`` beside each bookie (same
+namespace, so it reaches the bookies and ZooKeeper as its bookie does), start
+them after the bookies in :meth:`setup`, and name them in a ``recoverers``
+list for the generator. start, stop, kill, pause, teardown, logs and cleanup
+already work on any service by name.
 """
 
 from __future__ import annotations
@@ -356,6 +359,9 @@ class NamespaceBackend:
         if s.out:
             raise NodeRefusedError(f"{node} refused to start earlier and stays down")
         if s.pid is not None and pid_alive(s.pid):
+            return
+        if node not in self.ports:  # not a bookie: nothing to wait for in ZooKeeper
+            self._start_service(node)
             return
         stale = self._registered([node])
         self._start_service(node)
