@@ -347,3 +347,57 @@ def test_read_only_bookie_rejects_adds() -> None:
         getattr(core.handle(AddRequest(1, 1, 0, master_key(PW), body)).reply, "status", None)
         is Status.READ_ONLY
     )
+
+
+def _two_segments() -> tuple[LedgerMetadata, Digest]:
+    md = LedgerMetadata(
+        3,
+        2,
+        2,
+        (Segment(0, ("b0", "b1", "b2")), Segment(5, ("b0", "b1", "b3"))),
+        DigestType.CRC32C,
+        password_hash(PW),
+        last_entry=-1,
+    )
+    return md, Digest(DigestType.CRC32C, PW)
+
+
+def test_close_retries_when_a_replication_worker_rewrote_an_earlier_segment() -> None:
+    md, digest = _two_segments()
+    w = LedgerWriter(LEDGER, md, 3, digest)
+    w.close()
+    (first,) = w.take_actions()
+    assert isinstance(first, WriteMetadata)
+    # Meanwhile a worker replaced b2 by b4 in segment 0 (version 3 -> 4).
+    repaired = LedgerMetadata(
+        3, 2, 2, (Segment(0, ("b0", "b1", "b4")), md.segments[1]), md.digest_type, md.password_hash
+    )
+    w.on_metadata_conflict(repaired, 4)
+    (retry,) = w.take_actions()
+    assert isinstance(retry, WriteMetadata)
+    assert retry.expected_version == 4
+    assert retry.metadata.is_closed
+    assert retry.metadata.segments[0].ensemble == ("b0", "b1", "b4")  # the worker's change kept
+    w.on_metadata_written(5)
+    (done,) = w.take_actions()
+    assert isinstance(done, CloseCompleted)
+    assert done.ok
+    assert w.state is WriterState.CLOSED
+
+
+def test_close_still_fails_when_another_client_changed_the_last_segment_or_state() -> None:
+    md, digest = _two_segments()
+    for current in (
+        md.with_segment(5, ("b0", "b4", "b3")),  # not this writer's last segment
+        LedgerMetadata(
+            3, 2, 2, md.segments, md.digest_type, md.password_hash, state=LedgerState.IN_RECOVERY
+        ),
+    ):
+        w = LedgerWriter(LEDGER, md, 3, digest)
+        w.close()
+        w.take_actions()
+        w.on_metadata_conflict(current, 4)
+        (done,) = w.take_actions()
+        assert isinstance(done, CloseCompleted)
+        assert not done.ok
+        assert w.state is WriterState.FENCED
