@@ -17,6 +17,8 @@ run is trusted (Parquet rows have no line order to check it against).
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +99,8 @@ def read_ops(spark: SparkSession, path: Path, *, workdir: Path | None = None) ->
         if not files:
             raise HistoryError("no .parquet or .jsonl history here", source=str(path))
         target = Path(tempfile.mkdtemp(prefix="bkref-spark-in-", dir=workdir))
+        if workdir is None:  # Spark reads it lazily: it lives as long as this process
+            atexit.register(shutil.rmtree, target, True)
         for i, (f, run) in enumerate(files):
             jsonl_to_parquet(f, target / f"part-{i:05d}.parquet", run)
         path = target
