@@ -40,11 +40,24 @@ def main(argv: list[str]) -> int:
         help="also run AutoRecovery (auditor election and a replication worker) in this "
         "process, as autoRecoveryDaemonEnabled=true does",
     )
+    p.add_argument(
+        "--dump",
+        type=Path,
+        metavar="FILE",
+        help="do not serve: append what this (stopped) bookie stores to FILE as JSON Lines "
+        "(bookie, ledger, entry, digest), the input of replication audits, and exit",
+    )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     config = load_for_cli("bkref bookie", args.config, args.log_level)
     if config is None:
         return 2
+    if args.dump is not None:
+        from impl.bookie.dump import dump
+
+        n = dump(config, args.dump)
+        print(f"{config.bookie_id}: {n} entries dumped to {args.dump}")
+        return 0
     bookie = Bookie(config)
     try:
         bookie.open_storage_and_register()

@@ -556,3 +556,38 @@ def test_read_tells_an_absent_entry_from_unreachable_replicas(make_cluster: Make
             assert err.value.status is Status.IO_ERROR
 
     asyncio.run(go())
+
+
+def test_bookie_dump_lists_every_stored_entry_with_equal_digests_across_replicas(
+    make_cluster: MakeCluster, tmp_path: Path
+) -> None:
+    cluster = make_cluster(4)
+
+    async def go() -> tuple[int, tuple[str, ...]]:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            h = await bk.create_ledger(3, 2, 2, PW)
+            await h.add_many([b"d%d" % i for i in range(30)])
+            await h.close()
+            return h.ledger_id, h.metadata.segments[0].ensemble
+
+    ledger, ensemble = asyncio.run(go())
+    out = tmp_path / "entries.jsonl"
+    for b in cluster.bookies:
+        cluster.stop_bookie(b.index)
+        argv = ["--config", str(b.config_path), "--dump", str(out)]
+        done = subprocess.run(
+            [sys.executable, "-m", "impl.bookie", *argv],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    holders: dict[int, dict[str, str]] = {}
+    for r in rows:
+        assert r["ledger"] == ledger
+        holders.setdefault(r["entry"], {})[r["bookie"]] = r["digest"]
+    assert sorted(holders) == list(range(30))
+    for entry, copies in holders.items():
+        assert set(copies) == {ensemble[entry % 3], ensemble[(entry + 1) % 3]}
+        assert len(set(copies.values())) == 1  # the replicas hold the same bytes

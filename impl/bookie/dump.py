@@ -1,0 +1,53 @@
+"""What a bookie stores, read offline from its directories: the input of replication audits.
+
+One JSON Lines row per stored entry, in the format ``spark_checks/replication.py``
+reads (its ``entries`` table)::
+
+    {"bookie": "127.0.0.1:3181", "ledger": 7, "entry": 0, "digest": "9a0364b9"}
+
+``digest`` is the CRC32C of the whole stored body (header, entry digest and data),
+so replicas of one entry compare equal exactly when they hold the same bytes. The
+bookie must be stopped: opening its storage replays the journal, as a restart would.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from impl.bookie.config import BookieConfig
+from impl.core.checksum import crc32c
+from impl.storage.bookie_storage import BookieStorage
+
+
+def stored_entries(config: BookieConfig) -> Iterator[dict[str, Any]]:
+    storage = BookieStorage(
+        Path(config.journalDirectory), Path(config.ledgerDirectories[0]), config.storage()
+    )
+    try:
+        for ledger in sorted(storage.ledger_ids()):
+            ix = storage.index.ledgers[ledger]
+            for entry in sorted(ix.entries):
+                body = storage.read_entry(ledger, entry)
+                if body is None:
+                    continue
+                yield {
+                    "bookie": config.bookie_id,
+                    "ledger": ledger,
+                    "entry": entry,
+                    "digest": f"{crc32c(body):08x}",
+                }
+    finally:
+        storage.close()
+
+
+def dump(config: BookieConfig, out: Path) -> int:
+    """Append the bookie's rows to ``out``; returns how many."""
+    n = 0
+    with out.open("a") as f:
+        for row in stored_entries(config):
+            f.write(json.dumps(row) + "\n")
+            n += 1
+    return n
