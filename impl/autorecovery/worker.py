@@ -29,6 +29,7 @@ from kazoo.exceptions import KazooException
 
 from impl.autorecovery.replicator import RepairError, repair_ledger
 from impl.client.client import BKError, BookKeeper
+from impl.core.metadata import LedgerState
 from impl.core.repair import Reason, Scheduling, Task, is_repaired, needs_fencing, order_tasks
 from impl.meta.store import NoSuchLedgerError
 from impl.meta.underreplication import UnderreplicationManager
@@ -147,7 +148,9 @@ class ReplicationWorker:
         except NoSuchLedgerError:
             await asyncio.to_thread(self.urm.complete, lid, version)
             return True
-        if needs_fencing(md, bad):
+        # A ledger in recovery is left to its recovery (whose close CAS a repair of an
+        # earlier segment would make fail) until the grace period says it was abandoned.
+        if md.state is LedgerState.IN_RECOVERY or needs_fencing(md, bad):
             seen = self._open_seen.get(lid)
             now = time.monotonic()
             if seen is None or seen[0] != md_version:

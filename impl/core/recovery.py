@@ -14,6 +14,9 @@ The steps, after BookKeeper's recovery (the seed's LC, LR, re-replicate):
    (which bypass the fence); Wq - Aq + 1 negatives from its write set prove it
    was never confirmed, and the previous entry is the last (LR).
 4. When every write-back has Aq acks, close by CAS with the last entry and length.
+   A write-back bookie that fails is replaced as a writer would replace it, but the
+   new segment goes into the metadata only with the close: until then the metadata
+   keeps naming the bookies that hold the entries, for any recovery that follows.
 
 A read that errors (bookie down, digest mismatch) is neither positive nor
 negative; if an entry's write set has answered and neither is proven, the
@@ -121,9 +124,7 @@ class LedgerRecovery:
     def on_metadata_written(self, new_version: int) -> None:
         self.version = new_version
         self.metadata = self._proposed
-        if self._changing:
-            self._ensemble_changed()
-        elif self.phase is RecoveryPhase.MARKING:
+        if self.phase is RecoveryPhase.MARKING:
             self._start_fencing()
         elif self.phase is RecoveryPhase.CLOSING:
             self._finish(True, "")
@@ -134,8 +135,6 @@ class LedgerRecovery:
             self.metadata, self.version = current, version
             self.last_entry, self.length = current.last_entry, current.length
             self._finish(True, "closed by another client")
-        elif self._changing:
-            self._fail("metadata changed during a write-back ensemble change; retry")
         elif self.phase is RecoveryPhase.MARKING or current.state is LedgerState.OPEN:
             # The writer changed its ensemble meanwhile: start over on the new metadata.
             self.metadata, self.version = current, version
@@ -247,14 +246,12 @@ class LedgerRecovery:
         first = max(first, self.metadata.last_segment.first_entry)
         self._replaced_index = self.ensemble.index(failed)
         new = tuple(new_bookie if b == failed else b for b in self.ensemble)
-        self._proposed = self.metadata.with_segment(first, new)
-        self._actions.append(
-            WriteMetadata(
-                self._proposed,
-                self.version,
-                f"recovery ensemble change: {failed} -> {new_bookie} from entry {first}",
-            )
-        )
+        # Kept here, and written only with the close. Were it written now and this
+        # recovery then failed, the next one would read entries >= first from the
+        # replacement, which may not have them yet: its "no such entry" answers would
+        # close the ledger before acknowledged entries (found by a power-loss campaign).
+        self.metadata = self.metadata.with_segment(first, new)
+        self._ensemble_changed()
 
     def no_replacement(self, failed: str, reason: str) -> None:
         """No spare bookie: carry on if every write-back can still reach Aq without it."""
