@@ -90,6 +90,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-lazyfs", action="store_true", help="netns: bookie data on plain disk")
     p.add_argument(
+        "--no-autorecovery",
+        action="store_true",
+        help="bookies without AutoRecovery, and no convergence or replication check after "
+        "the heal (by default every bookie runs AutoRecovery, the cluster must repair every "
+        "ledger after the heal, and a dump of every bookie is audited)",
+    )
+    p.add_argument(
         "--out", type=Path, default=None, help="output directory (default out/campaign-<time>)"
     )
     return p
@@ -191,13 +198,20 @@ def main(argv: list[str]) -> int:
             run_seed = seed + k
             directory = out / f"run-{k}-seed-{run_seed}"
             console.rule(f"run {k + 1}/{args.runs}, seed {run_seed}, backend {backend_name}")
-            spec = RunSpec(run_seed, args.time, faults, args.bookies, workload, plant)
+            ar = not args.no_autorecovery
+            spec = RunSpec(
+                run_seed, args.time, faults, args.bookies, workload, plant, autorecovery=ar
+            )
             backend: ClusterBackend = (
                 NamespaceBackend(
-                    directory / "cluster", args.bookies, lazyfs=not args.no_lazyfs, plant=plant
+                    directory / "cluster",
+                    args.bookies,
+                    lazyfs=not args.no_lazyfs,
+                    plant=plant,
+                    autorecovery=ar,
                 )
                 if backend_name == "netns"
-                else LocalBackend(directory / "cluster", bookies=args.bookies)
+                else LocalBackend(directory / "cluster", bookies=args.bookies, autorecovery=ar)
             )
             with Progress(
                 TextColumn("[bold]{task.description}"),

@@ -33,6 +33,20 @@ T = TypeVar("T")
 # that session expiry faults fit in a run.
 BOOKIE_SESSION_MS = 4000
 
+# AutoRecovery inside every bookie process, with waits short enough for a campaign:
+# the open-ledger grace period, the worker's back-off, and a periodic ledger check.
+AUTORECOVERY_SETTINGS: dict[str, object] = {
+    "autoRecoveryDaemonEnabled": True,
+    "openLedgerRereplicationGracePeriod": 10000,
+    "rwRereplicateBackoffMs": 1000,
+    "auditorPeriodicCheckInterval": 30,
+}
+
+
+def bookie_settings(autorecovery: bool) -> dict[str, object]:
+    """Bookie config parameters every backend sets."""
+    return {"zkTimeout": BOOKIE_SESSION_MS, **(AUTORECOVERY_SETTINGS if autorecovery else {})}
+
 
 class FaultNotSupportedError(RuntimeError):
     """This backend cannot inject the requested fault."""
@@ -95,6 +109,9 @@ class ClusterBackend(Protocol):
         ...
 
     def logs(self) -> dict[str, str]: ...
+    def bookie_configs(self) -> dict[str, Path]:
+        """Each bookie's config file, for dumping what it stores once it is stopped."""
+        ...
 
 
 class LocalBackend:
@@ -103,11 +120,11 @@ class LocalBackend:
     name = "local"
     fault_kinds = frozenset({"kill", "pause", "expire", "flip", "truncate", "wipe"})
 
-    def __init__(self, directory: Path, bookies: int = 5) -> None:
+    def __init__(self, directory: Path, bookies: int = 5, *, autorecovery: bool = True) -> None:
         self.directory = directory
         self.size = bookies
         self.cluster = LocalCluster(
-            directory=directory, bookie_overrides={"zkTimeout": BOOKIE_SESSION_MS}
+            directory=directory, bookie_overrides=bookie_settings(autorecovery)
         )
 
     @property
@@ -197,3 +214,6 @@ class LocalBackend:
 
     def logs(self) -> dict[str, str]:
         return {f"bookie-{b.index}": log_tail(b.log_path, 200) for b in self.cluster.bookies}
+
+    def bookie_configs(self) -> dict[str, Path]:
+        return {f"bookie-{b.index}": b.config_path for b in self.cluster.bookies}

@@ -60,7 +60,7 @@ from impl.cluster.zookeeper import ZooKeeperEnsemble, ZooKeeperError
 from impl.core.planted import ENV as PLANT_ENV
 from impl.meta import layout
 from nemesis import disk
-from nemesis.db import BOOKIE_SESSION_MS, NodeRefusedError
+from nemesis.db import BOOKIE_SESSION_MS, NodeRefusedError, bookie_settings
 from nemesis.lazyfs import LazyMount
 from nemesis.netns import (
     NamespaceNetwork,
@@ -116,7 +116,9 @@ class NamespaceBackend:
         lazyfs: bool = True,
         plant: tuple[str, ...] = (),
         registry_dir: Path | None = None,
+        autorecovery: bool = True,
     ) -> None:
+        self.autorecovery = autorecovery
         self.directory = Path(directory).resolve()
         self.size = bookies
         self.zk_size = zookeepers
@@ -218,8 +220,8 @@ class NamespaceBackend:
                     "ledgerDirectories": [str(d / "data" / "ledgers")],
                     "zkServers": self.zk_connect,
                     "zkLedgersRootPath": ZK_ROOT,
-                    "zkTimeout": BOOKIE_SESSION_MS,
                     "rack": f"/rack-{i}",
+                    **bookie_settings(self.autorecovery),
                 }
             )
             config.write_text(cfg.to_toml())
@@ -417,6 +419,9 @@ class NamespaceBackend:
             for sid, server in self.ensemble.servers.items():
                 out[f"zk{sid}"] = log_tail(server.log_path, 200)
         return out
+
+    def bookie_configs(self) -> dict[str, Path]:
+        return {b: Path(self.services[b].marker) for b in self.bookies if b in self.services}
 
     # ------------------------------------------------------------ teardown
 

@@ -29,6 +29,8 @@ import json
 import logging
 import os
 import random
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -38,7 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from impl.client.client import BookKeeper
+from impl.core.metadata import LedgerMetadata
 from impl.core.planted import ENV as PLANT_ENV
+from impl.meta.store import NoSuchLedgerError
+from impl.meta.underreplication import UnderreplicationManager
 from linearizability import check_cli
 from linearizability.history import (
     JSON,
@@ -51,6 +56,7 @@ from linearizability.history import (
     pair,
     read_jsonl,
 )
+from linearizability.replication import audit as audit_replication
 from nemesis.checker import check_durability, check_linearizable
 from nemesis.db import ClusterBackend, NodeRefusedError
 from nemesis.disk import NothingToCorruptError
@@ -73,6 +79,8 @@ class RunSpec:
     bookies: int = 5
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     plant: tuple[str, ...] = ()  # planted bugs (impl.core.planted), for detection tests
+    autorecovery: bool = True  # AutoRecovery in every bookie; replication checked after heal
+    converge_timeout: float = 180.0  # seconds the cluster gets to repair after the heal
     interval: float = 4.0  # mean seconds between fault starts
 
 
@@ -238,7 +246,7 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
     log: Log,
     nemesis: _Nemesis,
     rng: random.Random,
-) -> tuple[Counter[str], list[FaultWindow]]:
+) -> tuple[Counter[str], list[FaultWindow], dict[str, Any]]:
     windows = schedule(
         ScheduleSpec(
             duration=spec.duration,
@@ -270,9 +278,114 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
         await work
         log(f"final phase: recovering and reading back {len(workload.ledgers)} ledgers")
         await workload.final_reads()
+        after: dict[str, Any] = {}
+        if spec.autorecovery:
+            log("convergence: waiting for AutoRecovery to repair every ledger")
+            after = await _converge(bk, spec.converge_timeout)
+            log(
+                f"convergence: {'done' if after['converged'] else 'NOT converged'} "
+                f"after {after['seconds']} s"
+            )
     finally:
         await bk.close()
-    return counts, windows
+    return counts, windows, after
+
+
+def _ledger_row(lid: int, md: LedgerMetadata) -> dict[str, Any]:
+    """A ledger's metadata as the replication audit reads it (``ledgers`` table)."""
+    return {
+        "ledger": lid,
+        "state": md.state.value,
+        "last_entry": md.last_entry,
+        "ensemble_size": md.ensemble_size,
+        "write_quorum": md.write_quorum,
+        "ack_quorum": md.ack_quorum,
+        "segments": [
+            {"first_entry": seg.first_entry, "ensemble": list(seg.ensemble)} for seg in md.segments
+        ],
+    }
+
+
+async def _converge(bk: BookKeeper, timeout: float) -> dict[str, Any]:
+    """Wait until no task is left, every ledger is closed and no ledger names a bookie
+    that is not registered: the cluster has converged after the heal."""
+    urm = UnderreplicationManager(bk.meta.zk, bk.root)
+    started = time.monotonic()
+    while True:
+        tasks = await asyncio.to_thread(urm.tasks)
+        live = {b.bookie_id for b in await asyncio.to_thread(bk.meta.bookies)}
+        rows: list[dict[str, Any]] = []
+        stale: list[int] = []
+        unclosed: list[int] = []
+        for lid in await bk.list_ledgers():
+            try:
+                md, _ = await asyncio.to_thread(bk.meta.read_ledger, lid)
+            except NoSuchLedgerError:
+                continue
+            rows.append(_ledger_row(lid, md))
+            if md.bookies() - live:
+                stale.append(lid)
+            if not md.is_closed:
+                unclosed.append(lid)
+        elapsed = round(time.monotonic() - started, 1)
+        converged = not tasks and not stale and not unclosed
+        if converged or elapsed > timeout:
+            return {
+                "converged": converged,
+                "seconds": elapsed,
+                "tasks_left": [t.ledger_id for t, _ in tasks][:50],
+                "naming_down_bookies": stale[:50],
+                "not_closed": unclosed[:50],
+                "ledgers": rows,
+            }
+        await asyncio.sleep(1.0)
+
+
+def _dump_bookies(backend: ClusterBackend, out: Path, log: Log) -> list[dict[str, Any]]:
+    """Stop every bookie and read what each stores (``bkref bookie --dump``)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    for node, config in backend.bookie_configs().items():
+        with contextlib.suppress(Exception):
+            backend.kill(node)
+        done = subprocess.run(
+            [sys.executable, "-m", "impl.bookie", "--config", str(config), "--dump", str(out)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            log(f"dump of {node} failed: {done.stderr.strip()[-500:]}")
+    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def _check_replication(
+    after: dict[str, Any], entries: list[dict[str, Any]], directory: Path
+) -> dict[str, Any]:
+    ledgers = after.get("ledgers", [])
+    with (directory / "dumps" / "ledgers.jsonl").open("w") as f:
+        for row in ledgers:
+            f.write(json.dumps(row) + "\n")
+    result = audit_replication(entries, ledgers)
+    anomalies = list(result["anomalies"])
+    if not after.get("converged"):
+        anomalies.insert(
+            0,
+            {
+                "kind": "not-repaired-after-heal",
+                "tasks_left": after.get("tasks_left"),
+                "naming_down_bookies": after.get("naming_down_bookies"),
+                "not_closed": after.get("not_closed"),
+                "message": f"the cluster did not converge within {after.get('seconds')} s",
+            },
+        )
+    return {
+        "valid": bool(after.get("converged")) and result["valid"],
+        "converge_seconds": after.get("seconds"),
+        "entries_audited": result["entries_audited"],
+        "counts": result["counts"],
+        "anomalies": anomalies,
+    }
 
 
 class _CountingRecorder(Recorder):
@@ -350,6 +463,8 @@ def run_once(
     directory.mkdir(parents=True, exist_ok=True)
     history = directory / "history.jsonl"
     error: str | None = None
+    after: dict[str, Any] = {}
+    entries: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
     windows: list[FaultWindow] = []
     # The client's warnings (a failed bookie, an ensemble change) belong in the
@@ -375,9 +490,12 @@ def run_once(
         backend.setup()
         with JsonlWriter(history) as writer:
             recorder = _CountingRecorder(writer, progress)
-            counts, windows = backend.run_client(
+            counts, windows, after = backend.run_client(
                 lambda: asyncio.run(_drive(spec, backend, recorder, log, nemesis, rng))
             )
+        if after:
+            log("replication audit: stopping the bookies and dumping what each stores")
+            entries = _dump_bookies(backend, directory / "dumps" / "entries.jsonl", log)
     except Exception as e:  # the run could not complete: exit code 2, not a verdict
         error = f"{type(e).__name__}: {e}"
         log(f"run failed: {error}")
@@ -406,6 +524,8 @@ def run_once(
             "durability": check_durability(ops),
             "cluster": _check_cluster(nemesis.events),
         }
+        if after:
+            checks["replication"] = _check_replication(after, entries, directory)
         valid = all(c["valid"] for c in checks.values())
         with contextlib.redirect_stdout(io.StringIO()):
             check_cli.main([str(history), "--html", str(directory / "timeline.html")])

@@ -22,6 +22,7 @@ from impl.client.connection import BookieUnavailableError
 from impl.core.digest import Digest, DigestMismatchError, master_key
 from impl.core.frames import AddRequest, ReadRequest, ReadResponse, Status
 from impl.core.metadata import LedgerMetadata
+from impl.core.planted import active as planted
 from impl.core.repair import Fragment, Reason, choose_target, fragments, replace_replica
 from impl.meta.store import MetadataConflictError, NoSuchLedgerError
 from impl.meta.underreplication import UnderreplicationManager
@@ -221,9 +222,11 @@ async def repair_ledger(
             incomplete = True
             continue
         async with guard:
-            res.entries, res.bytes = await copy_fragment(
-                bk, md, frag, dest, avoid=set(bad), only_missing=in_place
-            )
+            # PLANTED BUG switch (test-only, impl/core/planted.py): skip the copy.
+            if not planted("repair-without-copy"):
+                res.entries, res.bytes = await copy_fragment(
+                    bk, md, frag, dest, avoid=set(bad), only_missing=in_place
+                )
         if not in_place and await record_replacement(bk, ledger_id, frag, dest) is None:
             res.skipped = "segment changed meanwhile; copy not recorded"
     out.complete = not incomplete

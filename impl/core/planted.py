@@ -17,6 +17,11 @@ unknown name is an error (a typo must not silently test the correct code).
   reads only; this switch drops it from both, so that the campaign's writers,
   which race recoveries on one segment, can show its effect.
 
+- ``repair-without-copy``: a replication worker records the new replica in the
+  ledger's metadata without copying the fragment to it, so the metadata names a
+  bookie that lacks the entries (the order the replicator exists to keep: copy
+  first, then CAS). The campaign's replication audit of the bookies' dumps finds it.
+
 Only tests and campaigns (``bkref campaign --plant NAME``) set the variable;
 the campaign passes it to the bookie and client processes it starts.
 """
@@ -26,7 +31,7 @@ from __future__ import annotations
 import os
 
 ENV = "BKREF_PLANT"
-PLANTS = ("ack-before-fsync", "recovery-reads-without-fence")
+PLANTS = ("ack-before-fsync", "recovery-reads-without-fence", "repair-without-copy")
 
 
 class UnknownPlantError(ValueError):

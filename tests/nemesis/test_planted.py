@@ -98,3 +98,25 @@ def test_ack_before_fsync_loses_acked_entries_on_lazyfs_and_the_same_seed_is_val
         assert result.checks["durability"]["counts"].get("lost-write", 0) > 0
     else:
         assert result.valid is True, result.checks
+
+
+@pytest.mark.zookeeper
+@pytest.mark.slow
+@pytest.mark.parametrize("plant", [("repair-without-copy",), ()])
+def test_repair_without_copy_is_caught_by_the_replication_audit_and_the_seed_is_valid_without(
+    tmp_path: Path, plant: tuple[str, ...]
+) -> None:
+    # Bookies killed for longer than their session: AutoRecovery repairs their ledgers.
+    # Without the copy the metadata names bookies that lack the entries; only the
+    # audit of the bookies' dumps can see that (every read still finds a replica).
+    spec = RunSpec(seed=1, duration=20.0, faults=("kill",), bookies=4, workload=SMALL, plant=plant)
+    result = _run(tmp_path, spec, netns=False)
+    assert result.faults.get("kill", 0) >= 1
+    replication = result.checks["replication"]
+    if plant:
+        assert result.valid is False
+        assert replication["counts"].get("under-replicated", 0) > 0
+        assert result.checks["durability"]["valid"]
+    else:
+        assert result.valid is True, result.checks
+        assert replication["entries_audited"] > 0
