@@ -115,8 +115,9 @@ class Auditor:
                     await self._lead(mine)
                     continue
             except KazooException as e:
+                # Keep the vote: it lives as long as the session, and the next round checks
+                # it exists (a vote dropped here but alive would block every election).
                 log.warning("%s: election: ZooKeeper error %r; retrying", self.node_id, e)
-                self._vote = None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), 1.0)
 

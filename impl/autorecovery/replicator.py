@@ -145,15 +145,23 @@ async def copy_fragment(
 
 
 async def record_replacement(
-    bk: BookKeeper, ledger_id: int, frag: Fragment, target: str
+    bk: BookKeeper,
+    ledger_id: int,
+    frag: Fragment,
+    target: str,
+    owns_lock: Callable[[], bool] | None = None,
 ) -> LedgerMetadata | None:
     """CAS ``target`` into the segment in place of ``frag.bookie``. Retries on a
-    concurrent change; None if the segment no longer names the bookie."""
+    concurrent change; None if the segment no longer names the bookie, or already
+    names ``target``. ``owns_lock`` is asked before each write: a worker whose
+    ZooKeeper session expired no longer holds the ledger's lock and must not write."""
     for _ in range(20):
         md, version = await asyncio.to_thread(bk.meta.read_ledger, ledger_id)
         new = replace_replica(md, frag.segment, frag.bookie, target)
         if new is None or md.segments[frag.segment].first_entry != frag.first:
             return None
+        if owns_lock is not None and not await asyncio.to_thread(owns_lock):
+            raise RepairError(f"ledger {ledger_id}: lost the ledger's lock (session expired?)")
         try:
             await asyncio.to_thread(bk.meta.cas_ledger, ledger_id, new, version)
         except MetadataConflictError:
@@ -178,6 +186,7 @@ async def repair_ledger(
     local: str | None = None,
     target: str | None = None,
     slots: Callable[[list[str]], Awaitable[AsyncExitStack | None]] | None = None,
+    owns_lock: Callable[[], bool] | None = None,
 ) -> LedgerRepair:
     """Copy every immutable fragment on a bad bookie and record each copy's new home.
 
@@ -194,14 +203,20 @@ async def repair_ledger(
         out.complete, out.message = True, "ledger deleted"
         return out
     incomplete = False
+    # Bookies each segment gains in this repair: two lost replicas of one segment must
+    # not both move to the same bookie (the metadata would name it twice).
+    gained: dict[int, set[str]] = {}
     for frag in fragments(md, ledger_id, bad):
         reason = bad[frag.bookie]
         in_place = reason is Reason.ENTRIES_MISSING
+        only = target if target is not None else local
         if in_place:
             dest: str | None = frag.bookie
         else:
-            only = target if target is not None else local
-            dest = choose_target(frag, candidates, local=only, exclude=set(bad))
+            taken = gained.setdefault(frag.segment, set())
+            dest = choose_target(
+                frag, candidates, local=only, exclude=set(bad) | taken, joining=taken
+            )
         res = FragmentResult(frag.segment, frag.bookie, dest)
         out.fragments.append(res)
         if dest is None:
@@ -227,8 +242,12 @@ async def repair_ledger(
                 res.entries, res.bytes = await copy_fragment(
                     bk, md, frag, dest, avoid=set(bad), only_missing=in_place
                 )
-        if not in_place and await record_replacement(bk, ledger_id, frag, dest) is None:
-            res.skipped = "segment changed meanwhile; copy not recorded"
+        if not in_place:
+            if await record_replacement(bk, ledger_id, frag, dest, owns_lock) is None:
+                res.skipped = "segment changed meanwhile; copy not recorded"
+                incomplete = True
+            else:
+                gained[frag.segment].add(dest)
     out.complete = not incomplete
     return out
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from contextlib import AsyncExitStack
@@ -30,13 +31,22 @@ from kazoo.exceptions import KazooException
 from impl.autorecovery.replicator import RepairError, repair_ledger
 from impl.client.client import BKError, BookKeeper
 from impl.core.metadata import LedgerState
-from impl.core.repair import Reason, Scheduling, Task, is_repaired, needs_fencing, order_tasks
+from impl.core.repair import (
+    Reason,
+    Scheduling,
+    Task,
+    is_repaired,
+    needs_fencing,
+    open_segment_has,
+    order_tasks,
+)
 from impl.meta.store import NoSuchLedgerError
 from impl.meta.underreplication import UnderreplicationManager
 
 log = logging.getLogger(__name__)
 
 POLL = 0.5  # seconds between looks at the task list when idle
+REPAIR_TIMEOUT = 600.0  # one ledger's repair (copies, fencing) may not hold its lock longer
 
 
 @dataclass(frozen=True)
@@ -93,8 +103,8 @@ class ReplicationWorker:
             await self._enabled.wait()
             try:
                 worked = await self.run_once()
-            except KazooException as e:
-                log.warning("worker %s: ZooKeeper error (%r); retrying", self.node_id, e)
+            except Exception:  # one bad round must not stop repairs (nor, in-process, the bookie)
+                log.exception("worker %s: round failed; retrying", self.node_id)
                 worked = 0
             if not worked:
                 await asyncio.sleep(POLL)
@@ -103,7 +113,6 @@ class ReplicationWorker:
         """One pass over the task list; returns how many ledgers were attempted."""
         tasks = await asyncio.to_thread(self.urm.tasks)
         now_ms = int(time.time() * 1000)
-        versions = {t.ledger_id: v for t, v in tasks}
         attempted = 0
         for task in order_tasks((t for t, _ in tasks), now_ms, self.config.scheduling):
             if not self._enabled.is_set():
@@ -113,18 +122,25 @@ class ReplicationWorker:
             if not await asyncio.to_thread(self.urm.try_lock, task.ledger_id, self.node_id):
                 self.stats.lock_busy += 1
                 continue
-            attempted += 1
             try:
-                await self._attempt(task, versions[task.ledger_id])
+                # Another worker may have completed it between our listing and our lock.
+                current = await asyncio.to_thread(self.urm.get, task.ledger_id)
+                if current is None:
+                    continue
+                attempted += 1
+                await self._attempt(*current)
             finally:
                 await asyncio.to_thread(self.urm.unlock, task.ledger_id)
         return attempted
 
     async def _attempt(self, task: Task, version: int) -> None:
         try:
-            done = await self.repair(task, version)
-        except (RepairError, BKError, KazooException) as e:
-            log.warning("worker %s: ledger %d: %s", self.node_id, task.ledger_id, e)
+            done = await asyncio.wait_for(self.repair(task, version), REPAIR_TIMEOUT)
+        except (RepairError, BKError, KazooException, TimeoutError) as e:
+            log.warning("worker %s: ledger %d: %r", self.node_id, task.ledger_id, e)
+            done = False
+        except Exception:  # e.g. the ledger deleted mid-repair, ZooKeeper gone for long
+            log.exception("worker %s: ledger %d: repair failed", self.node_id, task.ledger_id)
             done = False
         if done is None:  # deferred: grace period running, or nothing this worker can do
             return
@@ -150,7 +166,10 @@ class ReplicationWorker:
             return True
         # A ledger in recovery is left to its recovery (whose close CAS a repair of an
         # earlier segment would make fail) until the grace period says it was abandoned.
-        if md.state is LedgerState.IN_RECOVERY or needs_fencing(md, bad):
+        # Only a lost bookie justifies fencing: a leaving or entries-missing one still
+        # takes the writer's adds, so its open segment waits for the ledger to close.
+        lost = {b: r for b, r in bad.items() if r is Reason.LOST}
+        if md.state is LedgerState.IN_RECOVERY or needs_fencing(md, lost):
             seen = self._open_seen.get(lid)
             now = time.monotonic()
             if seen is None or seen[0] != md_version:
@@ -169,7 +188,13 @@ class ReplicationWorker:
             self._open_seen.pop(lid, None)
         candidates = await asyncio.to_thread(self.bk.meta.writable_bookies)
         result = await repair_ledger(
-            self.bk, lid, bad, candidates, local=self.local, slots=self._slots
+            self.bk,
+            lid,
+            bad,
+            candidates,
+            local=self.local,
+            slots=self._slots,
+            owns_lock=functools.partial(self.urm.owns_lock, lid),
         )
         self.stats.bytes += result.bytes
         self.stats.entries += sum(f.entries for f in result.fragments)
@@ -179,6 +204,8 @@ class ReplicationWorker:
             await asyncio.to_thread(self.urm.complete, lid, version)
             return True
         if not (result.complete and is_repaired(md, bad)):
+            if result.complete and open_segment_has(md, bad):
+                return None  # the rest is the open segment: it waits for the ledger to close
             skipped = [f for f in result.fragments if f.skipped]
             if skipped and all(f.deferred for f in skipped):
                 return None  # another worker's to do, or slots busy: not a failure

@@ -49,6 +49,7 @@ from impl.core.writer import LedgerWriter
 from impl.meta.store import (
     MetadataConflictError,
     MetadataUnavailableError,
+    NoSuchLedgerError,
     ZkMetadataStore,
     connect,
 )
@@ -340,6 +341,8 @@ class _Driver:
             )
         except MetadataUnavailableError as e:
             log.error("ledger %d: %s", self.ledger_id, e)
+            self.m.on_metadata_failed(str(e))
+        except NoSuchLedgerError as e:  # deleted meanwhile: fail, never hang the caller
             self.m.on_metadata_failed(str(e))
         except MetadataConflictError as e:
             log.info(

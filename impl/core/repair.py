@@ -147,9 +147,10 @@ def replace_replica(
     metadata: LedgerMetadata, segment: int, old: str, new: str
 ) -> LedgerMetadata | None:
     """Metadata with ``old`` replaced by ``new`` in segment ``segment``; None if that segment
-    no longer names ``old`` there (someone else repaired it, or the segments changed)."""
+    no longer names ``old`` (someone else repaired it, or the segments changed), or already
+    names ``new`` (one bookie must not hold two replicas of a segment)."""
     segs = list(metadata.segments)
-    if segment >= len(segs) or old not in segs[segment].ensemble:
+    if segment >= len(segs) or old not in segs[segment].ensemble or new in segs[segment].ensemble:
         return None
     ens = tuple(new if b == old else b for b in segs[segment].ensemble)
     segs[segment] = Segment(segs[segment].first_entry, ens)
@@ -163,15 +164,19 @@ def choose_target(
     local: str | None = None,
     exclude: Collection[str] = (),
     prefer: Iterable[str] = (),
+    joining: Collection[str] = (),
 ) -> str | None:
     """Where to copy ``fragment``: a writable bookie (``candidates``: bookie -> failure
     domain) outside the segment's ensemble whose domain no other replica uses.
 
-    A worker beside a bookie (``local``) copies only to that bookie, as BookKeeper's
+    ``joining``: bookies this repair already moves into the segment (not chosen again,
+    and their domains are used). A worker beside a bookie (``local``) copies only to
+    that bookie, as BookKeeper's
     does; a dedicated worker (``local`` None) takes the first of ``prefer`` that fits,
     else the fitting bookie that sorts first. None when no bookie fits.
     """
     others = [b for i, b in enumerate(fragment.ensemble) if i != fragment.index]
+    others += [b for b in joining if b not in others]  # chosen for the segment's other repairs
     used = {candidates.get(b, f"?{b}") for b in others}
 
     def fits(b: str) -> bool:

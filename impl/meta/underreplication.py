@@ -38,6 +38,7 @@ from impl.core.repair import Reason, Task
 from impl.meta import layout
 
 SEP = "V_"
+_SEVERITY = {Reason.LOST: 0, Reason.LEAVING: 1, Reason.ENTRIES_MISSING: 2}
 
 
 def base(root: str) -> str:
@@ -108,7 +109,11 @@ class UnderreplicationManager:
                 except NodeExistsError:
                     continue
             old = self._decode(ledger_id, data)
-            merged = {**old.replicas, **replicas}
+            # A bookie keeps its most serious reason: lost, then leaving, then entries-missing.
+            merged = dict(old.replicas)
+            for b, r in replicas.items():
+                if b not in merged or _SEVERITY[r] < _SEVERITY[merged[b]]:
+                    merged[b] = r
             task = Task(ledger_id, merged, min(priority, old.priority), old.ctime_ms, old.failures)
             try:
                 self.zk.set(path, self._encode(task), version=stat.version)
@@ -168,9 +173,19 @@ class UnderreplicationManager:
             return False
         return True
 
+    def owns_lock(self, ledger_id: int) -> bool:
+        """This session holds the ledger's lock (false once our session expired)."""
+        stat = self.zk.exists(lock_path(self.root, ledger_id))
+        return stat is not None and stat.ephemeralOwner == self.zk.client_id[0]
+
     def unlock(self, ledger_id: int) -> None:
-        with contextlib.suppress(NoNodeError):
-            self.zk.delete(lock_path(self.root, ledger_id))
+        """Release the lock if this session holds it (never another holder's)."""
+        path = lock_path(self.root, ledger_id)
+        stat = self.zk.exists(path)
+        if stat is None or stat.ephemeralOwner != self.zk.client_id[0]:
+            return
+        with contextlib.suppress(NoNodeError, BadVersionError):
+            self.zk.delete(path, version=stat.version)
 
     def lock_holder(self, ledger_id: int) -> str | None:
         try:

@@ -117,9 +117,11 @@ async def _assert_fully_replicated(
         assert md.is_closed
         assert md.last_entry == len(data) - 1
         assert md.bookies() <= live, f"ledger {lid} still names {md.bookies() - live}"
+        for seg in md.segments:  # one bookie never holds two replicas of a segment
+            assert len(set(seg.ensemble)) == len(seg.ensemble), (lid, seg)
         for e in range(len(data)):
             holders = await _replicas(bk, lid, md, e)
-            assert len(holders) == md.write_quorum, (lid, e, holders)
+            assert len(set(holders)) == md.write_quorum, (lid, e, holders)
         r = await bk.open_ledger(lid, PW, recovery=False)
         assert await r.read(0, len(data) - 1) == data
 
@@ -675,5 +677,35 @@ def test_lost_bookie_recovery_delay_defers_the_audit_unless_triggered_or_two_are
             repaired = _off(store, urm, second, on_second)
             assert await asyncio.to_thread(wait_until, repaired, 60, 0.5)
             await _assert_fully_replicated(bk, ledgers, set(ids) - {first, second})
+
+    asyncio.run(go())
+
+
+def test_two_lost_replicas_of_one_segment_move_to_two_different_bookies(
+    make_cluster: MakeCluster, zk_view: ZkView
+) -> None:
+    cluster = make_cluster(5, **FAST)
+    store, urm = zk_view(cluster)
+
+    async def go() -> None:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            urm.ensure_layout()
+            h = await bk.create_ledger(3, 3, 2, PW)
+            data = [b"t%d" % i for i in range(40)]
+            await h.add_many(data)
+            await h.close()
+            a, b, c = h.metadata.segments[0].ensemble
+            for lost in (a, b):
+                await asyncio.to_thread(_lose, cluster, store, lost)
+            urm.mark(h.ledger_id, {a: Reason.LOST, b: Reason.LOST}, 1)
+            worker = _worker(bk, None)  # dedicated: placement picks both targets
+            await worker.run_once()
+            assert worker.stats.repaired == 1
+            ensemble = store.read_ledger(h.ledger_id)[0].segments[0].ensemble
+            assert len(set(ensemble)) == 3
+            assert c in ensemble
+            assert not {a, b} & set(ensemble)
+            live = {x.bookie_id for x in cluster.bookies} - {a, b}
+            await _assert_fully_replicated(bk, {h.ledger_id: data}, live)
 
     asyncio.run(go())

@@ -106,6 +106,10 @@ def test_choose_target_keeps_failure_domains_apart_and_prefers_local_or_target()
     # The lost bookie's own rack is free again.
     assert choose_target(frag, {**RACKS, D: "r1"}) == D
     assert choose_target(frag, RACKS, exclude={D}) == E
+    # Another replica of the segment already moves to D in this repair: not D again, and
+    # not D's failure domain either.
+    assert choose_target(frag, RACKS, exclude={D}, joining={D}) == E
+    assert choose_target(frag, {**RACKS, E: "r4"}, exclude={D}, joining={D}) is None
 
 
 def test_replace_replica_only_where_the_segment_still_names_the_bookie() -> None:
@@ -115,6 +119,7 @@ def test_replace_replica_only_where_the_segment_still_names_the_bookie() -> None
     assert new.segments == (Segment(0, (E, B, C)), Segment(10, (A, B, D)))
     assert replace_replica(new, 0, A, D) is None
     assert replace_replica(md, 5, A, E) is None
+    assert replace_replica(md, 0, A, B) is None  # B would hold two replicas of segment 0
     assert not is_repaired(new, {A: Reason.LOST})
     done = replace_replica(new, 1, A, C)
     assert done is not None
