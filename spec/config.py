@@ -92,6 +92,9 @@ class Config:
     # once disks may be wiped); the checker skips them and says so.
     skip_invariants: frozenset[str] = field(default_factory=frozenset)
     liveness: str = ""  # name of the goal checked under weak fairness, "" for none
+    # Drop requests whose delivery can change nothing (``protocol.dead_request``):
+    # a bisimulation quotient, on by default; off only to test that it is sound.
+    reduce_dead_requests: bool = True
 
     def __post_init__(self) -> None:
         if not self.bookies >= self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
@@ -146,4 +149,6 @@ class Config:
             parts.append(f"auditor and {self.workers} worker(s)")
         if self.liveness:
             parts.append(f"liveness: {self.liveness}")
+        if not self.reduce_dead_requests:
+            parts.append("no dead-request reduction")
         return ", ".join(parts)
