@@ -118,7 +118,9 @@ class LocalBackend:
     """ZooKeeper and bookies as local processes on 127.0.0.1 (no partitions)."""
 
     name = "local"
-    fault_kinds = frozenset({"kill", "pause", "expire", "flip", "truncate", "wipe"})
+    fault_kinds = frozenset(
+        {"kill", "pause", "expire", "kill-auditor", "expire-auditor", "flip", "truncate", "wipe"}
+    )
 
     def __init__(self, directory: Path, bookies: int = 5, *, autorecovery: bool = True) -> None:
         self.directory = directory

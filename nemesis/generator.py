@@ -19,6 +19,11 @@ kinds, and what happens at the window's start and stop:
 - ``lose-unsynced``: kill -9 a bookie and drop every write it had not
   fsynced (a machine crash, on lazyfs); restart at ``stop``.
 - ``power-loss``: the same for every bookie at once.
+- ``kill-auditor``, ``expire-auditor``: the same as ``kill`` and ``expire``, aimed
+  at whichever bookie is the elected auditor when the window starts (the target
+  is the symbol ``auditor``; the nemesis resolves it through the election and
+  records which node it hit), so that every run with them forces an auditor
+  failover while ledgers need repair.
 - ``flip``, ``truncate``, ``wipe``: disk corruption, all on one *victim*
   bookie per run (one disk failure: the replication factor covers it):
   flip bytes in an entry log while it runs; kill it, cut its journal's tail
@@ -49,6 +54,8 @@ FAULT_KINDS = (
     "expire",
     "lose-unsynced",
     "power-loss",
+    "kill-auditor",
+    "expire-auditor",
     "flip",
     "truncate",
     "wipe",
@@ -59,10 +66,14 @@ FAULT_GROUPS: dict[str, tuple[str, ...]] = {
     "process": ("kill", "pause"),
     "disk": ("lose-unsynced", "power-loss", "flip", "truncate", "wipe"),
     "corrupt": ("flip", "truncate", "wipe"),
+    "autorecovery": ("kill-auditor", "expire-auditor"),
     "all": FAULT_KINDS,
 }
 # Kinds that destroy data a bookie had fsynced: they hit one victim bookie per run.
 VICTIM_KINDS = frozenset({"flip", "truncate", "wipe"})
+# Kinds aimed at the elected auditor, resolved when the window starts.
+AUDITOR_KINDS = frozenset({"kill-auditor", "expire-auditor"})
+AUDITOR = "auditor"
 PARTITION_SHAPES = ("isolate", "halves", "majorities-ring", "bridge", "zk-cut")
 
 Grudge = tuple[tuple[str, tuple[str, ...]], ...]  # hashable: node -> nodes it drops
@@ -133,7 +144,8 @@ class ScheduleSpec:
             raise ValueError("max_concurrent must be at least 1")
 
 
-def _freeze(grudge: dict[str, frozenset[str]]) -> Grudge:
+def freeze_grudge(grudge: dict[str, frozenset[str]]) -> Grudge:
+    """A grudge as hashable, ordered data (nodes that drop nothing left out)."""
     return tuple(sorted((n, tuple(sorted(g))) for n, g in grudge.items() if g))
 
 
@@ -150,20 +162,22 @@ def _grudge(spec: ScheduleSpec, rng: random.Random) -> tuple[str, Grudge] | None
     shape = rng.choice(shapes)
     if shape == "isolate":
         node = rng.choice(nodes)
-        return f"isolate:{node}", _freeze(isolate(nodes, node))
+        return f"isolate:{node}", freeze_grudge(isolate(nodes, node))
     if shape == "halves":
-        return shape, _freeze(halves(nodes, rng))
+        return shape, freeze_grudge(halves(nodes, rng))
     if shape == "majorities-ring":
-        return shape, _freeze(majorities_ring(nodes, rng))
+        return shape, freeze_grudge(majorities_ring(nodes, rng))
     if shape == "bridge":
-        return shape, _freeze(bridge(nodes, rng))
+        return shape, freeze_grudge(bridge(nodes, rng))
     rest = [n for n in nodes if n not in spec.clients and n not in spec.zookeepers]
-    return shape, _freeze(complete_grudge([list(spec.clients) + rest, list(spec.zookeepers)]))
+    return shape, freeze_grudge(complete_grudge([list(spec.clients) + rest, list(spec.zookeepers)]))
 
 
 def _claims(spec: ScheduleSpec, kind: str, target: str) -> frozenset[str]:
     if kind == "power-loss":
         return frozenset(spec.targets)
+    if kind in AUDITOR_KINDS:  # any bookie may turn out to be the auditor
+        return frozenset(spec.targets) | ({"network"} if kind == "expire-auditor" else set())
     if kind == "partition":
         return frozenset({"network"})
     if kind == "expire":
@@ -183,7 +197,7 @@ def schedule(spec: ScheduleSpec, seed: int) -> list[FaultWindow]:
     while t < spec.duration - spec.min_length:
         length = rng.uniform(spec.min_length, spec.max_length)
         kind = rng.choice(spec.kinds)
-        if kind == "expire":
+        if kind in ("expire", "expire-auditor"):
             length = max(length, spec.expire_length)
         stop = min(t + length, spec.duration)
         grudge: Grudge = ()
@@ -196,6 +210,8 @@ def schedule(spec: ScheduleSpec, seed: int) -> list[FaultWindow]:
             candidates = ["network"]
         elif kind == "power-loss":
             candidates = ["bookies"]
+        elif kind in AUDITOR_KINDS:
+            candidates = [AUDITOR]
         else:
             candidates = list(spec.targets)
         if wiped:
@@ -203,7 +219,8 @@ def schedule(spec: ScheduleSpec, seed: int) -> list[FaultWindow]:
         open_now = [w for w in windows if w.start <= t < w.stop]
         busy = frozenset().union(*(_claims(spec, w.kind, w.target) for w in open_now))
         free = [c for c in candidates if not _claims(spec, kind, c) & busy]
-        fits = (kind != "expire" or stop - t >= spec.expire_length) and (
+        expiring = kind in ("expire", "expire-auditor")
+        fits = (not expiring or stop - t >= spec.expire_length) and (
             # A wipe takes the victim out for good: only in the second half, so that
             # its other disk faults get their turn first.
             kind != "wipe" or t >= spec.duration / 2
@@ -219,7 +236,7 @@ def schedule(spec: ScheduleSpec, seed: int) -> list[FaultWindow]:
                     windows.append(FaultWindow(t, stop, kind, target, grudge))
             elif kind == "expire" and spec.zookeepers:
                 cut = complete_grudge([[target], list(spec.zookeepers)])
-                windows.append(FaultWindow(t, stop, kind, target, _freeze(cut)))
+                windows.append(FaultWindow(t, stop, kind, target, freeze_grudge(cut)))
             else:
                 windows.append(FaultWindow(t, stop, kind, target))
                 wiped = wiped or kind == "wipe"

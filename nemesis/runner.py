@@ -39,6 +39,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kazoo.exceptions import KazooException
+
+from impl.bookie.config import BookieConfig
 from impl.client.client import BookKeeper
 from impl.core.metadata import LedgerMetadata
 from impl.core.planted import ENV as PLANT_ENV
@@ -60,7 +63,16 @@ from linearizability.replication import audit as audit_replication
 from nemesis.checker import check_durability, check_linearizable
 from nemesis.db import ClusterBackend, NodeRefusedError
 from nemesis.disk import NothingToCorruptError
-from nemesis.generator import DEFAULT_KINDS, FaultWindow, ScheduleSpec, schedule
+from nemesis.generator import (
+    AUDITOR_KINDS,
+    DEFAULT_KINDS,
+    FaultWindow,
+    Grudge,
+    ScheduleSpec,
+    freeze_grudge,
+    schedule,
+)
+from nemesis.partition import complete_grudge
 from nemesis.workload import Workload, WorkloadSpec
 
 Log = Callable[[str], None]
@@ -126,11 +138,40 @@ class _Nemesis:
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="nemesis")
         self.events: list[dict[str, Any]] = []
         self.refused: set[str] = set()
+        # The elected auditor's node, or None; set once the run's client has a session.
+        self.find_auditor: Callable[[], str | None] = lambda: None
+        self._hit: dict[FaultWindow, str] = {}  # auditor windows: the node each one hit
+
+    def _auditor_window(self, w: FaultWindow, start: bool) -> tuple[FaultWindow, dict[str, Any]]:
+        """Resolve an auditor window to the node it hits: the elected auditor at its start."""
+        if start:
+            node = self.find_auditor()
+            if node is None:
+                return w, {"skipped": "no auditor is elected"}
+            self._hit[w] = node
+        elif w not in self._hit:
+            return w, {"skipped": "the start hit nothing"}
+        node = self._hit[w] if start else self._hit.pop(w)
+        out: dict[str, Any] = {"auditor": node}
+        if not start:
+            out["elected_meanwhile"] = self.find_auditor()
+        kind = "kill" if w.kind == "kill-auditor" else "expire"
+        grudge: Grudge = ()
+        if kind == "expire" and self.backend.network and self.backend.zookeepers:
+            grudge = freeze_grudge(complete_grudge([[node], list(self.backend.zookeepers)]))
+        return FaultWindow(w.start, w.stop, kind, node, grudge), out
 
     def apply(self, w: FaultWindow, event: str) -> dict[str, Any]:
         """Start or stop one window; a dict saying what it did (into the history)."""
-        b, start, kind, target = self.backend, event == "start", w.kind, w.target
+        start = event == "start"
+        label = w.kind  # an auditor window is recorded under its own kind
         out: dict[str, Any] = {}
+        if w.kind in AUDITOR_KINDS:
+            w, out = self._auditor_window(w, start)
+            if "skipped" in out:
+                self.events.append({"kind": w.kind, "target": w.target, "event": event, **out})
+                return out
+        b, kind, target = self.backend, w.kind, w.target
         try:
             if kind in ("kill", "lose-unsynced", "truncate", "wipe") and not start:
                 if target in self.refused:
@@ -175,7 +216,7 @@ class _Nemesis:
                 raise
             out.update(self._refused(target, w, f"{type(e).__name__}: {e}"))
         if out:
-            self.events.append({"kind": kind, "target": target, "event": event, **out})
+            self.events.append({"kind": label, "target": target, "event": event, **out})
         return out
 
     def _refused(self, node: str, w: FaultWindow, message: str) -> dict[str, Any]:
@@ -263,6 +304,7 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
     counts: Counter[str] = Counter()
     bk = BookKeeper(backend.zk_connect, seed=rng.getrandbits(64))
     await bk.start()
+    nemesis.find_auditor = _auditor_finder(bk, backend)
     try:
         workload = Workload(bk, recorder, spec.workload, random.Random(rng.getrandbits(64)))
         stop = asyncio.Event()
@@ -289,6 +331,23 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
     finally:
         await bk.close()
     return counts, windows, after
+
+
+def _auditor_finder(bk: BookKeeper, backend: ClusterBackend) -> Callable[[], str | None]:
+    """Which node the elected auditor runs in (its vote names its bookie's id)."""
+    urm = UnderreplicationManager(bk.meta.zk, bk.root)
+    nodes = {
+        BookieConfig.load(cfg).bookie_id: node for node, cfg in backend.bookie_configs().items()
+    }
+
+    def find() -> str | None:
+        try:
+            auditor = urm.auditor()
+        except KazooException:
+            return None
+        return None if auditor is None else nodes.get(auditor.node_id)
+
+    return find
 
 
 def _ledger_row(lid: int, md: LedgerMetadata) -> dict[str, Any]:

@@ -109,3 +109,31 @@ def test_short_namespace_campaign_with_partitions_and_zookeeper_faults_is_valid(
     log = (tmp_path / "run" / "logs" / f"{expired}.log").read_text()
     assert "ZooKeeper session lost" in log
     assert "as writable" in log.split("ZooKeeper session lost")[-1]
+
+
+def test_auditor_faults_hit_the_elected_auditor_and_another_takes_over(tmp_path: Path) -> None:
+    # Windows aimed at "auditor" are resolved through the election when they open;
+    # an expiry lasts past the session timeout, so another bookie must have been
+    # elected by the time it closes, and the run must still converge and be valid.
+    spec = RunSpec(
+        seed=12,  # an expiry of the auditor, then two kills
+        duration=24.0,
+        faults=("kill-auditor", "expire-auditor"),
+        bookies=4,
+        workload=WorkloadSpec(writers=2, readers=1, in_flight=4, entries_per_ledger=40),
+        interval=3.0,
+    )
+    backend = LocalBackend(tmp_path / "cluster", bookies=4)
+    result = run_once(spec, backend, tmp_path / "run", lambda _: None)
+
+    assert result.error is None, result.error
+    starts = [e for e in result.events if e["event"] == "start"]
+    stops = [e for e in result.events if e["event"] == "stop" and "auditor" in e]
+    assert starts, result.windows
+    bookies = {f"bookie-{i}" for i in range(4)}
+    assert all(e["auditor"] in bookies for e in starts), starts
+    expired = [e for e in stops if e["kind"] == "expire-auditor"]
+    assert expired, result.events
+    assert all(e["elected_meanwhile"] not in (None, e["auditor"]) for e in expired), expired
+    assert result.checks["replication"]["valid"], result.checks["replication"]
+    assert result.valid is True, result.checks

@@ -8,7 +8,14 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from nemesis.generator import FAULT_KINDS, VICTIM_KINDS, ScheduleSpec, expand_kinds, schedule
+from nemesis.generator import (
+    AUDITOR_KINDS,
+    FAULT_KINDS,
+    VICTIM_KINDS,
+    ScheduleSpec,
+    expand_kinds,
+    schedule,
+)
 
 TARGETS = ("bookie-0", "bookie-1", "bookie-2", "bookie-3", "bookie-4")
 
@@ -93,6 +100,11 @@ def test_every_kind_keeps_its_rules(seed: int, duration: float, concurrent: int)
         if w.kind == "expire":
             assert w.stop - w.start >= spec.expire_length
             assert w.grudge_dict()[w.target] == frozenset(ZKS)
+        if w.kind in AUDITOR_KINDS:  # resolved to a bookie only when the window opens
+            assert w.target == "auditor"
+            assert not w.grudge
+            if w.kind == "expire-auditor":
+                assert w.stop - w.start >= spec.expire_length
         if w.kind == "partition":
             nodes = set(w.grudge_dict()) | {m for g in w.grudge_dict().values() for m in g}
             assert nodes <= set(NETWORK)
@@ -103,10 +115,10 @@ def test_every_kind_keeps_its_rules(seed: int, duration: float, concurrent: int)
         overlap = a.start < b.stop and b.start < a.stop
         if overlap:
             assert a.target != b.target, (a, b)
-            if "power-loss" in (a.kind, b.kind):  # every bookie is down: nothing else on one
-                other = b if a.kind == "power-loss" else a
-                assert other.target not in BOOKIES, (a, b)
-            assert not ({a.kind, b.kind} <= {"partition", "expire"}), (a, b)
+            # Every bookie is down, or any bookie may be the auditor: nothing else on one.
+            if {a.kind, b.kind} & (AUDITOR_KINDS | {"power-loss"}):
+                assert not {a.target, b.target} & set(BOOKIES), (a, b)
+            assert not ({a.kind, b.kind} <= {"partition", "expire", "expire-auditor"}), (a, b)
 
 
 def test_a_long_schedule_of_all_faults_uses_every_kind_and_shape() -> None:
