@@ -282,30 +282,14 @@ class Auditor:
         return marked
 
     async def check_ledgers(self) -> int:
-        """Read from every live replica of every immutable segment; mark replicas that
-        miss entries or hold corrupt ones. Returns how many ledgers were marked."""
+        """The periodic ledger check (:func:`check_replicas`); returns how many ledgers
+        were marked."""
         if not await asyncio.to_thread(self.urm.is_enabled):
             return 0
         started = time.monotonic()
-        registered = await self._registered()
-        marked = 0
-        for lid, md in await self._ledgers():
-            digest = Digest(md.digest_type, md.password)
-            bad: dict[str, Reason] = {}
-            for i, seg in enumerate(md.segments):
-                first, last = segment_range(md, i)
-                if last is None or last < first:
-                    continue
-                for idx, b in enumerate(seg.ensemble):
-                    if b not in registered or b in bad:
-                        continue
-                    frag = Fragment(lid, i, first, last, seg.ensemble, idx)
-                    if not await self._fragment_intact(md, digest, frag):
-                        bad[b] = Reason.ENTRIES_MISSING
-            if bad:
-                log.warning("auditor: ledger %d: replicas missing entries: %s", lid, sorted(bad))
-                await asyncio.to_thread(self.urm.mark, lid, bad, live_replicas(md, registered) - 1)
-                marked += 1
+        marked = await check_replicas(
+            self.bk, self.urm, self.config.verification_percentage, self._rng
+        )
         self.stats.checks += 1
         self.stats.last_check_s = time.monotonic() - started
         log.info(
@@ -313,28 +297,82 @@ class Auditor:
         )
         return marked
 
-    async def _fragment_intact(self, md: LedgerMetadata, digest: Digest, frag: Fragment) -> bool:
-        entries = frag.entries(md)
-        if not entries:
-            return True
-        sample = {entries[0], entries[-1]}
-        pct = self.config.verification_percentage
-        if pct > 0 and len(entries) > 2:
-            k = max(1, len(entries) * pct // 100)
-            sample.update(self._rng.sample(entries[1:-1], min(k, len(entries) - 2)))
-        for e in sorted(sample):
+
+CHECK_CONCURRENCY = 64  # reads in flight per replica while checking it
+
+
+async def check_replicas(
+    bk: BookKeeper, urm: UnderreplicationManager, percentage: int, rng: random.Random
+) -> int:
+    """Read from every live replica of every immutable segment its first and last entry,
+    plus ``percentage`` percent of the rest (100: every entry); mark replicas that miss
+    entries or hold corrupt ones as ENTRIES_MISSING. Returns how many ledgers were marked.
+
+    The auditor runs it every ``auditorPeriodicCheckInterval``; ``bkref shell
+    checkledgers`` and the campaigns' convergence run it on demand. With Aq < Wq an
+    acknowledged entry may reach only Aq bookies (the others crashed before their
+    fsync), and the writer's ensemble change starts after the LAC: only this check
+    finds such a gap, and only when it samples the missing entries."""
+    registered = {b.bookie_id for b in await asyncio.to_thread(bk.meta.bookies)}
+    marked = 0
+    for lid in await bk.list_ledgers():
+        try:
+            md, _ = await asyncio.to_thread(bk.meta.read_ledger, lid)
+        except NoSuchLedgerError:
+            continue
+        digest = Digest(md.digest_type, md.password)
+        bad: dict[str, Reason] = {}
+        for i, seg in enumerate(md.segments):
+            first, last = segment_range(md, i)
+            if last is None or last < first:
+                continue
+            for idx, b in enumerate(seg.ensemble):
+                if b not in registered or b in bad:
+                    continue
+                frag = Fragment(lid, i, first, last, seg.ensemble, idx)
+                if not await _fragment_intact(bk, md, digest, frag, percentage=percentage, rng=rng):
+                    bad[b] = Reason.ENTRIES_MISSING
+        if bad:
+            log.warning("ledger check: ledger %d: replicas missing entries: %s", lid, sorted(bad))
+            await asyncio.to_thread(urm.mark, lid, bad, live_replicas(md, registered) - 1)
+            marked += 1
+    return marked
+
+
+async def _fragment_intact(
+    bk: BookKeeper,
+    md: LedgerMetadata,
+    digest: Digest,
+    frag: Fragment,
+    *,
+    percentage: int,
+    rng: random.Random,
+) -> bool:
+    entries = frag.entries(md)
+    if not entries:
+        return True
+    sample = {entries[0], entries[-1]}
+    if percentage > 0 and len(entries) > 2:
+        k = max(1, len(entries) * percentage // 100)
+        sample.update(rng.sample(entries[1:-1], min(k, len(entries) - 2)))
+    sem = asyncio.Semaphore(CHECK_CONCURRENCY)
+
+    async def intact(e: int) -> bool:
+        async with sem:
             try:
-                resp = await self.bk.request(frag.bookie, partial(_read, frag.ledger_id, e))
+                resp = await bk.request(frag.bookie, partial(_read, frag.ledger_id, e))
             except BookieUnavailableError:
                 return True  # cannot tell; the bookie audit covers bookies that are gone
-            if resp.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
+        if resp.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
+            return False
+        if isinstance(resp, ReadResponse) and resp.status is Status.OK:
+            try:
+                digest.verify(resp.body, frag.ledger_id, e)
+            except DigestMismatchError:
                 return False
-            if isinstance(resp, ReadResponse) and resp.status is Status.OK:
-                try:
-                    digest.verify(resp.body, frag.ledger_id, e)
-                except DigestMismatchError:
-                    return False
         return True
+
+    return all(await asyncio.gather(*(intact(e) for e in sorted(sample))))
 
 
 def _read(ledger_id: int, entry: int, rid: int) -> ReadRequest:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import random
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from impl.autorecovery.auditor import check_replicas
 from impl.autorecovery.replicator import LedgerRepair, recover_bookie
 from impl.autorecovery.status import cluster_status
 from impl.client.client import BookKeeper
@@ -19,6 +21,7 @@ COMMANDS = (
     "autorecovery",
     "whoisauditor",
     "triggeraudit",
+    "checkledgers",
     "lostbookierecoverydelay",
     "recover",
     "decommission",
@@ -41,6 +44,17 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:  # noqa: ANN
     a.add_argument("action", choices=["enable", "disable", "status"])
     sub.add_parser("whoisauditor", parents=[common], help="the elected auditor and its epoch")
     sub.add_parser("triggeraudit", parents=[common], help="make the auditor audit every ledger now")
+    cl = sub.add_parser(
+        "checkledgers",
+        parents=[common],
+        help="read every replica of every closed segment now and mark those missing entries",
+    )
+    cl.add_argument(
+        "--percentage",
+        type=int,
+        default=100,
+        help="percent of each replica's entries to read besides its first and last (100)",
+    )
     d = sub.add_parser(
         "lostbookierecoverydelay",
         parents=[common],
@@ -128,6 +142,13 @@ async def run(bk: BookKeeper, args: argparse.Namespace, out: Printer) -> int:
         delay = await asyncio.to_thread(urm.lost_bookie_recovery_delay, 0)
         await asyncio.to_thread(urm.set_lost_bookie_recovery_delay, delay)
         out(args, {"triggered": True}, "audit triggered")
+        return 0
+    if args.cmd == "checkledgers":
+        if not 0 <= args.percentage <= 100:
+            print("bkref shell: --percentage must be between 0 and 100", file=sys.stderr)
+            return 2
+        marked = await check_replicas(bk, urm, args.percentage, random.Random())
+        out(args, {"marked": marked}, f"{marked} ledger(s) marked under-replicated")
         return 0
     if args.cmd == "lostbookierecoverydelay":
         if args.action == "set":

@@ -709,3 +709,47 @@ def test_two_lost_replicas_of_one_segment_move_to_two_different_bookies(
             await _assert_fully_replicated(bk, {h.ledger_id: data}, live)
 
     asyncio.run(go())
+
+
+def test_checkledgers_finds_a_gap_in_the_middle_only_when_it_reads_every_entry(
+    make_cluster: MakeCluster,
+    zk_view: ZkView,
+) -> None:
+    # No periodic check runs (its interval is a week); the shell's check is the only one.
+    cluster = make_cluster(5, autorecovery=True, **FAST)
+    store, urm = zk_view(cluster)
+
+    async def go() -> None:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            ledgers = await _write_closed_ledgers(bk, 1, 30)
+            lid = next(iter(ledgers))
+            md = store.read_ledger(lid)[0]
+            bookie = md.ensemble_for(13)[md.quorum.write_set(13)[0]]
+            good = await bk.request(bookie, functools.partial(_read, lid, 13))
+            assert isinstance(good, ReadResponse)
+            bad_body = good.body[:-1] + bytes([good.body[-1] ^ 0xFF])
+            resp = await bk.request(
+                bookie,
+                lambda rid: AddRequest(rid, lid, 13, master_key(PW), bad_body, recovery=True),
+            )
+            assert resp.status is Status.OK
+
+            # First and last entries only: the corrupt copy of entry 13 is not read.
+            sampled = _shell(cluster, "checkledgers", "--percentage", "0", "--json")
+            assert sampled.returncode == 0, sampled.stderr
+            assert json.loads(sampled.stdout) == {"marked": 0}
+            assert not urm.tasks()
+
+            full = _shell(cluster, "checkledgers", "--json")
+            assert full.returncode == 0, full.stderr
+            assert json.loads(full.stdout) == {"marked": 1}
+
+            def refilled() -> bool:
+                return bookie in bk_sync_replicas(cluster.zk_hosts, lid, md, 13) and not (
+                    urm.tasks()
+                )
+
+            assert await asyncio.to_thread(wait_until, refilled, 60, 0.5)
+            assert store.read_ledger(lid)[0].segments == md.segments
+
+    asyncio.run(go())
