@@ -117,6 +117,14 @@ def _chart(run: dict[str, Any], width: int = 900, height: int = 220) -> str:
     return "".join(parts)
 
 
+def _anomaly_row(a: dict[str, Any]) -> list[object]:
+    """History anomalies name the operations that prove them; replication and cluster
+    anomalies name entries, bookies or nodes instead: show whatever this one has."""
+    rest = {k: v for k, v in a.items() if k not in ("kind", "ledger", "ops", "message")}
+    witnesses = f"ops {a['ops']}" if "ops" in a else ", ".join(f"{k} {v}" for k, v in rest.items())
+    return [a["kind"], a.get("ledger", "-"), witnesses, a.get("message", "")]
+
+
 def render(campaign: dict[str, Any], out_dir: Path) -> str:
     runs: list[dict[str, Any]] = campaign["runs"]
     parts = [
@@ -160,11 +168,8 @@ def render(campaign: dict[str, Any], out_dir: Path) -> str:
             if check["anomalies"]:
                 parts.append(
                     _table(
-                        ["kind", "ledger", "operations (history indices)", "what"],
-                        [
-                            [a["kind"], a["ledger"], a["ops"], a["message"]]
-                            for a in check["anomalies"][:50]
-                        ],
+                        ["kind", "ledger", "witnesses", "what"],
+                        [_anomaly_row(a) for a in check["anomalies"][:50]],
                     )
                 )
         parts.append(
