@@ -119,7 +119,17 @@ class LocalBackend:
 
     name = "local"
     fault_kinds = frozenset(
-        {"kill", "pause", "expire", "kill-auditor", "expire-auditor", "flip", "truncate", "wipe"}
+        {
+            "kill",
+            "pause",
+            "expire",
+            "kill-writer",
+            "kill-auditor",
+            "expire-auditor",
+            "flip",
+            "truncate",
+            "wipe",
+        }
     )
 
     def __init__(self, directory: Path, bookies: int = 5, *, autorecovery: bool = True) -> None:

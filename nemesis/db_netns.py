@@ -97,7 +97,7 @@ class Service:
 def fault_kinds(*, lazyfs: bool) -> frozenset[str]:
     """What the namespace backend injects (losing unsynced writes needs lazyfs)."""
     kinds = {"kill", "pause", "partition", "expire", "flip", "truncate", "wipe"}
-    kinds |= {"kill-auditor", "expire-auditor"}
+    kinds |= {"kill-writer", "kill-auditor", "expire-auditor"}
     if lazyfs:
         kinds |= {"lose-unsynced", "power-loss"}
     return frozenset(kinds)

@@ -19,6 +19,8 @@ kinds, and what happens at the window's start and stop:
 - ``lose-unsynced``: kill -9 a bookie and drop every write it had not
   fsynced (a machine crash, on lazyfs); restart at ``stop``.
 - ``power-loss``: the same for every bookie at once.
+- ``kill-writer``: kill -9 a writer process of the workload (its ledger is
+  left open with adds in flight; the workload starts a new writer process).
 - ``kill-auditor``, ``expire-auditor``: the same as ``kill`` and ``expire``, aimed
   at whichever bookie is the elected auditor when the window starts (the target
   is the symbol ``auditor``; the nemesis resolves it through the election and
@@ -54,6 +56,7 @@ FAULT_KINDS = (
     "expire",
     "lose-unsynced",
     "power-loss",
+    "kill-writer",
     "kill-auditor",
     "expire-auditor",
     "flip",
@@ -63,7 +66,7 @@ FAULT_KINDS = (
 DEFAULT_KINDS = ("kill", "pause")
 # Names the command line accepts for several kinds at once.
 FAULT_GROUPS: dict[str, tuple[str, ...]] = {
-    "process": ("kill", "pause"),
+    "process": ("kill", "pause", "kill-writer"),
     "disk": ("lose-unsynced", "power-loss", "flip", "truncate", "wipe"),
     "corrupt": ("flip", "truncate", "wipe"),
     "autorecovery": ("kill-auditor", "expire-auditor"),
@@ -212,6 +215,8 @@ def schedule(spec: ScheduleSpec, seed: int) -> list[FaultWindow]:
             candidates = ["bookies"]
         elif kind in AUDITOR_KINDS:
             candidates = [AUDITOR]
+        elif kind == "kill-writer":
+            candidates = ["writer"]
         else:
             candidates = list(spec.targets)
         if wiped:

@@ -37,6 +37,7 @@ _FAULT_COLOURS = {
     "wipe": "#5d4037",
 }
 _LINES = (("adds", 1, "#1a7f37"), ("reads", 2, "#1565c0"))
+_LATENCY_LINES = (("add p50", 1, "#1a7f37"), ("add p99", 2, "#c62828"))
 
 
 def _verdict(run: dict[str, Any]) -> str:
@@ -57,16 +58,24 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _chart(run: dict[str, Any], width: int = 900, height: int = 220) -> str:
-    """Throughput per second with the fault windows shaded (inline SVG)."""
-    rows: list[list[int]] = run.get("throughput") or []
+def _chart(
+    run: dict[str, Any],
+    rows: Sequence[Sequence[float]],
+    lines: Sequence[tuple[str, int, str]],
+    unit: str,
+    *,
+    width: int = 900,
+    height: int = 220,
+) -> str:
+    """Series per second of the run (``rows``: second, values...) with the fault windows
+    shaded (inline SVG)."""
     spans: list[dict[str, Any]] = run.get("spans") or []
     if not rows:
         return ""
     left, top, bottom = 50, 10, 40
     plot_w, plot_h = width - left - 10, height - top - bottom
     seconds = max(len(rows), max((sp["stop"] for sp in spans), default=0.0), 1.0)
-    peak = max(max(r[1], r[2]) for r in rows) or 1
+    peak = max(max(r[c] for _, c, _ in lines) for r in rows) or 1
 
     def x(t: float) -> float:
         return left + plot_w * t / seconds
@@ -89,17 +98,17 @@ def _chart(run: dict[str, Any], width: int = 900, height: int = 220) -> str:
             f'<text x="{x0 + 2:.1f}" y="{top + 12 + 12 * (lane % 4)}" '
             f'fill="{colour}">{label}</text>'
         )
-    for name, column, colour in _LINES:
+    for name, column, colour in lines:
         points = " ".join(f"{x(r[0] + 0.5):.1f},{y(r[column]):.1f}" for r in rows)
         parts.append(
             f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.5">'
-            f"<title>{name} per second</title></polyline>"
+            f"<title>{name} ({unit})</title></polyline>"
         )
     axis_y = top + plot_h
     parts.append(
         f'<line x1="{left}" y1="{axis_y}" x2="{left + plot_w}" y2="{axis_y}" stroke="#999"/>'
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{axis_y}" stroke="#999"/>'
-        f'<text x="{left - 4}" y="{top + 10}" text-anchor="end">{peak}</text>'
+        f'<text x="{left - 4}" y="{top + 10}" text-anchor="end">{peak:g}</text>'
         f'<text x="{left - 4}" y="{axis_y}" text-anchor="end">0</text>'
     )
     step = max(1, round(seconds / 10))
@@ -108,7 +117,7 @@ def _chart(run: dict[str, Any], width: int = 900, height: int = 220) -> str:
         for t in range(0, int(seconds) + 1, step)
     )
     legend = " ".join(
-        f'<tspan fill="{colour}">&#9632; {name}/s</tspan>' for name, _, colour in _LINES
+        f'<tspan fill="{colour}">&#9632; {name} ({unit})</tspan>' for name, _, colour in lines
     )
     parts.append(
         f'<text x="{left}" y="{height - 6}">seconds into the run; {legend}; '
@@ -161,7 +170,8 @@ def render(campaign: dict[str, Any], out_dir: Path) -> str:
         parts.append(f"<h2>Run {i} (seed {r['seed']}): {_verdict(r)}</h2>")
         if r["error"]:
             parts.append(f"<p class=error>{html.escape(r['error'])}</p>")
-        parts.append(_chart(r))
+        parts.append(_chart(r, r.get("throughput") or [], _LINES, "per second"))
+        parts.append(_chart(r, r.get("add_latency") or [], _LATENCY_LINES, "ms"))
         for name, check in sorted(r["checks"].items()):
             counts = html.escape(str(check.get("counts", {})))
             parts.append(f"<p>{html.escape(name)}: {_verdict(check)} {counts}</p>")

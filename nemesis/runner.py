@@ -113,6 +113,8 @@ class RunResult:
     plant: list[str] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)  # what each fault did
     throughput: list[list[int]] = field(default_factory=list)  # per second: adds, reads, other
+    # Per second (by invocation): p50 and p99 of acknowledged adds' latency, in ms.
+    add_latency: list[list[float]] = field(default_factory=list)
     spans: list[dict[str, Any]] = field(default_factory=list)  # faults as the history saw them
 
 
@@ -141,6 +143,8 @@ class _Nemesis:
         self.refused: set[str] = set()
         # The elected auditor's node, or None; set once the run's client has a session.
         self.find_auditor: Callable[[], str | None] = lambda: None
+        # kill -9 a writer process of the workload; its pid (None: none is running).
+        self.kill_writer: Callable[[], int | None] = lambda: None
         self._hit: dict[FaultWindow, str] = {}  # auditor windows: the node each one hit
 
     def _auditor_window(self, w: FaultWindow, start: bool) -> tuple[FaultWindow, dict[str, Any]]:
@@ -174,7 +178,11 @@ class _Nemesis:
                 return out
         b, kind, target = self.backend, w.kind, w.target
         try:
-            if kind in ("kill", "lose-unsynced", "truncate", "wipe") and not start:
+            if kind == "kill-writer":  # the workload starts another writer by itself
+                if start:
+                    pid = self.kill_writer()
+                    out.update({"pid": pid} if pid else {"skipped": "no writer process"})
+            elif kind in ("kill", "lose-unsynced", "truncate", "wipe") and not start:
                 if target in self.refused:
                     out["skipped"] = f"{target} stays down (it refused to start)"
                 else:
@@ -307,7 +315,10 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
     await bk.start()
     nemesis.find_auditor = _auditor_finder(bk, backend)
     try:
-        workload = Workload(bk, recorder, spec.workload, random.Random(rng.getrandbits(64)))
+        workload = Workload(
+            bk, recorder, spec.workload, random.Random(rng.getrandbits(64)), zk=backend.zk_connect
+        )
+        nemesis.kill_writer = workload.kill_writer
         stop = asyncio.Event()
         log(f"safety phase: {spec.duration:.0f} s, {len(windows)} fault windows")
         work = asyncio.create_task(workload.run(stop))
@@ -490,6 +501,24 @@ def _throughput(ops: list[Op]) -> list[list[int]]:
     return [[s, *rows.get(s, [0, 0, 0])] for s in range(last + 1)]
 
 
+def _add_latency(ops: list[Op]) -> list[list[float]]:
+    """Per second of the run, by invocation: p50 and p99 latency (ms) of acknowledged adds;
+    seconds without one repeat zeros, so that a stall shows as a gap in the line."""
+    by_second: dict[int, list[float]] = {}
+    for o in pair(ops):
+        if o.f == "add" and o.status == "ok" and o.complete is not None:
+            second = o.invoke.time // 1_000_000_000
+            by_second.setdefault(second, []).append((o.complete.time - o.invoke.time) / 1e6)
+    rows: list[list[float]] = []
+    for s in range(max(by_second, default=-1) + 1):
+        xs = sorted(by_second.get(s, []))
+        if not xs:
+            rows.append([s, 0.0, 0.0])
+            continue
+        rows.append([s, xs[len(xs) // 2], xs[min(len(xs) - 1, int(0.99 * len(xs)))]])
+    return [[r[0], round(r[1], 2), round(r[2], 2)] for r in rows]
+
+
 def _spans(ops: list[Op]) -> list[dict[str, Any]]:
     """Fault windows in history time (seconds): from each start to its stop (or the heal)."""
     opened: dict[tuple[str, str], float] = {}
@@ -617,6 +646,7 @@ def run_once(
         plant=list(spec.plant),
         events=nemesis.events,
         throughput=_throughput(ops),
+        add_latency=_add_latency(ops),
         spans=_spans(ops),
     )
     (directory / "results.json").write_text(json.dumps(asdict(result), indent=2) + "\n")

@@ -28,8 +28,14 @@ exist (the client's ``NoSuchEntryError``), never when one could not be reached.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import itertools
+import json
+import os
 import random
+import signal
+import sys
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +72,9 @@ class WorkloadSpec:
     write_quorum: int = 2
     ack_quorum: int = 2
     password: bytes = b"bkref-campaign"
+    # Writers in processes of their own (nemesis.writer_proc), which the nemesis's
+    # kill-writer fault kills -9; the workload starts a new one after each death.
+    process_writers: int = 1
 
 
 @dataclass
@@ -75,8 +84,18 @@ class Workload:
     spec: WorkloadSpec
     rng: random.Random
     ledgers: set[int] = field(default_factory=set)  # created (ok): read, then recovered at the end
+    zk: str = ""  # ZooKeeper connect string, for the writer processes
+    writer_pids: set[int] = field(default_factory=set)  # the writer processes alive now
     _next_process: int = 0
     _pending: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def kill_writer(self) -> int | None:
+        """kill -9 one writer process (any thread may call it); its pid, or None."""
+        for pid in sorted(self.writer_pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        return None
 
     def process(self) -> int:
         """A fresh logical process id (never reused after an info completion)."""
@@ -89,6 +108,7 @@ class Workload:
     async def run(self, stop: asyncio.Event) -> None:
         """Write and read until ``stop`` is set; then let writers finish their ledger."""
         tasks = [self._writer(stop) for _ in range(self.spec.writers)]
+        tasks += [self._process_writer(stop) for _ in range(self.spec.process_writers)]
         tasks += [self._reader(stop) for _ in range(self.spec.readers)]
         await asyncio.gather(*tasks)
         if self._pending:
@@ -172,6 +192,88 @@ class Workload:
         if in_flight:
             await asyncio.wait(in_flight, timeout=OP_TIMEOUT)
         await self._close(handle)
+
+    async def _process_writer(self, stop: asyncio.Event) -> None:
+        """Start a writer process, drive it ledger after ledger; start another if it dies."""
+        while not stop.is_set():
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "nemesis.writer_proc",
+                "--zk",
+                self.zk,
+                "--password",
+                self.spec.password.decode(),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+            self.writer_pids.add(proc.pid)
+            remote = _RemoteWriter(proc)
+            try:
+                while not stop.is_set() and await self._write_remote_ledger(remote, stop):
+                    pass
+            finally:
+                self.writer_pids.discard(proc.pid)
+                await remote.stop()
+
+    async def _write_remote_ledger(self, remote: _RemoteWriter, stop: asyncio.Event) -> bool:
+        """One ledger through a writer process; False once the process is dead."""
+        s = self.spec
+        value = {"ensemble": s.ensemble, "write_quorum": s.write_quorum, "ack_quorum": s.ack_quorum}
+        inv = self.recorder.invoke(self.process(), "create", None, value)
+        reply = await remote.call({"op": "create", **value})
+        if "ledger" not in reply:
+            self.recorder.complete(inv, "info", {"error": reply.get("error", "?")})
+            await asyncio.sleep(0.5)
+            return remote.alive
+        lid = int(reply["ledger"])
+        self.recorder.complete(inv, "ok", value, ledger=lid)
+        self.ledgers.add(lid)
+        slots = asyncio.Semaphore(s.in_flight)
+        broken = asyncio.Event()
+        free: list[int] = []
+        in_flight: set[asyncio.Task[None]] = set()
+
+        async def add(p: int, entry: int, data: str) -> None:
+            inv = self.recorder.invoke(p, "add", lid, {"entry": entry, "data": data})
+            try:
+                got = await remote.call({"op": "add", "data": data})
+            finally:
+                slots.release()
+            if got.get("entry") == entry:
+                self.recorder.complete(inv, "ok", {"entry": entry, "data": data})
+                free.append(p)
+                return
+            broken.set()
+            if got.get("fenced"):
+                self.recorder.complete(inv, "fail", {"error": "fenced"})
+                free.append(p)
+            else:  # an error, a dead process, or (never expected) another entry id
+                self.recorder.complete(inv, "info", {"error": str(got)[:200]})
+
+        for entry in range(s.entries_per_ledger):
+            await slots.acquire()
+            if stop.is_set() or broken.is_set() or not remote.alive:
+                slots.release()
+                break
+            p = free.pop() if free else self.process()
+            data = f"{lid}:{entry}:{self.rng.getrandbits(32):08x}"
+            task = asyncio.ensure_future(add(p, entry, data))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=OP_TIMEOUT * 2)
+        if broken.is_set() or not remote.alive or self.rng.random() < s.crash_probability:
+            self._spawn(self._recover_later(lid))  # the process died, or walks away
+            return remote.alive
+        inv = self.recorder.invoke(self.process(), "close", lid, None)
+        got = await remote.call({"op": "close"})
+        if "last_entry" in got:
+            self.recorder.complete(inv, "ok", {"last_entry": got["last_entry"]})
+        else:
+            self.recorder.complete(inv, "info", {"error": str(got)[:200]})
+            self._spawn(self._recover_later(lid))
+        return remote.alive
 
     async def _close(self, handle: WriteHandle) -> None:
         inv = self.recorder.invoke(self.process(), "close", handle.ledger_id, None)
@@ -290,6 +392,56 @@ class Workload:
             for _ in range(attempts):  # an error is not an answer: ask again
                 if await self.read(p, handle, entry):
                     break
+
+
+class _RemoteWriter:
+    """The driver's end of a writer process: numbered commands, answers matched by id."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.alive = True
+        self._ids = itertools.count()
+        self._waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            reply = json.loads(line)
+            fut = self._waiting.pop(reply.get("id"), None)
+            if fut is not None and not fut.done():
+                fut.set_result(reply)
+        self.alive = False  # killed (or exited): whatever was in flight has no answer
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_result({"error": "the writer process died"})
+        self._waiting.clear()
+
+    async def call(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        if not self.alive:
+            return {"error": "the writer process died"}
+        k = next(self._ids)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[k] = fut
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps({**cmd, "id": k}) + "\n").encode())
+        try:
+            return await asyncio.wait_for(fut, OP_TIMEOUT)
+        except TimeoutError:
+            self._waiting.pop(k, None)
+            return {"error": f"no answer from the writer process in {OP_TIMEOUT} s"}
+
+    async def stop(self) -> None:
+        """Close its stdin (it exits without closing its ledger); kill it if it lingers."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 10)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await self.proc.wait()
+        await self._reader
 
 
 def _brief(e: BaseException) -> str:

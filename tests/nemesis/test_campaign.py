@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from impl.cluster.process import pid_alive
+from linearizability.history import read_jsonl
 from nemesis.db import LocalBackend
 from nemesis.db_netns import NamespaceBackend
 from nemesis.netns import namespaces_supported
@@ -102,7 +103,9 @@ def test_short_namespace_campaign_with_partitions_and_zookeeper_faults_is_valid(
         },
         tmp_path,
     )
-    assert report.count("<rect") == len(result.windows)  # every fault window is shaded
+    # Both charts (throughput, add latency) shade every fault window.
+    assert report.count("<rect") == 2 * len(result.windows)
+    assert "add p99 (ms)" in report
     assert not list((tmp_path / "registry").rglob("*.json"))  # torn down
     # The expiry was real: the bookie cut from ZooKeeper lost its session, then registered again.
     expired = next(w["target"] for w in result.windows if w["kind"] == "expire")
@@ -136,4 +139,31 @@ def test_auditor_faults_hit_the_elected_auditor_and_another_takes_over(tmp_path:
     assert expired, result.events
     assert all(e["elected_meanwhile"] not in (None, e["auditor"]) for e in expired), expired
     assert result.checks["replication"]["valid"], result.checks["replication"]
+    assert result.valid is True, result.checks
+
+
+def test_kill_writer_kills_a_writer_process_and_its_ledgers_are_recovered(tmp_path: Path) -> None:
+    # kill -9 of the process that writes: its adds in flight get unknown outcomes,
+    # its ledger stays open until another client recovers it, and nothing it had
+    # acknowledged is lost; the workload starts a new writer process each time.
+    spec = RunSpec(
+        seed=2,
+        duration=15.0,
+        faults=("kill-writer",),
+        bookies=4,
+        workload=WorkloadSpec(
+            writers=1, process_writers=1, readers=1, in_flight=4, entries_per_ledger=400
+        ),
+        interval=2.0,
+    )
+    backend = LocalBackend(tmp_path / "cluster", bookies=4)
+    result = run_once(spec, backend, tmp_path / "run", lambda _: None)
+
+    assert result.error is None, result.error
+    killed = [e["pid"] for e in result.events if e["kind"] == "kill-writer" and "pid" in e]
+    assert len(set(killed)) >= 2, result.events  # a new process after each kill
+    ops = list(read_jsonl(tmp_path / "run" / "history.jsonl"))
+    died = [o for o in ops if o.type == "info" and "writer process died" in str(o.value)]
+    assert died, "a kill must leave adds in flight with unknown outcomes"
+    assert result.checks["durability"]["valid"], result.checks["durability"]["anomalies"][:3]
     assert result.valid is True, result.checks

@@ -100,6 +100,8 @@ def test_every_kind_keeps_its_rules(seed: int, duration: float, concurrent: int)
         if w.kind == "expire":
             assert w.stop - w.start >= spec.expire_length
             assert w.grudge_dict()[w.target] == frozenset(ZKS)
+        if w.kind == "kill-writer":
+            assert w.target == "writer"
         if w.kind in AUDITOR_KINDS:  # resolved to a bookie only when the window opens
             assert w.target == "auditor"
             assert not w.grudge
