@@ -119,8 +119,8 @@ async def _loopback(
 
 
 @contextlib.contextmanager
-def echo_server() -> Iterator[int]:
-    """A raw asyncio request/response server in its own process; yields its port."""
+def echo_server() -> Iterator[tuple[int, int]]:
+    """A raw asyncio request/response server in its own process; yields its port and pid."""
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-c", _ECHO_SERVER, str(port)], stdout=subprocess.PIPE, text=True
@@ -128,7 +128,7 @@ def echo_server() -> Iterator[int]:
     try:
         assert server.stdout is not None
         server.stdout.readline()
-        yield port
+        yield port, server.pid
     finally:
         server.terminate()
         server.wait()
@@ -138,7 +138,7 @@ def echo_server() -> Iterator[int]:
 
 def loopback_throughput(n: int, inflight: int, size: int) -> float:
     """Bytes per second of ``size``-byte requests over raw asyncio loopback."""
-    with echo_server() as port:
+    with echo_server() as (port, _):
         rate, _ = asyncio.run(_loopback(port, n, inflight, size))
     return rate * size
 
@@ -205,9 +205,11 @@ def run(quick: bool) -> str:
             res["add32eager"] = asyncio.run(go_eager())
         finally:
             eager.down()
-        with echo_server() as port:
+        with echo_server() as (port, pid):
             lb1 = asyncio.run(_loopback(port, nraw // 5, 1))
+            before, t = _cpu_seconds(pid), time.process_time()
             lb32 = asyncio.run(_loopback(port, nraw, 32))
+            cpu["echo"] = (time.process_time() - t + _cpu_seconds(pid) - before) / nraw
         fsync = _fsync_rate(Path(d), 200 if quick else 2000)
 
     row("add 1 KiB, E=Wq=3 Aq=2, fsync, 1 in flight", n1, *res["add1"])
@@ -225,8 +227,10 @@ def run(quick: bool) -> str:
         f"\n\nAdds at 32 in flight reach {ratio:.0%} of the raw loopback baseline "
         f"(goal: 25%). What limits them: CPU per add at 32 in flight is client "
         f"{cpu['client'] * 1e6:.0f} us + 3 bookies x {cpu['bookie'] * 1e6:.0f} us = "
-        f"{total * 1e6:.0f} us (the baseline spends one request where an add spends Wq = 3), "
-        f"which caps {cores} idle cores near {cores / total:,.0f} adds/s; the machine is "
+        f"{total * 1e6:.0f} us, against {cpu['echo'] * 1e6:.0f} us per loopback request "
+        f"(both ends) in the same run: {total / cpu['echo']:.1f} requests' worth, where an add "
+        f"sends Wq = 3 (so CPU alone holds adds to {cpu['echo'] / total:.0%} of the baseline). "
+        f"That caps {cores} idle cores near {cores / total:,.0f} adds/s; the machine is "
         f"shared (load average {load:.1f} at the end of the run), so the single-threaded "
         "Python event loops of the client, three bookies and ZooKeeper also queue for CPU. "
         "A closed loop of 32 adds moves as one convoy: each bookie journals the window in "
