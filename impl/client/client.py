@@ -16,7 +16,15 @@ import random
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 
 from impl.client.connection import BookieConnection, BookieUnavailableError
 from impl.core.actions import (
@@ -56,6 +64,10 @@ from impl.meta.store import (
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+# ZooKeeper could not be asked (as opposed to answering, e.g. "no such node").
+ZK_UNAVAILABLE = (ConnectionLoss, ConnectionClosedError, OperationTimeoutError, SessionExpiredError)
+
 
 TICK = 0.1  # seconds per tick of the core's abstract clock
 
@@ -66,6 +78,12 @@ class BKError(RuntimeError):
     def __init__(self, message: str, status: Status = Status.IO_ERROR) -> None:
         super().__init__(message)
         self.status = status
+
+
+class ZooKeeperError(BKError, KazooException):  # type: ignore[misc]  # kazoo is untyped
+    """ZooKeeper failed during a client operation (connection loss, session expiry, a
+    timeout). A BKError whose message says what was being done and whether its outcome
+    is known; also a KazooException, so handlers written for kazoo's errors still apply."""
 
 
 class FencedError(BKError):
@@ -100,6 +118,7 @@ class BookKeeper:
         connect_timeout: float = 15.0,
         session_timeout: float = 10.0,
         seed: int | None = None,
+        zk_call_timeout: float = 30.0,
     ) -> None:
         self.zk_hosts = zk_hosts
         self.root = root
@@ -107,6 +126,8 @@ class BookKeeper:
         self.add_entry_timeout = add_entry_timeout  # BookKeeper's addEntryTimeoutSec
         self.connect_timeout = connect_timeout
         self.session_timeout = session_timeout  # ZooKeeper session (zkTimeout)
+        # How long a metadata call waits for a connection to ZooKeeper, then for its answer.
+        self.zk_call_timeout = zk_call_timeout
         self.rng = random.Random(seed)
         self._conns: dict[str, BookieConnection] = {}
         self.store: ZkMetadataStore | None = None
@@ -155,6 +176,47 @@ class BookKeeper:
     async def request(self, bookie: str, make: Callable[[int], Request]) -> Response:
         return await self.conn(bookie).request(make)
 
+    async def zk_call(
+        self, what: str, fn: Callable[..., T], *args: object, writes: bool = False
+    ) -> T:
+        """``fn(*args)`` on a worker thread; ZooKeeper being unreachable (connection loss,
+        session expiry, a timeout) becomes a :class:`ZooKeeperError` that names ``what``
+        failed and, for ``writes``, that its outcome is unknown."""
+        then = (
+            "it may or may not have happened: read the metadata before retrying"
+            if writes
+            else "retry once ZooKeeper answers"
+        )
+        # kazoo queues a call made while it reconnects and never times it out: with
+        # ZooKeeper down for good the caller would wait forever. Wait a bounded time
+        # for the connection, and for the answer.
+        wait = self.zk_call_timeout
+        if not await self._zk_connected(wait):
+            raise ZooKeeperError(
+                f"{what}: no connection to ZooKeeper at {self.zk_hosts} for {wait:g} s; "
+                "nothing was sent; retry once ZooKeeper answers"
+            )
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(fn, *args), wait)
+        except TimeoutError as e:
+            raise ZooKeeperError(
+                f"{what}: ZooKeeper at {self.zk_hosts} did not answer in {wait:g} s; {then}"
+            ) from e
+        except ZK_UNAVAILABLE as e:
+            detail = f"{type(e).__name__}{f': {e}' if str(e) else ''}"
+            raise ZooKeeperError(
+                f"{what}: ZooKeeper at {self.zk_hosts} failed ({detail}); {then}"
+            ) from e
+
+    async def _zk_connected(self, wait: float) -> bool:
+        zk = self.meta.zk
+        deadline = time.monotonic() + wait
+        while not zk.connected:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
     # ------------------------------------------------------------ ledgers
 
     async def create_ledger(
@@ -165,7 +227,7 @@ class BookKeeper:
         password: bytes = b"",
         digest: DigestType = DigestType.CRC32C,
     ) -> WriteHandle:
-        candidates = await asyncio.to_thread(self.meta.writable_bookies)
+        candidates = await self.zk_call("list writable bookies", self.meta.writable_bookies)
         try:
             bookies = choose_ensemble(candidates, ensemble, rng=self.rng)
         except NotEnoughBookiesError as e:
@@ -180,11 +242,15 @@ class BookKeeper:
             ctime_ms=int(time.time() * 1000),
             password=password,
         )
-        lid, version = await asyncio.to_thread(self.meta.create_ledger, md)
+        lid, version = await self.zk_call(
+            "create ledger metadata", self.meta.create_ledger, md, writes=True
+        )
         return WriteHandle(self, lid, md, version, password)
 
     async def _read_meta(self, ledger_id: int, password: bytes) -> tuple[LedgerMetadata, int]:
-        md, version = await asyncio.to_thread(self.meta.read_ledger, ledger_id)
+        md, version = await self.zk_call(
+            f"read ledger {ledger_id}'s metadata", self.meta.read_ledger, ledger_id
+        )
         if md.password_hash != password_hash(password):
             raise WrongPasswordError(f"wrong password for ledger {ledger_id}")
         return md, version
@@ -225,10 +291,12 @@ class BookKeeper:
         return machine.metadata, machine.version
 
     async def delete_ledger(self, ledger_id: int) -> None:
-        await asyncio.to_thread(self.meta.delete_ledger, ledger_id)
+        await self.zk_call(
+            f"delete ledger {ledger_id}", self.meta.delete_ledger, ledger_id, writes=True
+        )
 
     async def list_ledgers(self) -> list[int]:
-        return await asyncio.to_thread(self.meta.list_ledgers)
+        return await self.zk_call("list ledgers", self.meta.list_ledgers)
 
 
 class _Driver:
@@ -336,14 +404,21 @@ class _Driver:
 
     async def _write_metadata(self, a: WriteMetadata) -> None:
         try:
-            version = await asyncio.to_thread(
-                self.bk.meta.cas_ledger, self.ledger_id, a.metadata, a.expected_version
+            version = await self.bk.zk_call(
+                f"{a.reason} of ledger {self.ledger_id}",
+                self.bk.meta.cas_ledger,
+                self.ledger_id,
+                a.metadata,
+                a.expected_version,
+                writes=True,
             )
-        except MetadataUnavailableError as e:
+        except (MetadataUnavailableError, ZooKeeperError) as e:
             log.error("ledger %d: %s", self.ledger_id, e)
             self.m.on_metadata_failed(str(e))
         except NoSuchLedgerError as e:  # deleted meanwhile: fail, never hang the caller
             self.m.on_metadata_failed(str(e))
+        except KazooException as e:  # any other ZooKeeper error: fail, never hang either
+            self.m.on_metadata_failed(f"ZooKeeper failed during the {a.reason}: {e!r}")
         except MetadataConflictError as e:
             log.info(
                 "ledger %d: metadata CAS (%s) lost to a concurrent update", self.ledger_id, a.reason
@@ -358,12 +433,15 @@ class _Driver:
 
     async def _replace(self, a: NeedReplacement) -> None:
         self.failed_bookies.add(a.failed)
-        candidates = await asyncio.to_thread(self.bk.meta.writable_bookies)
         try:
+            candidates = await self.bk.zk_call(
+                "list writable bookies", self.bk.meta.writable_bookies
+            )
             new = replace_bookie(
                 a.ensemble, a.failed, candidates, exclude=self.failed_bookies, rng=self.bk.rng
             )
-        except NotEnoughBookiesError as e:
+        except (NotEnoughBookiesError, ZooKeeperError) as e:
+            # Never leave the ledger waiting on a replacement that will not come.
             self.m.no_replacement(a.failed, str(e))
         else:
             idx = a.ensemble.index(a.failed)
