@@ -74,6 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--readers", type=int, default=2, help="concurrent readers (default 2)")
     p.add_argument("--in-flight", type=int, default=8, help="adds in flight per writer (default 8)")
     p.add_argument(
+        "--entries-per-ledger",
+        type=int,
+        default=150,
+        help="adds a writer makes before it closes or abandons its ledger (default 150); "
+        "longer ledgers stay open longer, which widens the window of faults on open ledgers",
+    )
+    p.add_argument(
         "--quorum",
         default=None,
         help=(
@@ -185,6 +192,7 @@ def main(argv: list[str]) -> int:
         writers=args.writers,
         readers=args.readers,
         in_flight=args.in_flight,
+        entries_per_ledger=args.entries_per_ledger,
         ensemble=e,
         write_quorum=wq,
         ack_quorum=aq,

@@ -363,7 +363,8 @@ async def _fragment_intact(
                 resp = await bk.request(frag.bookie, partial(_read, frag.ledger_id, e))
             except BookieUnavailableError:
                 return True  # cannot tell; the bookie audit covers bookies that are gone
-        if resp.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
+        # Missing, or there but unreadable (the bookie's own read failed: a corrupt record).
+        if resp.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER, Status.IO_ERROR):
             return False
         if isinstance(resp, ReadResponse) and resp.status is Status.OK:
             try:

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from impl.client.client import BKError, BookKeeper
 from impl.client.connection import BookieUnavailableError
 from impl.core.digest import Digest, DigestMismatchError, master_key
-from impl.core.frames import AddRequest, ReadRequest, ReadResponse, Status
+from impl.core.frames import (
+    AddRequest,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    Status,
+)
 from impl.core.metadata import LedgerMetadata
 from impl.core.planted import active as planted
 from impl.core.repair import Fragment, Reason, choose_target, fragments, replace_replica
@@ -206,7 +213,10 @@ async def repair_ledger(
     # Bookies each segment gains in this repair: two lost replicas of one segment must
     # not both move to the same bookie (the metadata would name it twice).
     gained: dict[int, set[str]] = {}
-    for frag in fragments(md, ledger_id, bad):
+    frags = fragments(md, ledger_id, bad)
+    if not md.is_closed and planted("repair-open-segment-without-fence"):
+        frags += await _open_fragments(bk, md, ledger_id, bad)
+    for frag in frags:
         reason = bad[frag.bookie]
         in_place = reason is Reason.ENTRIES_MISSING
         only = target if target is not None else local
@@ -250,6 +260,31 @@ async def repair_ledger(
                 gained[frag.segment].add(dest)
     out.complete = not incomplete
     return out
+
+
+async def _open_fragments(
+    bk: BookKeeper, md: LedgerMetadata, ledger_id: int, bad: Mapping[str, Reason]
+) -> list[Fragment]:
+    """PLANTED BUG (test-only): the open last segment's fragments on bad bookies, up to
+    the highest LAC its other bookies report, read without fencing."""
+    seg = len(md.segments) - 1
+    ensemble = md.last_segment.ensemble
+    lac = -1
+    for b in ensemble:
+        if b in bad:
+            continue
+        try:
+            resp = await bk.request(b, lambda rid: ReadLacRequest(rid, ledger_id))
+        except BookieUnavailableError:
+            continue
+        if isinstance(resp, ReadLacResponse) and resp.status is Status.OK:
+            lac = max(lac, resp.lac)
+    first = md.last_segment.first_entry
+    return [
+        Fragment(ledger_id, seg, first, lac, ensemble, idx)
+        for idx, b in enumerate(ensemble)
+        if b in bad and lac >= first
+    ]
 
 
 async def recover_bookie(

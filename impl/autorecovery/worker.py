@@ -31,6 +31,7 @@ from kazoo.exceptions import KazooException
 from impl.autorecovery.replicator import RepairError, repair_ledger
 from impl.client.client import BKError, BookKeeper
 from impl.core.metadata import LedgerState
+from impl.core.planted import active as planted
 from impl.core.repair import (
     Reason,
     Scheduling,
@@ -169,7 +170,9 @@ class ReplicationWorker:
         # Only a lost bookie justifies fencing: a leaving or entries-missing one still
         # takes the writer's adds, so its open segment waits for the ledger to close.
         lost = {b: r for b, r in bad.items() if r is Reason.LOST}
-        if md.state is LedgerState.IN_RECOVERY or needs_fencing(md, lost):
+        # PLANTED BUG switch (test-only, impl/core/planted.py): no grace period, no fence.
+        unfenced = md.state is LedgerState.OPEN and planted("repair-open-segment-without-fence")
+        if not unfenced and (md.state is LedgerState.IN_RECOVERY or needs_fencing(md, lost)):
             seen = self._open_seen.get(lid)
             now = time.monotonic()
             if seen is None or seen[0] != md_version:

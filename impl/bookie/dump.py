@@ -6,8 +6,10 @@ reads (its ``entries`` table)::
     {"bookie": "127.0.0.1:3181", "ledger": 7, "entry": 0, "digest": "9a0364b9"}
 
 ``digest`` is the CRC32C of the whole stored body (header, entry digest and data),
-so replicas of one entry compare equal exactly when they hold the same bytes. The
-bookie must be stopped: opening its storage replays the journal, as a restart would.
+so replicas of one entry compare equal exactly when they hold the same bytes; an entry
+the bookie indexes but cannot read back gets the digest ``unreadable`` (and an
+``error``), which matches no good copy. The bookie must be stopped: opening its
+storage replays the journal, as a restart would.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from impl.bookie.config import BookieConfig
 from impl.core.checksum import crc32c
 from impl.storage.bookie_storage import BookieStorage
 
+UNREADABLE = "unreadable"
+
 
 def stored_entries(config: BookieConfig) -> Iterator[dict[str, Any]]:
     storage = BookieStorage(
@@ -30,15 +34,17 @@ def stored_entries(config: BookieConfig) -> Iterator[dict[str, Any]]:
         for ledger in sorted(storage.ledger_ids()):
             ix = storage.index.ledgers[ledger]
             for entry in sorted(ix.entries):
-                body = storage.read_entry(ledger, entry)
+                row: dict[str, Any] = {"bookie": config.bookie_id, "ledger": ledger, "entry": entry}
+                try:
+                    body = storage.read_entry(ledger, entry)
+                except OSError as e:
+                    # A corrupt record (a flipped length, a cut log) is this replica's
+                    # finding, not the end of the dump: the rest of the bookie still counts.
+                    yield {**row, "digest": UNREADABLE, "error": str(e)}
+                    continue
                 if body is None:
                     continue
-                yield {
-                    "bookie": config.bookie_id,
-                    "ledger": ledger,
-                    "entry": entry,
-                    "digest": f"{crc32c(body):08x}",
-                }
+                yield {**row, "digest": f"{crc32c(body):08x}"}
     finally:
         storage.close()
 

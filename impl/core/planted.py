@@ -22,6 +22,14 @@ unknown name is an error (a typo must not silently test the correct code).
   bookie that lacks the entries (the order the replicator exists to keep: copy
   first, then CAS). The campaign's replication audit of the bookies' dumps finds it.
 
+- ``repair-open-segment-without-fence``: a replication worker does not wait for
+  the open-ledger grace period and does not fence: it copies the open last segment
+  up to the LAC its live replicas report and records the new replica while the
+  writer may still be adding to the old ensemble (what BookKeeper's grace period
+  and fencing prevent). Entries acknowledged after the copy are missing from the
+  new replica; with Wq = Aq one negative read from it lets a recovery close the
+  ledger before them.
+
 Only tests and campaigns (``bkref campaign --plant NAME``) set the variable;
 the campaign passes it to the bookie and client processes it starts.
 """
@@ -31,7 +39,12 @@ from __future__ import annotations
 import os
 
 ENV = "BKREF_PLANT"
-PLANTS = ("ack-before-fsync", "recovery-reads-without-fence", "repair-without-copy")
+PLANTS = (
+    "ack-before-fsync",
+    "recovery-reads-without-fence",
+    "repair-without-copy",
+    "repair-open-segment-without-fence",
+)
 
 
 class UnknownPlantError(ValueError):

@@ -23,6 +23,7 @@ from kazoo.client import KazooClient
 
 from impl.autorecovery.auditor import Auditor, AuditorConfig
 from impl.autorecovery.worker import ReplicationWorker, WorkerConfig
+from impl.bookie.config import BookieConfig
 from impl.client.client import BookKeeper, FencedError
 from impl.client.connection import BookieUnavailableError
 from impl.cluster.local import LocalCluster
@@ -33,6 +34,8 @@ from impl.core.metadata import LedgerMetadata
 from impl.core.repair import Reason, Task
 from impl.meta.store import ZkMetadataStore, connect
 from impl.meta.underreplication import UnderreplicationManager
+from impl.storage.bookie_storage import BookieStorage
+from impl.storage.entrylog import log_path
 from tests.impl.conftest import MakeCluster
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
@@ -753,3 +756,50 @@ def test_checkledgers_finds_a_gap_in_the_middle_only_when_it_reads_every_entry(
             assert store.read_ledger(lid)[0].segments == md.segments
 
     asyncio.run(go())
+
+
+def test_checkledgers_marks_an_entry_its_bookie_can_no_longer_read_and_it_is_rewritten(
+    make_cluster: MakeCluster,
+    zk_view: ZkView,
+) -> None:
+    # A record whose length a disk fault flipped: the bookie indexes the entry but its
+    # read fails (IO_ERROR), which the full check must count as a missing replica.
+    cluster = make_cluster(5, autorecovery=True, **FAST)
+    store, urm = zk_view(cluster)
+
+    async def write() -> int:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            return next(iter(await _write_closed_ledgers(bk, 1, 30)))
+
+    lid = asyncio.run(write())
+    md = store.read_ledger(lid)[0]
+    bookie = md.ensemble_for(13)[md.quorum.write_set(13)[0]]
+    index = next(b.index for b in cluster.bookies if b.bookie_id == bookie)
+    cluster.stop_bookie(index)
+    cfg = BookieConfig.load(cluster.bookies[index].config_path)
+    ledgers = Path(cfg.ledgerDirectories[0])
+    storage = BookieStorage(Path(cfg.journalDirectory), ledgers, cfg.storage())
+    storage.checkpoint()
+    log_id, offset = storage.index.ledgers[lid].entries[13]
+    storage.close()
+    with log_path(ledgers, log_id).open("r+b") as f:
+        f.seek(offset)
+        f.write((0x7FFFFFF0).to_bytes(4, "big"))
+    cluster.start_bookie(index)
+
+    async def read_13() -> Status:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            resp = await bk.request(bookie, functools.partial(_read, lid, 13))
+            return resp.status
+
+    assert asyncio.run(read_13()) is Status.IO_ERROR
+    full = _shell(cluster, "checkledgers", "--json")
+    assert full.returncode == 0, full.stderr
+    assert json.loads(full.stdout) == {"marked": 1}
+
+    def rewritten() -> bool:
+        return bookie in bk_sync_replicas(cluster.zk_hosts, lid, md, 13) and not urm.tasks()
+
+    assert wait_until(rewritten, 60, 0.5)
+    assert asyncio.run(read_13()) is Status.OK
+    assert store.read_ledger(lid)[0].segments == md.segments
