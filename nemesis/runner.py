@@ -296,6 +296,7 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
     log: Log,
     nemesis: _Nemesis,
     rng: random.Random,
+    directory: Path,
 ) -> tuple[Counter[str], list[FaultWindow], dict[str, Any]]:
     windows = schedule(
         ScheduleSpec(
@@ -316,7 +317,12 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
     nemesis.find_auditor = _auditor_finder(bk, backend)
     try:
         workload = Workload(
-            bk, recorder, spec.workload, random.Random(rng.getrandbits(64)), zk=backend.zk_connect
+            bk,
+            recorder,
+            spec.workload,
+            random.Random(rng.getrandbits(64)),
+            zk=backend.zk_connect,
+            writer_log=directory / "writers.log",
         )
         nemesis.kill_writer = workload.kill_writer
         stop = asyncio.Event()
@@ -593,7 +599,7 @@ def run_once(
         with JsonlWriter(history) as writer:
             recorder = _CountingRecorder(writer, progress)
             counts, windows, after = backend.run_client(
-                lambda: asyncio.run(_drive(spec, backend, recorder, log, nemesis, rng))
+                lambda: asyncio.run(_drive(spec, backend, recorder, log, nemesis, rng, directory))
             )
         if after:
             log("replication audit: stopping the bookies and dumping what each stores")

@@ -38,6 +38,7 @@ import signal
 import sys
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kazoo.exceptions import KazooException
@@ -86,6 +87,8 @@ class Workload:
     ledgers: set[int] = field(default_factory=set)  # created (ok): read, then recovered at the end
     zk: str = ""  # ZooKeeper connect string, for the writer processes
     writer_pids: set[int] = field(default_factory=set)  # the writer processes alive now
+    # Where the writer processes' own log lines go (appended), not the campaign's terminal.
+    writer_log: Path | None = None
     _next_process: int = 0
     _pending: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -196,17 +199,23 @@ class Workload:
     async def _process_writer(self, stop: asyncio.Event) -> None:
         """Start a writer process, drive it ledger after ledger; start another if it dies."""
         while not stop.is_set():
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "nemesis.writer_proc",
-                "--zk",
-                self.zk,
-                "--password",
-                self.spec.password.decode(),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-            )
+            log = self.writer_log.open("ab") if self.writer_log is not None else None
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "nemesis.writer_proc",
+                    "--zk",
+                    self.zk,
+                    "--password",
+                    self.spec.password.decode(),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=log,
+                )
+            finally:
+                if log is not None:
+                    log.close()  # the child holds a descriptor of its own
             self.writer_pids.add(proc.pid)
             remote = _RemoteWriter(proc)
             try:

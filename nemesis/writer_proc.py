@@ -19,7 +19,8 @@ Every command carries an ``id`` that its answer repeats.
   be in flight
 - ``{"op": "close"}`` -> ``{"last_entry": N}`` or ``{"error": ...}``
 
-End of stdin: the process exits without closing its ledger.
+End of stdin: the process exits without closing its ledger. Log lines go to
+stderr (the campaign appends them to the run's ``writers.log``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import argparse
 import asyncio
 import functools
 import json
+import logging
+import os
 import sys
 from typing import Any
 
@@ -90,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--zk", required=True, help="ZooKeeper connect string")
     p.add_argument("--password", default="bkref-campaign", help="the ledgers' password")
     args = p.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(asctime)s writer[%(process)d] %(levelname)s %(name)s: %(message)s",
+    )
+    # One line per process, so that its log can be told from the next one's.
+    sys.stderr.write(f"writer process {os.getpid()} started, ZooKeeper {args.zk}\n")
+    sys.stderr.flush()
     asyncio.run(_serve(args.zk, args.password.encode()))
     return 0
 

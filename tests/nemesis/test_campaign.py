@@ -162,6 +162,9 @@ def test_kill_writer_kills_a_writer_process_and_its_ledgers_are_recovered(tmp_pa
     assert result.error is None, result.error
     killed = [e["pid"] for e in result.events if e["kind"] == "kill-writer" and "pid" in e]
     assert len(set(killed)) >= 2, result.events  # a new process after each kill
+    # Each writer process logs to the run's writers.log, not to the campaign's terminal.
+    started = (tmp_path / "run" / "writers.log").read_text().count(" started, ZooKeeper ")
+    assert started >= len(set(killed)), started
     ops = list(read_jsonl(tmp_path / "run" / "history.jsonl"))
     died = [o for o in ops if o.type == "info" and "writer process died" in str(o.value)]
     assert died, "a kill must leave adds in flight with unknown outcomes"
