@@ -14,10 +14,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo
 
-.PHONY: crosshair spec-check campaign zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help
+.PHONY: crosshair spec-check campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help
 
 help:
 	@echo "make campaign  the main job: a fault campaign on a local cluster, its checks and report"
+	@echo "make planted   campaigns with each planted bug on: are they all caught? (up to 3 runs each)"
 	@echo "make setup     install system packages and the .venv (idempotent)"
 	@echo "make zookeeper-demo  start a private 3-node ZooKeeper ensemble, show it, stop it"
 	@echo "make test      fast test suite (no slow tests)"
@@ -87,6 +88,10 @@ clean:
 CAMPAIGN_ARGS ?=
 campaign: setup
 	$(VENV)/bin/bkref campaign $(CAMPAIGN_ARGS)
+
+# Each planted bug (impl/core/planted.py) in campaigns of the default length until caught.
+planted: setup
+	$(VENV)/bin/python -m nemesis.planted $(PLANTED_ARGS)
 
 zookeeper-demo: setup
 	rm -rf $(ZK_DEMO_DIR)

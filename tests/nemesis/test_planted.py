@@ -15,7 +15,9 @@ import pytest
 from impl.core.planted import ENV, PLANTS, UnknownPlantError, active, parse
 from nemesis.db import LocalBackend
 from nemesis.db_netns import NamespaceBackend
+from nemesis.generator import expand_kinds
 from nemesis.netns import namespaces_supported
+from nemesis.planted import EXERCISES
 from nemesis.runner import RunResult, RunSpec, run_once
 from nemesis.workload import WorkloadSpec
 
@@ -35,6 +37,12 @@ def test_parse_names_and_reject_typos(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not any(active(name) for name in PLANTS)
     with pytest.raises(UnknownPlantError):
         active("no-such-bug")
+
+
+def test_make_planted_exercises_every_planted_bug_with_faults_that_exist() -> None:
+    assert set(EXERCISES) == set(PLANTS)  # a new planted bug needs its campaign
+    for ex in EXERCISES.values():
+        assert expand_kinds(ex.faults.split(","))  # raises on an unknown fault kind
 
 
 def _run(tmp_path: Path, spec: RunSpec, netns: bool) -> RunResult:
