@@ -87,6 +87,7 @@ class ReplicationWorker:
         self.stats = WorkerStats()
         self._backoff: dict[int, float] = {}  # ledger -> monotonic time to retry at
         self._open_seen: dict[int, tuple[int, float]] = {}  # ledger -> (md version, since)
+        self._unreleased: set[int] = set()  # locks whose unlock failed: released next round
         self._enabled = asyncio.Event()
         self._enabled.set()
 
@@ -112,6 +113,8 @@ class ReplicationWorker:
 
     async def run_once(self) -> int:
         """One pass over the task list; returns how many ledgers were attempted."""
+        for lid in sorted(self._unreleased):
+            await self._unlock(lid)
         tasks = await asyncio.to_thread(self.urm.tasks)
         now_ms = int(time.time() * 1000)
         attempted = 0
@@ -131,8 +134,19 @@ class ReplicationWorker:
                 attempted += 1
                 await self._attempt(*current)
             finally:
-                await asyncio.to_thread(self.urm.unlock, task.ledger_id)
+                await self._unlock(task.ledger_id)
         return attempted
+
+    async def _unlock(self, lid: int) -> None:
+        """Release a ledger's lock; when ZooKeeper cannot be reached, remember to retry:
+        a lock left behind keeps every other worker off the ledger while we live."""
+        try:
+            await asyncio.to_thread(self.urm.unlock, lid)
+        except KazooException as e:
+            log.warning("worker %s: ledger %d: unlock failed (%r); retrying", self.node_id, lid, e)
+            self._unreleased.add(lid)
+        else:
+            self._unreleased.discard(lid)
 
     async def _attempt(self, task: Task, version: int) -> None:
         try:

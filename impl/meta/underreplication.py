@@ -128,19 +128,22 @@ class UnderreplicationManager:
             return None
         return self._decode(ledger_id, data), int(stat.version)
 
-    def tasks(self) -> list[tuple[Task, int]]:
-        """Every task with its znode version."""
-        out: list[tuple[Task, int]] = []
+    def ledger_ids(self) -> list[int]:
+        """The ledgers marked under-replicated (the task znodes' names; data not read)."""
+        out: list[int] = []
         top = f"{self.base}/ledgers"
         for a in _children(self.zk, top):
             for b in _children(self.zk, f"{top}/{a}"):
-                for c in _children(self.zk, f"{top}/{a}/{b}"):
-                    if not c.startswith("urL"):
-                        continue
-                    got = self.get(int(a + b + c[3:]))
-                    if got is not None:
-                        out.append(got)
+                out += [
+                    int(a + b + c[3:])
+                    for c in _children(self.zk, f"{top}/{a}/{b}")
+                    if c.startswith("urL")
+                ]
         return out
+
+    def tasks(self) -> list[tuple[Task, int]]:
+        """Every task with its znode version."""
+        return [got for lid in self.ledger_ids() if (got := self.get(lid)) is not None]
 
     def complete(self, ledger_id: int, version: int) -> bool:
         """Delete the task if it is still at ``version``; False if it was re-marked since."""
@@ -165,12 +168,17 @@ class UnderreplicationManager:
     # ------------------------------------------------------------ locks
 
     def try_lock(self, ledger_id: int, owner: str) -> bool:
+        """Take the ledger's lock; True also when this session holds it already.
+
+        A session can hold a lock it does not know of: a create whose reply was lost
+        (ConnectionLoss after the server applied it), or an unlock that failed. The
+        ephemeral node outlives the reconnect, so without this no worker, this one
+        included, could take the ledger again until the session ends."""
+        path = lock_path(self.root, ledger_id)
         try:
-            self.zk.create(
-                lock_path(self.root, ledger_id), owner.encode(), ephemeral=True, makepath=True
-            )
+            self.zk.create(path, owner.encode(), ephemeral=True, makepath=True)
         except NodeExistsError:
-            return False
+            return self.owns_lock(ledger_id)
         return True
 
     def owns_lock(self, ledger_id: int) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 
 from impl.autorecovery.auditor import Auditor, AuditorConfig
 from impl.autorecovery.worker import ReplicationWorker, WorkerConfig
@@ -803,3 +804,61 @@ def test_checkledgers_marks_an_entry_its_bookie_can_no_longer_read_and_it_is_rew
     assert wait_until(rewritten, 60, 0.5)
     assert asyncio.run(read_13()) is Status.OK
     assert store.read_ledger(lid)[0].segments == md.segments
+
+
+class _UnlockFailsOnce(UnderreplicationManager):
+    """ZooKeeper out of reach at the moment a worker releases its lock (as in a
+    partition that starts just then): the unlock raises, the lock stays."""
+
+    failed = False
+
+    def unlock(self, ledger_id: int) -> None:
+        if not self.failed:
+            self.failed = True
+            raise ConnectionLoss("the partition started as the worker unlocked")
+        super().unlock(ledger_id)
+
+
+def test_a_lock_left_by_a_failed_unlock_never_keeps_the_ledger_from_repair(
+    make_cluster: MakeCluster,
+    zk_view: ZkView,
+) -> None:
+    # Found by the 30-minute campaign: a worker's unlock failed as a partition began,
+    # its session survived, and the ledger, marked again later, stayed locked (and
+    # unrepaired) until that bookie was stopped.
+    cluster = make_cluster(5, **FAST)
+    store, urm = zk_view(cluster)
+    ids = [b.bookie_id for b in cluster.bookies]
+
+    async def go() -> None:
+        async with (
+            BookKeeper(cluster.zk_hosts) as bk,
+            BookKeeper(cluster.zk_hosts) as bk1,
+            BookKeeper(cluster.zk_hosts) as bk2,
+        ):
+            urm.ensure_layout()
+            ledger = await _ledger_on(bk, store, ids[0], {ids[3]}, 50)
+            lid = next(iter(ledger))
+            await asyncio.to_thread(_lose, cluster, store, ids[0])
+            urm.mark(lid, {ids[0]: Reason.LOST}, 1)
+            flaky = _UnlockFailsOnce(bk1.meta.zk, bk1.root)
+            w1 = ReplicationWorker(bk1, flaky, "worker-1", ids[3], WorkerConfig())
+            w2 = _worker(bk2, ids[4])
+            await w1.run_once()
+            assert w1.stats.repaired == 1
+            assert urm.lock_holder(lid) == "worker-1"  # left behind
+
+            # The same session re-takes a lock it holds: a lost create reply or a failed
+            # unlock never locks the ledger against its own worker.
+            assert flaky.try_lock(lid, "worker-1")
+            assert not w2.urm.try_lock(lid, "worker-2")  # another session still cannot
+
+            urm.mark(lid, {ids[1]: Reason.ENTRIES_MISSING}, 1)  # marked again later
+            await w2.run_once()
+            assert w2.stats.lock_busy == 1
+            await w1.run_once()  # releases the lock it left, then repairs
+            assert urm.tasks() == []
+            assert urm.lock_holder(lid) is None
+            await _assert_fully_replicated(bk, ledger, set(ids[1:]))
+
+    asyncio.run(go())
