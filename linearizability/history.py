@@ -557,6 +557,10 @@ class Recorder:
             self._writer.write(op)
             return op
 
+    def elapsed_ns(self) -> int:
+        """Nanoseconds since the history's time origin (the ``time`` of an op recorded now)."""
+        return time.monotonic_ns() - self._t0
+
     def invoke(self, process: Process, f: str, ledger: int | None, value: JSON = None) -> Op:
         return self.record(process, "invoke", f, ledger, value)
 

@@ -38,6 +38,7 @@ _FAULT_COLOURS = {
 }
 _LINES = (("adds", 1, "#1a7f37"), ("reads", 2, "#1565c0"))
 _LATENCY_LINES = (("add p50", 1, "#1a7f37"), ("add p99", 2, "#c62828"))
+_TASK_LINES = (("ledgers marked under-replicated", 1, "#6a1b9a"),)
 
 
 def _verdict(run: dict[str, Any]) -> str:
@@ -172,6 +173,9 @@ def render(campaign: dict[str, Any], out_dir: Path) -> str:
             parts.append(f"<p class=error>{html.escape(r['error'])}</p>")
         parts.append(_chart(r, r.get("throughput") or [], _LINES, "per second"))
         parts.append(_chart(r, r.get("add_latency") or [], _LATENCY_LINES, "ms"))
+        # Re-replication: the count rises while bookies are lost and falls to 0 as the
+        # replication workers repair, past the heal and through the convergence phase.
+        parts.append(_chart(r, r.get("under_replicated") or [], _TASK_LINES, "ledgers"))
         for name, check in sorted(r["checks"].items()):
             counts = html.escape(str(check.get("counts", {})))
             parts.append(f"<p>{html.escape(name)}: {_verdict(check)} {counts}</p>")

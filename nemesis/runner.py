@@ -31,6 +31,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -116,6 +117,9 @@ class RunResult:
     # Per second (by invocation): p50 and p99 of acknowledged adds' latency, in ms.
     add_latency: list[list[float]] = field(default_factory=list)
     spans: list[dict[str, Any]] = field(default_factory=list)  # faults as the history saw them
+    # Per second of the run (safety, final and convergence phases): ledgers marked
+    # under-replicated, sampled from ZooKeeper: the re-replication progress.
+    under_replicated: list[list[int]] = field(default_factory=list)
 
 
 def _try_start(backend: ClusterBackend) -> Callable[[str], str | None]:
@@ -297,7 +301,7 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
     nemesis: _Nemesis,
     rng: random.Random,
     directory: Path,
-) -> tuple[Counter[str], list[FaultWindow], dict[str, Any]]:
+) -> tuple[Counter[str], list[FaultWindow], dict[str, Any], list[list[int]]]:
     windows = schedule(
         ScheduleSpec(
             duration=spec.duration,
@@ -315,6 +319,8 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
     bk = BookKeeper(backend.zk_connect, seed=rng.getrandbits(64))
     await bk.start()
     nemesis.find_auditor = _auditor_finder(bk, backend)
+    sampler = _TaskSampler(UnderreplicationManager(bk.meta.zk, bk.root), recorder.elapsed_ns)
+    sampler.start()
     try:
         workload = Workload(
             bk,
@@ -359,8 +365,49 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
                 f"after {after['seconds']} s"
             )
     finally:
+        sampler.stop()
         await bk.close()
-    return counts, windows, after
+    return counts, windows, after, sampler.series()
+
+
+class _TaskSampler:
+    """Counts the ledgers marked under-replicated once a second, in a thread of its own,
+    for the report's re-replication chart. While ZooKeeper is out of reach a count may
+    block or fail: those seconds keep the last count (one thread, so calls never pile up)."""
+
+    def __init__(self, urm: UnderreplicationManager, clock: Callable[[], int]) -> None:
+        self.urm, self.clock = urm, clock
+        self.counts: dict[int, int] = {}  # second of the run -> ledgers marked
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="task-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _sample(self) -> None:
+        with contextlib.suppress(KazooException):  # out of reach: no sample this second
+            n = len(self.urm.ledger_ids())
+            self.counts[self.clock() // 1_000_000_000] = n
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self._sample()
+
+    def stop(self) -> None:
+        """Stop sampling, with one last sample: the state the run ends in."""
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        if not self._thread.is_alive():
+            self._sample()
+
+    def series(self) -> list[list[int]]:
+        """[second, ledgers marked] for every second up to the last sample."""
+        out: list[list[int]] = []
+        last = 0
+        for second in range(max(self.counts, default=-1) + 1):
+            last = self.counts.get(second, last)
+            out.append([second, last])
+        return out
 
 
 def _auditor_finder(bk: BookKeeper, backend: ClusterBackend) -> Callable[[], str | None]:
@@ -575,6 +622,7 @@ def run_once(
     entries: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
     windows: list[FaultWindow] = []
+    tasks: list[list[int]] = []
     # The client's warnings (a failed bookie, an ensemble change) belong in the
     # run's log, not on the terminal between the progress lines.
     client_log = logging.FileHandler(directory / "client.log")
@@ -598,7 +646,7 @@ def run_once(
         backend.setup()
         with JsonlWriter(history) as writer:
             recorder = _CountingRecorder(writer, progress)
-            counts, windows, after = backend.run_client(
+            counts, windows, after, tasks = backend.run_client(
                 lambda: asyncio.run(_drive(spec, backend, recorder, log, nemesis, rng, directory))
             )
         if after:
@@ -654,6 +702,7 @@ def run_once(
         throughput=_throughput(ops),
         add_latency=_add_latency(ops),
         spans=_spans(ops),
+        under_replicated=tasks,
     )
     (directory / "results.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
     return result

@@ -139,6 +139,10 @@ def test_auditor_faults_hit_the_elected_auditor_and_another_takes_over(tmp_path:
     assert expired, result.events
     assert all(e["elected_meanwhile"] not in (None, e["auditor"]) for e in expired), expired
     assert result.checks["replication"]["valid"], result.checks["replication"]
+    # The re-replication progress the report draws: ledgers were marked, then repaired.
+    marked = [n for _, n in result.under_replicated]
+    assert max(marked) > 0, marked
+    assert marked[-1] == 0, marked
     assert result.valid is True, result.checks
 
 

@@ -39,6 +39,7 @@ def test_history_replication_and_cluster_anomalies_all_render(tmp_path: Path) ->
         seconds=12.0,
         throughput=[[0, 5, 9, 1], [1, 0, 3, 0]],
         add_latency=[[0, 4.5, 31.0], [1, 0.0, 0.0]],
+        under_replicated=[[0, 0], [1, 4], [2, 1], [3, 0]],
         spans=[{"kind": "kill", "target": "bookie-1", "start": 0.5, "stop": 1.5}],
     )
     page = render(
@@ -50,6 +51,7 @@ def test_history_replication_and_cluster_anomalies_all_render(tmp_path: Path) ->
     assert "entry 128, bookie b:3181" in page
     assert "not-repaired-after-heal" in page
     assert "tasks_left [9]" in page
-    assert page.count("<svg") == 2  # throughput and add latency over time
-    assert page.count("<rect") == 2  # the kill window, shaded on each
+    assert page.count("<svg") == 3  # throughput, add latency, re-replication over time
+    assert page.count("<rect") == 3  # the kill window, shaded on each
     assert "add p99 (ms)" in page
+    assert "ledgers marked under-replicated (ledgers)" in page
