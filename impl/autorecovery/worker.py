@@ -87,7 +87,6 @@ class ReplicationWorker:
         self.stats = WorkerStats()
         self._backoff: dict[int, float] = {}  # ledger -> monotonic time to retry at
         self._open_seen: dict[int, tuple[int, float]] = {}  # ledger -> (md version, since)
-        self._unreleased: set[int] = set()  # locks whose unlock failed: released next round
         self._enabled = asyncio.Event()
         self._enabled.set()
 
@@ -113,8 +112,12 @@ class ReplicationWorker:
 
     async def run_once(self) -> int:
         """One pass over the task list; returns how many ledgers were attempted."""
-        for lid in sorted(self._unreleased):
-            await self._unlock(lid)
+        # Locks and repair slots this session still holds from an earlier round (a
+        # release that failed while ZooKeeper was out of reach): none is held on purpose
+        # between rounds, and a leftover keeps every worker off a ledger or a bookie.
+        leaked = await asyncio.to_thread(self.urm.release_leaked)
+        if leaked:
+            log.warning("worker %s: released %d leftover lock(s)/slot(s)", self.node_id, leaked)
         tasks = await asyncio.to_thread(self.urm.tasks)
         now_ms = int(time.time() * 1000)
         attempted = 0
@@ -138,15 +141,11 @@ class ReplicationWorker:
         return attempted
 
     async def _unlock(self, lid: int) -> None:
-        """Release a ledger's lock; when ZooKeeper cannot be reached, remember to retry:
-        a lock left behind keeps every other worker off the ledger while we live."""
+        """Release a ledger's lock; if ZooKeeper is out of reach, the next round does."""
         try:
             await asyncio.to_thread(self.urm.unlock, lid)
         except KazooException as e:
-            log.warning("worker %s: ledger %d: unlock failed (%r); retrying", self.node_id, lid, e)
-            self._unreleased.add(lid)
-        else:
-            self._unreleased.discard(lid)
+            log.warning("worker %s: ledger %d: unlock failed (%r)", self.node_id, lid, e)
 
     async def _attempt(self, task: Task, version: int) -> None:
         try:
@@ -246,5 +245,5 @@ class ReplicationWorker:
 
 async def _release(sem: object) -> None:
     release = getattr(sem, "release")  # noqa: B009 - kazoo's Semaphore is untyped
-    with contextlib.suppress(KazooException):
+    with contextlib.suppress(KazooException):  # a lease left behind: the next round reaps it
         await asyncio.to_thread(release)

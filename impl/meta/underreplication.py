@@ -310,6 +310,27 @@ class UnderreplicationManager:
 
     # ------------------------------------------------------------ repair slots
 
+    def release_leaked(self) -> int:
+        """Delete every ledger lock and repair-slot node (lease or the semaphore's own
+        lock) that this session holds; how many. Call it only when this session holds
+        none on purpose (a worker between rounds): a create whose reply was lost, or a
+        delete that failed while ZooKeeper was out of reach, leaves an ephemeral node
+        that outlives the reconnect and would keep every worker off that ledger, or
+        every copy off that bookie, for as long as the session lives."""
+        session = self.zk.client_id[0]
+        paths = [f"{self.base}/locks/{c}" for c in _children(self.zk, f"{self.base}/locks")]
+        for pool in _children(self.zk, f"{self.base}/slots"):
+            top = f"{self.base}/slots/{pool}"
+            paths += [f"{top}/{c}" for c in _children(self.zk, top)]
+        released = 0
+        for path in paths:
+            stat = self.zk.exists(path)
+            if stat is not None and stat.ephemeralOwner == session:
+                with contextlib.suppress(NoNodeError):
+                    self.zk.delete(path)
+                    released += 1
+        return released
+
     def slot(self, bookie: str, owner: str, limit: int) -> Semaphore:
         """The semaphore of ``bookie``'s repair slots (acquire with blocking=False)."""
         return self.zk.Semaphore(f"{self.base}/slots/{bookie}", owner, max_leases=limit)

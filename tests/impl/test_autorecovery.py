@@ -862,3 +862,43 @@ def test_a_lock_left_by_a_failed_unlock_never_keeps_the_ledger_from_repair(
             await _assert_fully_replicated(bk, ledger, set(ids[1:]))
 
     asyncio.run(go())
+
+
+def test_repair_slots_left_by_failed_releases_are_reaped_by_their_session(
+    make_cluster: MakeCluster,
+    zk_view: ZkView,
+) -> None:
+    # Leases a session holds though no repair uses them (their release failed while
+    # ZooKeeper was out of reach) fill the bookie's slots: every other worker defers.
+    cluster = make_cluster(5, **FAST)
+    store, urm = zk_view(cluster)
+    ids = [b.bookie_id for b in cluster.bookies]
+
+    async def go() -> None:
+        async with (
+            BookKeeper(cluster.zk_hosts) as bk,
+            BookKeeper(cluster.zk_hosts) as bk1,
+            BookKeeper(cluster.zk_hosts) as bk2,
+        ):
+            urm.ensure_layout()
+            ledger = await _ledger_on(bk, store, ids[0], {ids[3]}, 50)
+            lid = next(iter(ledger))
+            await asyncio.to_thread(_lose, cluster, store, ids[0])
+            urm.mark(lid, {ids[0]: Reason.LOST}, 1)
+            # The leaking worker's own bookie is in the ensemble: it cannot take the copy.
+            member = sorted(store.read_ledger(lid)[0].bookies() - {ids[0]})[0]
+            leaker = _worker(bk1, member, slots_per_bookie=2)
+            for _ in range(2):  # both slots of the destination, held and forgotten
+                assert leaker.urm.slot(ids[3], "leaked", 2).acquire(blocking=False)
+            blocked = _worker(bk2, ids[3], slots_per_bookie=2)
+            await blocked.run_once()
+            assert blocked.stats.repaired == 0
+            assert [t.ledger_id for t, _ in urm.tasks()] == [lid]
+            await leaker.run_once()  # its round starts by reaping its own leftovers
+            assert leaker.stats.repaired == 0
+            assert leaker.urm.slot(ids[3], "probe", 2).lease_holders() == []
+            await blocked.run_once()
+            assert blocked.stats.repaired == 1
+            assert ids[3] in store.read_ledger(lid)[0].bookies()
+
+    asyncio.run(go())
