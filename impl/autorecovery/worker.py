@@ -87,6 +87,7 @@ class ReplicationWorker:
         self.stats = WorkerStats()
         self._backoff: dict[int, float] = {}  # ledger -> monotonic time to retry at
         self._open_seen: dict[int, tuple[int, float]] = {}  # ledger -> (md version, since)
+        self._deferred: dict[int, str] = {}  # ledger -> why it was last left for later
         self._enabled = asyncio.Event()
         self._enabled.set()
 
@@ -190,8 +191,10 @@ class ReplicationWorker:
             now = time.monotonic()
             if seen is None or seen[0] != md_version:
                 self._open_seen[lid] = (md_version, now)
+                self._defer(lid, "open or in recovery: grace period started")
                 return None
             if now - seen[1] < self.config.grace_period_ms / 1000:
+                self._defer(lid, "open or in recovery: in its grace period")
                 return None
             log.info(
                 "worker %s: ledger %d still open on %s after the grace period: fencing it",
@@ -221,15 +224,27 @@ class ReplicationWorker:
             return True
         if not (result.complete and is_repaired(md, bad)):
             if result.complete and open_segment_has(md, bad):
-                return None  # the rest is the open segment: it waits for the ledger to close
+                # The rest is the open segment: it waits for the ledger to close.
+                self._defer(lid, "the rest is in the open segment")
+                return None
             skipped = [f for f in result.fragments if f.skipped]
             if skipped and all(f.deferred for f in skipped):
-                return None  # another worker's to do, or slots busy: not a failure
+                # Another worker's to do, or slots busy: not a failure.
+                self._defer(lid, "; ".join(sorted({f.skipped for f in skipped})))
+                return None
             return False
+        self._deferred.pop(lid, None)
         if await asyncio.to_thread(self.urm.complete, lid, version):
             self.stats.repaired += 1
             log.info("worker %s: ledger %d repaired", self.node_id, lid)
         return True
+
+    def _defer(self, lid: int, why: str) -> None:
+        """Leave the ledger for now; say why once per change of reason (a ledger that
+        never makes progress must be explainable from the log)."""
+        if self._deferred.get(lid) != why:
+            self._deferred[lid] = why
+            log.info("worker %s: ledger %d deferred: %s", self.node_id, lid, why)
 
     async def _slots(self, bookies: list[str]) -> AsyncExitStack | None:
         stack = AsyncExitStack()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -867,6 +868,7 @@ def test_a_lock_left_by_a_failed_unlock_never_keeps_the_ledger_from_repair(
 def test_repair_slots_left_by_failed_releases_are_reaped_by_their_session(
     make_cluster: MakeCluster,
     zk_view: ZkView,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Leases a session holds though no repair uses them (their release failed while
     # ZooKeeper was out of reach) fill the bookie's slots: every other worker defers.
@@ -891,9 +893,12 @@ def test_repair_slots_left_by_failed_releases_are_reaped_by_their_session(
             for _ in range(2):  # both slots of the destination, held and forgotten
                 assert leaker.urm.slot(ids[3], "leaked", 2).acquire(blocking=False)
             blocked = _worker(bk2, ids[3], slots_per_bookie=2)
+            caplog.set_level(logging.INFO, "impl.autorecovery.worker")
             await blocked.run_once()
             assert blocked.stats.repaired == 0
             assert [t.ledger_id for t, _ in urm.tasks()] == [lid]
+            # Why the ledger waits is in the log, once.
+            assert caplog.text.count(f"ledger {lid} deferred: no free repair slot on") == 1
             await leaker.run_once()  # its round starts by reaping its own leftovers
             assert leaker.stats.repaired == 0
             assert leaker.urm.slot(ids[3], "probe", 2).lease_holders() == []
