@@ -238,5 +238,9 @@ def run(quick: bool) -> str:
         f"= 2 ms, BookKeeper's default, plus a fdatasync: {1000 / fsync:.1f} ms in this run's "
         "baseline, three bookies syncing one disk) plus the client's and bookies' CPU for the "
         f"window, in series: {32000 / res['add32'][0]:.1f} ms per cycle here; without the "
-        f"group wait, {32000 / res['add32eager'][0]:.1f} ms.\n"
+        f"group wait, {32000 / res['add32eager'][0]:.1f} ms. Even with no CPU at all a cycle "
+        f"cannot be shorter than one fdatasync, so 32 in flight cap adds at "
+        f"{32 * fsync:,.0f}/s ({32 * fsync / lb32[0]:.0%} of the baseline) on this disk; "
+        f"25% would need a cycle of {32000 / (0.25 * lb32[0]):.1f} ms for the fsync and the "
+        "CPU of 32 adds together.\n"
     )
