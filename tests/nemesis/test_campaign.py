@@ -103,8 +103,9 @@ def test_short_namespace_campaign_with_partitions_and_zookeeper_faults_is_valid(
         },
         tmp_path,
     )
-    # Both charts (throughput, add latency) shade every fault window.
-    assert report.count("<rect") == 2 * len(result.windows)
+    # Throughput, add latency and re-replication over time, each with every window shaded.
+    assert report.count("<svg") == 3
+    assert report.count("<rect") == 3 * len(result.windows)
     assert "add p99 (ms)" in report
     assert not list((tmp_path / "registry").rglob("*.json"))  # torn down
     # The expiry was real: the bookie cut from ZooKeeper lost its session, then registered again.
