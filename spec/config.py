@@ -95,8 +95,14 @@ class Config:
     # Drop requests whose delivery can change nothing (``protocol.dead_request``):
     # a bisimulation quotient, on by default; off only to test that it is sound.
     reduce_dead_requests: bool = True
+    # Derived, stored rather than computed: actions read them on every step.
+    ledgers: int = field(init=False, repr=False, compare=False)
+    writer_ledger: int = field(init=False, repr=False, compare=False)  # the last ledger's index
 
     def __post_init__(self) -> None:
+        ledgers = self.closed_ledgers + (1 if self.writer else 0)
+        object.__setattr__(self, "ledgers", ledgers)
+        object.__setattr__(self, "writer_ledger", ledgers - 1)
         if not self.bookies >= self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
             raise ValueError("need bookies >= E >= Wq >= Aq >= 1")
         if self.bookies > 8 or self.entries > 6:
@@ -104,15 +110,6 @@ class Config:
         unknown = self.mutants - MUTANTS.keys()
         if unknown:
             raise ValueError(f"unknown mutants: {sorted(unknown)}")
-
-    @property
-    def ledgers(self) -> int:
-        return self.closed_ledgers + (1 if self.writer else 0)
-
-    @property
-    def writer_ledger(self) -> int:
-        """Index of the writer's ledger (the last one)."""
-        return self.ledgers - 1
 
     def with_mutant(self, mutant: str) -> Config:
         return replace(self, mutants=self.mutants | {mutant})

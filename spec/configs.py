@@ -8,6 +8,8 @@ re-creates its bug (``bkref spec check --mutant M`` uses it).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from spec.config import MUTANTS, Config
 
 _A = Config(
@@ -55,49 +57,41 @@ CONFIGS: dict[str, Config] = {
         _A,
         _B,
         _C,
-        Config(
-            **{
-                **_A.__dict__,
-                "name": "a-short",
-                "entries": 1,
-                "losses": 0,
-                "liveness": "ledger-closed",
-                "description": "config a without the message loss (liveness: closed)",
-            }
+        replace(
+            _A,
+            name="a-short",
+            entries=1,
+            losses=0,
+            liveness="ledger-closed",
+            description="config a without the message loss (liveness: closed)",
         ),
-        Config(
-            **{
-                **_B.__dict__,
-                "name": "b-short",
-                "entries": 1,
-                "crashes": 0,
-                "description": "config b without the crash",
-            }
+        replace(
+            _B,
+            name="b-short",
+            entries=1,
+            crashes=0,
+            description="config b without the crash",
         ),
-        Config(
-            **{
-                **_C.__dict__,
-                "name": "c-short",
-                "writer": False,
-                "crashes": 2,
-                "toggles": 1,
-                "elections": 1,
-                "description": "config c with the closed ledger only, two crashes, an auditor "
-                "session loss, autorecovery off and on",
-            }
+        replace(
+            _C,
+            name="c-short",
+            writer=False,
+            crashes=2,
+            toggles=1,
+            elections=1,
+            description="config c with the closed ledger only, two crashes, an auditor "
+            "session loss, autorecovery off and on",
         ),
-        Config(
-            **{
-                **_C.__dict__,
-                "name": "live-c",
-                "writer": False,
-                "crashes": 1,
-                "toggles": 1,
-                "elections": 1,
-                "liveness": "repaired",
-                "description": "liveness: under-replication of a closed ledger is eventually "
-                "repaired (one crash, an auditor session loss, autorecovery off and on)",
-            }
+        replace(
+            _C,
+            name="live-c",
+            writer=False,
+            crashes=1,
+            toggles=1,
+            elections=1,
+            liveness="repaired",
+            description="liveness: under-replication of a closed ledger is eventually "
+            "repaired (one crash, an auditor session loss, autorecovery off and on)",
         ),
     )
 }
@@ -110,78 +104,62 @@ _M = Config(
 
 # The config each mutant needs: small, so that the BFS finds the bug fast.
 MUTANT_CONFIGS: dict[str, Config] = {
-    "recovery-reads-without-fencing": Config(
-        **{
-            **_M.__dict__,
-            "name": "m-2614",
-            "losses": 1,
-            "description": "one entry, one message loss (a fence that never arrives)",
-        }
+    "recovery-reads-without-fencing": replace(
+        _M,
+        name="m-2614",
+        losses=1,
+        description="one entry, one message loss (a fence that never arrives)",
     ),
-    "recovery-from-lac-minus-one": Config(
-        **{
-            **_M.__dict__,
-            "name": "m-2615",
-            "ensemble": 2,
-            "write_quorum": 2,
-            "ack_quorum": 2,
-            "losses": 1,
-            "entries": 2,
-            "two_segments": True,
-            "description": "the writer's ledger has two segments (e0 confirmed, then an "
-            "ensemble change), one message loss during recovery",
-        }
+    "recovery-from-lac-minus-one": replace(
+        _M,
+        name="m-2615",
+        ensemble=2,
+        write_quorum=2,
+        ack_quorum=2,
+        losses=1,
+        entries=2,
+        two_segments=True,
+        description="the writer's ledger has two segments (e0 confirmed, then an "
+        "ensemble change), one message loss during recovery",
     ),
-    "acks-before-ensemble-change-lands": Config(
-        **{
-            **_M.__dict__,
-            "name": "m-1591",
-            "losses": 1,
-            "description": "one entry, one message loss that forces an ensemble change",
-        }
+    "acks-before-ensemble-change-lands": replace(
+        _M,
+        name="m-1591",
+        losses=1,
+        description="one entry, one message loss that forces an ensemble change",
     ),
-    "negative-read-without-coverage": Config(
-        **{
-            **_M.__dict__,
-            "name": "m-coverage",
-            "description": "one entry, no faults: slow adds are enough",
-        }
+    "negative-read-without-coverage": replace(
+        _M,
+        name="m-coverage",
+        description="one entry, no faults: slow adds are enough",
     ),
-    "replicate-open-segment-without-fencing": Config(
-        **{
-            **_C.__dict__,
-            "name": "m-open-segment",
-            "first_entry_confirmed": False,
-            "closed_ledgers": 0,
-            "description": "an open ledger, one bookie crash and restart, auditor and a worker",
-        }
+    "replicate-open-segment-without-fencing": replace(
+        _C,
+        name="m-open-segment",
+        first_entry_confirmed=False,
+        closed_ledgers=0,
+        description="an open ledger, one bookie crash and restart, auditor and a worker",
     ),
-    "delete-task-without-version-check": Config(
-        **{
-            **_C.__dict__,
-            "name": "m-task-version",
-            "writer": False,
-            "crashes": 2,
-            "description": "a closed ledger, two bookie crashes, auditor and a worker",
-        }
+    "delete-task-without-version-check": replace(
+        _C,
+        name="m-task-version",
+        writer=False,
+        crashes=2,
+        description="a closed ledger, two bookie crashes, auditor and a worker",
     ),
-    "ack-before-journal-sync": Config(
-        **{
-            **_M.__dict__,
-            "name": "m-journal",
-            "crashes": 1,
-            "description": "one entry, one bookie crash and restart",
-        }
+    "ack-before-journal-sync": replace(
+        _M,
+        name="m-journal",
+        crashes=1,
+        description="one entry, one bookie crash and restart",
     ),
-    "wiped-bookie-rejoins": Config(
-        **{
-            **_M.__dict__,
-            "name": "m-2612",
-            "crashes": 1,
-            "wipes": 1,
-            "skip_invariants": frozenset({"AllCommittedEntriesReachAckQuorum"}),
-            "description": "one entry, one bookie crash and a restart on a wiped disk",
-        }
+    "wiped-bookie-rejoins": replace(
+        _M,
+        name="m-2612",
+        crashes=1,
+        wipes=1,
+        skip_invariants=frozenset({"AllCommittedEntriesReachAckQuorum"}),
+        description="one entry, one bookie crash and a restart on a wiped disk",
     ),
 }
 assert MUTANT_CONFIGS.keys() == MUTANTS.keys()

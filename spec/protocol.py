@@ -1274,50 +1274,52 @@ def format_label(label: Label) -> str:
     return f"{name}({', '.join(map(_show, args))})" if args else name
 
 
-def next_states(cfg: Config, s: State) -> Iterator[Step]:
+def next_states(cfg: Config, s: State) -> list[Step]:
     """Every enabled action with its arguments, and the state it leads to."""
     n = cfg.bookies
 
-    def emit(fn: Callable[..., State | None], *args: object) -> Iterator[Step]:
+    out: list[Step] = []
+
+    def emit(fn: Callable[..., State | None], *args: object) -> None:
         t = fn(cfg, s, *args)
         if t is not None:
-            yield (fn.__name__, args), drop_dead_requests(cfg, t)
+            out.append(((fn.__name__, args), drop_dead_requests(cfg, t)))
 
     # writer
     if cfg.writer:
         if s.w_status == W_NONE:
             for ens in _ensembles(cfg, s):
-                yield from emit(writer_creates_ledger, ens)
+                emit(writer_creates_ledger, ens)
         if s.w_status == W_OPEN:
-            yield from emit(writer_sends_add)
-            yield from emit(writer_completes_ensemble_change)
-            yield from emit(writer_closes_ledger)
+            emit(writer_sends_add)
+            emit(writer_completes_ensemble_change)
+            emit(writer_closes_ledger)
             if s.w_change is not None:
                 for e in range(s.w_lac + 1, s.w_next):
                     for b in s.w_change[-1][1]:
-                        yield from emit(writer_resends_add, e, b)
+                        emit(writer_resends_add, e, b)
             if s.w_change is None:
                 for failed in s.w_segments[-1][1]:
                     if _writer_timed_out(cfg, s, failed):
                         for new in range(n):
-                            yield from emit(writer_changes_ensemble, failed, new)
+                            emit(writer_changes_ensemble, failed, new)
         # recovery client
-        yield from emit(recovery_client_starts_recovery)
+        emit(recovery_client_starts_recovery)
         if s.rc_phase == RC_FENCING:
-            yield from emit(recovery_client_completes_fencing)
+            emit(recovery_client_completes_fencing)
         if s.rc_phase in (RC_FENCING, RC_READING):
             for b in range(n):
-                yield from emit(recovery_client_retries_request, b)
+                emit(recovery_client_retries_request, b)
         if s.rc_phase in (RC_READING, RC_WRITING):
-            yield from emit(recovery_client_closes_ledger)
+            emit(recovery_client_closes_ledger)
             for failed in s.rc_segments[-1][1]:
                 if _rc_timed_out(cfg, s, failed):
                     for new in range(n):
-                        yield from emit(recovery_client_changes_ensemble, failed, new)
+                        emit(recovery_client_changes_ensemble, failed, new)
             for e in range(len(s.rc_sent)):
                 if s.rc_sent[e]:
                     for b in s.rc_segments[-1][1]:
-                        yield from emit(recovery_client_resends_add, e, b)
+                        emit(recovery_client_resends_add, e, b)
     # messages: each distinct message once
     prev: Msg | None = None
     for m in s.msgs:
@@ -1325,38 +1327,39 @@ def next_states(cfg: Config, s: State) -> Iterator[Step]:
             continue
         prev = m
         handler = HANDLERS[m[0]]
-        yield from emit(handler, m, 0)
+        emit(handler, m, 0)
         if m[0] == ADD and s.budget[B_LOSS] and cfg.reply_losses:  # stored, but unheard
-            yield from emit(handler, m, 1)
-        yield from emit(network_loses_message, m)
-        yield from emit(network_duplicates_message, m)
+            emit(handler, m, 1)
+        emit(network_loses_message, m)
+        emit(network_duplicates_message, m)
     # bookies
     for b in range(n):
-        yield from emit(bookie_syncs_journal, b)
-        yield from emit(bookie_crashes, b)
-        yield from emit(bookie_restarts, b)
-        yield from emit(bookie_restarts_with_wiped_disk, b)
+        emit(bookie_syncs_journal, b)
+        emit(bookie_crashes, b)
+        emit(bookie_restarts, b)
+        emit(bookie_restarts_with_wiped_disk, b)
     # auditor and workers
     if cfg.autorecovery:
-        yield from emit(auditor_marks_ledgers_of_lost_bookies)
-        yield from emit(auditor_loses_session)
+        emit(auditor_marks_ledgers_of_lost_bookies)
+        emit(auditor_loses_session)
         for node in range(len(s.au_leads)):
-            yield from emit(node_wins_auditor_election, node)
+            emit(node_wins_auditor_election, node)
         for w in range(len(s.wk)):
             ledger = s.wk[w][1]
             if ledger < 0:
                 for lg in range(cfg.ledgers):
-                    yield from emit(worker_acquires_ledger_lock, w, lg)
+                    emit(worker_acquires_ledger_lock, w, lg)
                 continue
             for idx in range(len(s.meta_segments[ledger])):
-                yield from emit(worker_copies_fragment, w, idx)
-            yield from emit(worker_updates_segment_ensemble, w)
-            yield from emit(worker_fences_open_ledger, w)
-            yield from emit(worker_verifies_ledger_replicated, w)
-            yield from emit(worker_deletes_task, w)
-            yield from emit(worker_releases_lock, w)
-        yield from emit(operator_disables_autorecovery)
-        yield from emit(operator_enables_autorecovery)
+                emit(worker_copies_fragment, w, idx)
+            emit(worker_updates_segment_ensemble, w)
+            emit(worker_fences_open_ledger, w)
+            emit(worker_verifies_ledger_replicated, w)
+            emit(worker_deletes_task, w)
+            emit(worker_releases_lock, w)
+        emit(operator_disables_autorecovery)
+        emit(operator_enables_autorecovery)
+    return out
 
 
 def _ensembles(cfg: Config, s: State) -> Iterator[tuple[int, ...]]:
