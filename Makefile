@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo
 
-.PHONY: crosshair spec-check campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help
+.PHONY: crosshair spec-check campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup
 
 help:
 	@echo "make campaign  the main job: a fault campaign on a local cluster, its checks and report"
@@ -23,6 +23,7 @@ help:
 	@echo "make zookeeper-demo  start a private 3-node ZooKeeper ensemble, show it, stop it"
 	@echo "make test      fast test suite (no slow tests)"
 	@echo "make bench     benchmarks; results go to BENCHMARKS.md"
+	@echo "make docker-setup  install Debian's docker.io and debootstrap (the Docker backend)"
 	@echo "make verify    ruff, mypy --strict, import contracts, the whole test suite (what CI runs)"
 
 setup: system-packages $(STAMP)
@@ -50,6 +51,21 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
+# The Docker backend's engine and image builder (idempotent, like system-packages).
+DOCKER_PACKAGES := docker.io debootstrap
+docker-setup: setup
+	@missing=""; \
+	for p in $(DOCKER_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make docker-setup: installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	else \
+	  echo "make docker-setup: Debian packages present ($(DOCKER_PACKAGES))"; \
+	fi
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -69,7 +85,7 @@ crosshair: setup
 
 # Exhaustive checks of the full named configs (a, b, c): minutes each, not part of `verify`.
 spec-check: setup
-	for c in a b c; do $(VENV)/bin/bkref spec check --config $$c || exit 1; done
+	for c in a b c c-workers; do $(VENV)/bin/bkref spec check --config $$c || exit 1; done
 
 verify: lint typecheck contracts crosshair bench-smoke
 	$(VENV)/bin/pytest -q
