@@ -46,6 +46,18 @@ MUTANTS: dict[str, str] = {
         "a bookie restarted with a wiped disk rejoins under the same identity, "
         "forgetting entries and fences (no cookie check, BOOKKEEPER-2612)"
     ),
+    "worker-skips-ledger-lock": (
+        "a replication worker takes a ledger without checking that another worker "
+        "holds its lock, so two workers repair the same ledger at once"
+    ),
+    "auditor-without-election": (
+        "a node starts auditing without winning the election (it does not create the "
+        "leader znode), beside the elected auditor"
+    ),
+    "auditor-acts-after-session-loss": (
+        "the auditor keeps auditing after its ZooKeeper session expired, while "
+        "another node wins the next election"
+    ),
 }
 
 

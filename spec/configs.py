@@ -93,6 +93,17 @@ CONFIGS: dict[str, Config] = {
             description="liveness: under-replication of a closed ledger is eventually "
             "repaired (one crash, an auditor session loss, autorecovery off and on)",
         ),
+        replace(
+            _C,
+            name="c-workers",
+            writer=False,
+            workers=2,
+            crashes=2,
+            toggles=1,
+            elections=1,
+            description="two workers racing for the closed ledger's lock and two auditor "
+            "candidates in an election: two crashes, a session loss, autorecovery off and on",
+        ),
     )
 }
 
@@ -100,6 +111,14 @@ _M = Config(
     name="m",
     description="a ledger with a writer and a recovery client, one entry",
     entries=1,
+)
+
+_TWO_WORKERS = replace(
+    _C,
+    name="m-two-workers",
+    writer=False,
+    workers=2,
+    description="a closed ledger, one bookie crash, two workers (each an auditor candidate)",
 )
 
 # The config each mutant needs: small, so that the BFS finds the bug fast.
@@ -160,6 +179,15 @@ MUTANT_CONFIGS: dict[str, Config] = {
         wipes=1,
         skip_invariants=frozenset({"AllCommittedEntriesReachAckQuorum"}),
         description="one entry, one bookie crash and a restart on a wiped disk",
+    ),
+    "worker-skips-ledger-lock": _TWO_WORKERS,
+    "auditor-without-election": _TWO_WORKERS,
+    "auditor-acts-after-session-loss": replace(
+        _TWO_WORKERS,
+        name="m-auditor-session",
+        elections=1,
+        description="a closed ledger, one bookie crash, two worker nodes (auditor "
+        "candidates), one auditor session loss",
     ),
 }
 assert MUTANT_CONFIGS.keys() == MUTANTS.keys()

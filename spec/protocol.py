@@ -952,24 +952,36 @@ def auditor_marks_ledgers_of_lost_bookies(cfg: Config, s: State) -> State | None
 def auditor_loses_session(cfg: Config, s: State) -> State | None:
     """The auditor's ZooKeeper session expires: its leader znode goes, and it stops auditing.
 
-    Key points: kazoo's LOST state; a node must not act as auditor after it.
+    Key points: kazoo's LOST state; a node must not act as auditor after it
+    (the mutant ``auditor-acts-after-session-loss`` does).
     """
     node = auditor_node(s)
     if node < 0 or s.budget[B_ELECT] == 0:
         return None
     epoch, _ = s.meta_auditor
+    # The mutant misses the LOST state: the node still believes it leads.
+    keeps = "auditor-acts-after-session-loss" in cfg.mutants
     return s._replace(
         meta_auditor=(epoch, -1),
-        au_leads=set_at(s.au_leads, node, 0),
+        au_leads=s.au_leads if keeps else set_at(s.au_leads, node, 0),
         budget=set_at(s.budget, B_ELECT, s.budget[B_ELECT] - 1),
     )
 
 
 def node_wins_auditor_election(cfg: Config, s: State, node: int) -> State | None:
-    """A node creates the leader znode: it is auditor of the next election epoch."""
+    """A node creates the leader znode: it is auditor of the next election epoch.
+
+    Key points: only when no node holds the znode. The mutant
+    ``auditor-without-election`` lets a node that is not auditor believe it
+    leads the current epoch without creating the znode.
+    """
     epoch, holder = s.meta_auditor
-    if holder >= 0:
+    if s.au_leads[node]:
         return None
+    if holder >= 0:
+        if "auditor-without-election" not in cfg.mutants:
+            return None
+        return s._replace(au_leads=set_at(s.au_leads, node, epoch))
     return s._replace(meta_auditor=(epoch + 1, node), au_leads=set_at(s.au_leads, node, epoch + 1))
 
 
@@ -985,12 +997,19 @@ def _segment_needs_repair(s: State, ledger: int, idx: int) -> int:
 
 
 def worker_acquires_ledger_lock(cfg: Config, s: State, w: int, ledger: int) -> State | None:
-    """An idle worker takes the lock of a ledger with an under-replication task."""
+    """An idle worker takes the lock of a ledger with an under-replication task.
+
+    Key points: the lock is an ephemeral znode created only if absent, so a
+    locked ledger is skipped (the mutant ``worker-skips-ledger-lock`` takes
+    it anyway and two workers repair it at once).
+    """
     bookie, locked, _v, _p = s.wk[w]
     if locked >= 0 or not s.meta_autorecovery or s.b_up[bookie] != UP:
         return None
     version, lost = s.meta_task[ledger]
-    if not lost or s.meta_lock[ledger] >= 0:
+    if not lost:
+        return None
+    if s.meta_lock[ledger] >= 0 and "worker-skips-ledger-lock" not in cfg.mutants:
         return None
     return s._replace(
         meta_lock=set_at(s.meta_lock, ledger, w),

@@ -23,6 +23,9 @@ CAUGHT_BY = {
     "delete-task-without-version-check": "AllClosedLedgersRepairedWhenQuiescent",
     "ack-before-journal-sync": "AllCommittedEntriesReachAckQuorum",
     "wiped-bookie-rejoins": "NoDivergenceBetweenClientAndMetaData",
+    "worker-skips-ledger-lock": "AtMostOneWorkerHoldsLedgerLock",
+    "auditor-without-election": "OneAuditorPerElectionEpoch",
+    "auditor-acts-after-session-loss": "OneAuditorPerElectionEpoch",
 }
 
 
@@ -45,7 +48,13 @@ def test_mutant_is_caught_by_its_invariant_within_60_seconds(mutant: str) -> Non
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "mutant", ["negative-read-without-coverage", "delete-task-without-version-check"]
+    "mutant",
+    [
+        "negative-read-without-coverage",
+        "delete-task-without-version-check",
+        "worker-skips-ledger-lock",
+        "auditor-acts-after-session-loss",
+    ],
 )
 def test_the_same_config_without_the_mutant_is_correct(mutant: str) -> None:
     r = check(MUTANT_CONFIGS[mutant])
