@@ -23,13 +23,39 @@ def _parser() -> argparse.ArgumentParser:
     engine.add_argument(
         "--dir", type=Path, default=DEFAULT_DIR, help=f"the engine's files (default {DEFAULT_DIR})"
     )
+    build = sub.add_parser(
+        "build",
+        help="build the node image bkref-node:latest (starts the engine if needed); "
+        "prints each step's time",
+    )
+    build.add_argument(
+        "--dir", type=Path, default=DEFAULT_DIR, help=f"the engine's files (default {DEFAULT_DIR})"
+    )
     return p
+
+
+def _build(engine: DockerEngine) -> int:
+    from nemesis.docker_images import IMAGE, ImageError, build, image_size
+
+    started = engine.start()
+    if started:
+        print(f"engine up in {started:.1f}s (netns {engine.netns})")
+    try:
+        times = build(engine.client(), log=engine.directory / "image-build.log")
+    except ImageError as e:
+        print(f"bkref docker build: {e}", file=sys.stderr)
+        return 2
+    size = image_size(engine.client()) / 1e6
+    print(f"{IMAGE} built in {times}; {size:.0f} MB")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     engine = DockerEngine(args.dir)
     try:
+        if args.command == "build":
+            return _build(engine)
         if args.action == "start":
             took = engine.start()
             print(f"engine up in {took:.1f}s: DOCKER_HOST={engine.host} (netns {engine.netns})")
