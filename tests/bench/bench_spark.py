@@ -10,6 +10,7 @@ generate with the Python generator).
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -84,12 +85,14 @@ def _measure(cmd: list[str]) -> tuple[float, int, str, str, int]:
     return time.perf_counter() - started, peak, out, err, proc.returncode
 
 
-def _startup(stderr: str) -> float:
-    """Seconds until the Spark session was up, from the first progress line."""
-    for line in stderr.splitlines():
-        if "[1/" in line and line.rstrip().endswith("s)"):
-            return float(line.rsplit("(", 1)[1].split()[0])
-    return 0.0
+def _stages(stderr: str) -> list[float]:
+    """Seconds since start at the end of each progress line ``[k/n] ... (12.3 s)``:
+    the session up, history read and paired, checks done, tables written, summary."""
+    return [
+        float(line.rsplit("(", 1)[1].split()[0])
+        for line in stderr.splitlines()
+        if line.startswith("bkref spark-check: [") and line.rstrip().endswith("s)")
+    ]
 
 
 def _sizes(quick: bool) -> list[int]:
@@ -104,9 +107,9 @@ def _sizes(quick: bool) -> list[int]:
 def run(quick: bool) -> str:
     bkref = str(Path(sys.executable).with_name("bkref"))
     rows = [
-        "| ops | ledgers | Spark: check s | startup s | ops/s | peak RSS | "
-        "single process: s | ops/s | peak RSS |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ops | ledgers | Spark: check s | startup s | read+pair s | checks s | tables s "
+        "| ops/s | peak RSS | load | single process: s | ops/s | peak RSS |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     notes = []
     for n in _sizes(quick):
@@ -117,11 +120,16 @@ def run(quick: bool) -> str:
             ops = write_parquet(generate(n, ledgers, seed=1), history)
             gen = time.perf_counter() - t
             cmd = [bkref, "spark-check", str(history), "--master", "local[2]", "--out", str(out)]
+            load0 = os.getloadavg()[0]
             wall, peak, _, err, rc = _measure(cmd)
+            load1 = os.getloadavg()[0]
             if rc != 0:
                 raise RuntimeError(f"spark-check exited {rc} on a valid history:\n{err[-2000:]}")
-            start = _startup(err)
+            marks = _stages(err)
+            start = marks[0] if marks else 0.0
             check = wall - start
+            # per stage: read and pair, the checks, tables and summary
+            split = [b - a for a, b in itertools.pairwise(marks)] + [0.0] * 3
             _, b_peak, b_out, b_err, b_rc = _measure(
                 [sys.executable, "-c", _BASELINE, str(history)]
             )
@@ -132,8 +140,10 @@ def run(quick: bool) -> str:
                 raise RuntimeError(f"the baseline says {verdict}, durable {durable}")
             b_s_f = float(b_s)
             rows.append(
-                f"| {ops:,} | {ledgers:,} | {check:.1f} | {start:.1f} | {ops / check:,.0f} | "
-                f"{peak / 2**20:.2f} GiB | {b_s_f:.1f} | {ops / b_s_f:,.0f} | "
+                f"| {ops:,} | {ledgers:,} | {check:.1f} | {start:.1f} | {split[0]:.1f} | "
+                f"{split[1]:.1f} | {sum(split[2:]):.1f} | {ops / check:,.0f} | "
+                f"{peak / 2**20:.2f} GiB | {load0:.1f}-{load1:.1f} | {b_s_f:.1f} | "
+                f"{ops / b_s_f:,.0f} | "
                 f"{b_peak / 2**20:.2f} GiB |"
             )
             notes.append(f"{ops:,} ops generated in {gen:.0f} s")
@@ -142,7 +152,11 @@ def run(quick: bool) -> str:
         "\n".join(rows)
         + "\n\nSpark: `bkref spark-check` in a subprocess (ledger linearizability and durability,"
         " tables, summary and page written); check s = wall time minus the session's start;"
+        " read+pair, checks, tables: the job's progress lines (reading and pairing the"
+        " history; the ledger and durability checks up to the anomaly table; the other"
+        " tables and the summary); load: the 1-minute load average before and after;"
         " peak RSS of the process tree (driver, JVM, Python workers) sampled every 0.5 s."
+        f" JVM options: {os.environ.get('BKREF_SPARK_JAVA_OPTS', 'the default')!r}."
         " Single process: `check_ledgers` + `check_durability` after reading the same Parquet"
         " file, in a fresh interpreter (VmHWM). Histories by `bkref gen-history --seed 1`: "
         + "; ".join(notes)
