@@ -19,9 +19,12 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from impl.cluster.local import LocalCluster
 from impl.core.planted import PLANTS
 from nemesis.db import ClusterBackend, LocalBackend
+from nemesis.db_docker import DockerBackend
+from nemesis.db_docker import cleanup as cleanup_docker
 from nemesis.db_netns import NamespaceBackend
 from nemesis.db_netns import cleanup as cleanup_netns
 from nemesis.db_netns import fault_kinds as netns_fault_kinds
+from nemesis.docker_engine import missing_packages as docker_missing
 from nemesis.generator import DEFAULT_KINDS, FAULT_GROUPS, FAULT_KINDS, VICTIM_KINDS, expand_kinds
 from nemesis.netns import namespaces_supported
 from nemesis.report import render
@@ -29,6 +32,7 @@ from nemesis.runner import RunSpec, run_once
 from nemesis.workload import WorkloadSpec
 
 NETNS_DEFAULT_FAULTS = ("kill", "pause", "partition", "expire", "lose-unsynced")
+DOCKER_DEFAULT_FAULTS = ("kill", "pause", "partition", "expire")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,12 +51,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("action", nargs="?", choices=["run", "cleanup"], default="run")
     p.add_argument(
         "--backend",
-        choices=["auto", "netns", "local"],
+        choices=["auto", "netns", "local", "docker"],
         default="auto",
         help=(
             "netns: every node in its own network namespace (3 ZooKeeper servers, partitions, "
             "bookie data on lazyfs; needs root); local: loopback, process and disk-corruption "
-            "faults only; auto (default): netns when namespaces can be created, else local"
+            "faults only; docker: every node a container of the private engine (`bkref docker`; "
+            "root, make docker-setup; no lazyfs); auto (default): netns when namespaces can be "
+            "created, else local"
         ),
     )
     p.add_argument(
@@ -118,6 +124,8 @@ def _cleanup(out: Path | None, console: Console) -> int:
             stopped += 1
         directories = [p.parent for p in sorted(out.glob("run-*/cluster/netns-cluster.json"))]
     removed = cleanup_netns(directories=directories)
+    if os.geteuid() == 0 and not docker_missing():
+        removed += cleanup_docker()
     console.print(f"stopped {stopped} local cluster(s); removed {len(removed)} leftover(s)")
     for what in removed:
         console.print(f"  {what}")
@@ -127,6 +135,12 @@ def _cleanup(out: Path | None, console: Console) -> int:
 def _choose_backend(requested: str, console: Console) -> str | None:
     if requested == "local":
         return "local"
+    if requested == "docker":
+        if os.geteuid() != 0 or docker_missing():
+            why = "not root" if os.geteuid() != 0 else "run `make docker-setup`"
+            console.print(f"bkref campaign: --backend docker is not possible here: {why}")
+            return None
+        return "docker"
     ok, why = namespaces_supported()
     if ok:
         return "netns"
@@ -164,7 +178,9 @@ def main(argv: list[str]) -> int:
     backend_name = _choose_backend(args.backend, console)
     if backend_name is None:
         return 2
-    default = NETNS_DEFAULT_FAULTS if backend_name == "netns" else DEFAULT_KINDS
+    default = {"netns": NETNS_DEFAULT_FAULTS, "docker": DOCKER_DEFAULT_FAULTS}.get(
+        backend_name, DEFAULT_KINDS
+    )
     try:
         faults = expand_kinds(
             [f for f in args.faults.split(",") if f] if args.faults is not None else default
@@ -176,6 +192,8 @@ def main(argv: list[str]) -> int:
     supported = (
         netns_fault_kinds(lazyfs=not args.no_lazyfs)
         if backend_name == "netns"
+        else DockerBackend.fault_kinds
+        if backend_name == "docker"
         else LocalBackend.fault_kinds
     )
     unsupported = sorted(set(faults) - supported)
@@ -219,6 +237,10 @@ def main(argv: list[str]) -> int:
                     autorecovery=ar,
                 )
                 if backend_name == "netns"
+                else DockerBackend(
+                    directory / "cluster", args.bookies, plant=plant, autorecovery=ar
+                )
+                if backend_name == "docker"
                 else LocalBackend(directory / "cluster", bookies=args.bookies, autorecovery=ar)
             )
             with Progress(

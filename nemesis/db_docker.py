@@ -1,0 +1,460 @@
+"""The Docker backend: every node a container of the private engine, faults from inside.
+
+Nodes: ``zk1``..``zk3`` (a ZooKeeper ensemble) and ``bookie-0``..``bookie-N``,
+each a container of ``bkref-node:latest`` on a bridge network of its own
+(``bkref-<run>``) with a fixed address. The control process (the workload,
+kazoo, this backend's admin client) runs in the engine's network namespace
+(:func:`impl.cluster.netns.run_in_netns`) and talks to container addresses
+directly; the client is therefore not a partitionable node here.
+
+Bookies serve on 127.0.0.1 only and register ``127.0.0.1:<port>``, each on a
+port of its own, so addresses are rewritten as on the namespace backend: a
+bookie container forwards ``<its address>:<port>`` to its loopback and sends
+``127.0.0.1:<port of bookie j>`` to bookie j (iptables nat rules, loaded by
+the container before it execs the bookie; ``route_localnet``), and the
+engine's namespace sends ``127.0.0.1:<port>`` to the bookie's container.
+
+Faults: ``docker kill``/``start`` and ``pause``/``unpause`` (the freezer
+cgroup) of bookies and ZooKeeper servers; partitions by iptables DROP rules
+in each container's network namespace (entered by the container's PID, so no
+``docker exec``), re-applied when a container restarts; disk corruption on
+the bookies' data directories, bind mounts under the run directory (the host
+reads them for the dumps after the run). Bookie data is not on lazyfs, so
+losing unsynced writes is refused (:class:`FaultNotSupportedError`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+from kazoo.client import KazooClient
+from python_on_whales import Container, DockerClient
+from python_on_whales.exceptions import DockerException
+
+from impl.bookie.config import BookieConfig
+from impl.cluster.netns import run_in_netns
+from impl.core.planted import ENV as PLANT_ENV
+from impl.meta import layout
+from nemesis import disk
+from nemesis.db import BOOKIE_SESSION_MS, FaultNotSupportedError, NodeRefusedError, bookie_settings
+from nemesis.docker_engine import DockerEngine
+from nemesis.docker_images import IMAGE, build
+
+T = TypeVar("T")
+LABEL = "bkref.run"
+BOOKIE_BASE_PORT = 3181
+ZK_ROOT = "/ledgers"
+COOKIE_EXIT = 3  # `bkref bookie` exits with 3 when its cookie check refuses to start
+FAULT_KINDS = frozenset(
+    {"kill", "pause", "partition", "expire", "flip", "truncate", "wipe"}
+    | {"kill-writer", "kill-auditor", "expire-auditor"}
+)
+
+
+class DockerBackendError(RuntimeError):
+    """The Docker cluster could not be set up or a node could not be (re)started."""
+
+
+def _sh(argv: list[str]) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise DockerBackendError(f"`{' '.join(argv)}` failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+class DockerBackend:
+    """A 3-server ZooKeeper ensemble and N bookies, each a container."""
+
+    name = "docker"
+    fault_kinds = FAULT_KINDS
+
+    def __init__(
+        self,
+        directory: Path,
+        bookies: int = 5,
+        *,
+        engine: DockerEngine | None = None,
+        plant: tuple[str, ...] = (),
+        autorecovery: bool = True,
+    ) -> None:
+        self.directory = Path(directory).resolve()
+        self.size = bookies
+        self.engine = engine or DockerEngine()
+        self.plant = plant
+        self.autorecovery = autorecovery
+        self.run_id = uuid.uuid4().hex[:8]
+        self.network_name = f"bkref-{self.run_id}"
+        self.bridge = f"bk{self.run_id}"
+        self.chain = f"BKREF-{self.run_id}".upper()
+        # One /24 per run, out of the range Docker picks its default networks from.
+        self.subnet_prefix = f"10.{200 + int(self.run_id[:2], 16) % 50}.{int(self.run_id[2:4], 16)}"
+        self.ports = {b: BOOKIE_BASE_PORT + i for i, b in enumerate(self.bookies)}
+        self.containers: dict[str, Container] = {}
+        self._grudge: dict[str, frozenset[str]] = {}
+        self._paused: set[str] = set()
+        self._out: set[str] = set()
+        self._admin: KazooClient | None = None
+        self._started_engine = False
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ the interface's facts
+
+    @property
+    def session_timeout(self) -> float:
+        return BOOKIE_SESSION_MS / 1000
+
+    @property
+    def bookies(self) -> list[str]:
+        return [f"bookie-{i}" for i in range(self.size)]
+
+    @property
+    def zookeepers(self) -> list[str]:
+        return ["zk1", "zk2", "zk3"]
+
+    @property
+    def network(self) -> list[str]:
+        return [*self.zookeepers, *self.bookies]
+
+    @property
+    def clients(self) -> list[str]:
+        return []
+
+    def ip(self, node: str) -> str:
+        if node in self.zookeepers:
+            return f"{self.subnet_prefix}.{10 + int(node[2:])}"
+        return f"{self.subnet_prefix}.{20 + self.bookies.index(node)}"
+
+    @property
+    def gateway(self) -> str:
+        return f"{self.subnet_prefix}.1"
+
+    @property
+    def zk_connect(self) -> str:
+        return ",".join(f"{self.ip(z)}:2181" for z in self.zookeepers)
+
+    @property
+    def docker(self) -> DockerClient:
+        return self.engine.client()
+
+    # ------------------------------------------------------------ setup
+
+    def setup(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.engine.status().running:
+            self.engine.start()
+            self._started_engine = True
+        build(self.docker, log=self.directory / "image-build.log")
+        self.docker.network.create(
+            self.network_name,
+            driver="bridge",
+            subnet=f"{self.subnet_prefix}.0/24",
+            gateway=self.gateway,
+            labels={LABEL: self.run_id},
+            options=[f"com.docker.network.bridge.name={self.bridge}"],
+        )
+        self._engine_nat()
+        for z in self.zookeepers:
+            self._write_zookeeper(z)
+            self._create(z, ["zookeeper", "/data/zoo.cfg", z[2:]])
+        self._admin = self.run_client(lambda: KazooClient(self.zk_connect))
+        admin = self._admin
+        self.run_client(lambda: admin.start(timeout=90))
+        for b in self.bookies:
+            self._write_bookie(b)
+            argv = [
+                "bookie",
+                "/data/bookie.toml",
+                *(["--autorecovery"] if self.autorecovery else []),
+            ]
+            entry = 'iptables-restore /data/nat.rules && exec bkref-node "$@"'
+            self._create(b, ["-c", entry, "--", *argv], entrypoint="sh")
+        self._wait_registered(self.bookies, {}, timeout=90)
+
+    def _create(self, node: str, command: list[str], entrypoint: str | None = None) -> None:
+        data = self.directory / node / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        env = {PLANT_ENV: ",".join(self.plant)} if self.plant and node in self.bookies else {}
+        self.containers[node] = self.docker.run(
+            IMAGE,
+            command,
+            name=f"{self.network_name}-{node}",
+            hostname=node,
+            detach=True,
+            networks=[self.network_name],
+            ip=self.ip(node),
+            volumes=[(str(data), "/data")],
+            labels={LABEL: self.run_id},
+            cap_add=["NET_ADMIN"],
+            sysctl={"net.ipv4.conf.all.route_localnet": "1"},
+            envs=env,
+            entrypoint=entrypoint,
+        )
+
+    def _write_zookeeper(self, z: str) -> None:
+        data = self.directory / z / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        servers = "\n".join(
+            f"server.{other[2:]}={self.ip(other)}:2888:3888" for other in self.zookeepers
+        )
+        (data / "zoo.cfg").write_text(
+            "tickTime=500\ninitLimit=20\nsyncLimit=10\ndataDir=/data/zk\nclientPort=2181\n"
+            "4lw.commands.whitelist=*\n" + servers + "\n"
+        )
+
+    def _bookie_config(self, b: str, root: str) -> BookieConfig:
+        return BookieConfig.from_dict(
+            {
+                "bookiePort": self.ports[b],
+                "journalDirectory": f"{root}/journal",
+                "ledgerDirectories": [f"{root}/ledgers"],
+                "zkServers": self.zk_connect,
+                "zkLedgersRootPath": ZK_ROOT,
+                "rack": f"/rack-{self.bookies.index(b)}",
+                **bookie_settings(self.autorecovery),
+            }
+        )
+
+    def _write_bookie(self, b: str) -> None:
+        data = self.directory / b / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        (data / "bookie.toml").write_text(self._bookie_config(b, "/data").to_toml())
+        # The same bookie as the host sees it, for dumping its data after the run.
+        (self.directory / b / "bookie.toml").write_text(self._bookie_config(b, str(data)).to_toml())
+        rules = ["*nat"]
+        rules.append(
+            f"-A PREROUTING -i eth0 -p tcp --dport {self.ports[b]} "
+            f"-j DNAT --to-destination 127.0.0.1:{self.ports[b]}"
+        )
+        for other, port in self.ports.items():
+            if other != b:
+                rules.append(
+                    f"-A OUTPUT -d 127.0.0.1/32 -p tcp --dport {port} "
+                    f"-j DNAT --to-destination {self.ip(other)}:{port}"
+                )
+        rules.append(f"-A POSTROUTING -o eth0 -s 127.0.0.1/32 -j SNAT --to-source {self.ip(b)}")
+        rules.append("COMMIT")
+        (data / "nat.rules").write_text("\n".join(rules) + "\n")
+
+    def _engine_iptables(self, *args: str) -> str:
+        return _sh(["ip", "netns", "exec", self.engine.netns, "iptables", "-t", "nat", *args])
+
+    def _engine_nat(self) -> None:
+        """In the engine's namespace: 127.0.0.1:<port of a bookie> goes to its container."""
+        _sh(["ip", "netns", "exec", self.engine.netns, "sysctl", "-qw",
+             "net.ipv4.conf.all.route_localnet=1"])  # fmt: skip
+        self._engine_iptables("-N", self.chain)
+        self._engine_iptables("-I", "OUTPUT", "-j", self.chain)
+        self._engine_iptables("-I", "POSTROUTING", "-o", self.bridge, "-s", "127.0.0.1/32",
+                              "-j", "SNAT", "--to-source", self.gateway)  # fmt: skip
+        for b, port in self.ports.items():
+            self._engine_iptables("-A", self.chain, "-d", "127.0.0.1/32", "-p", "tcp",
+                                  "--dport", str(port), "-j", "DNAT",
+                                  "--to-destination", f"{self.ip(b)}:{port}")  # fmt: skip
+
+    def _drop_engine_nat(self) -> None:
+        with contextlib.suppress(DockerBackendError):
+            self._engine_iptables("-D", "OUTPUT", "-j", self.chain)
+        with contextlib.suppress(DockerBackendError):
+            self._engine_iptables("-D", "POSTROUTING", "-o", self.bridge, "-s", "127.0.0.1/32",
+                                  "-j", "SNAT", "--to-source", self.gateway)  # fmt: skip
+        with contextlib.suppress(DockerBackendError):
+            self._engine_iptables("-F", self.chain)
+            self._engine_iptables("-X", self.chain)
+
+    # ------------------------------------------------------------ registration
+
+    def _registered(self, names: list[str]) -> dict[str, int]:
+        admin = self._admin
+        assert admin is not None
+        out: dict[str, int] = {}
+        for name in names:
+            bid = f"127.0.0.1:{self.ports[name]}"
+            for path in (layout.available(ZK_ROOT), layout.readonly(ZK_ROOT)):
+                stat = admin.exists(f"{path}/{bid}")
+                if stat is not None:
+                    out[name] = int(stat.ephemeralOwner)
+        return out
+
+    def _wait_registered(self, names: list[str], stale: dict[str, int], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            owners = self._registered(names)
+            missing = [n for n in names if owners.get(n) in (None, stale.get(n))]
+            if not missing:
+                return
+            for name in missing:
+                state = self.docker.container.inspect(self.containers[name]).state
+                if not state.running:
+                    tail = self.docker.container.logs(self.containers[name], tail=8)
+                    if state.exit_code == COOKIE_EXIT:
+                        self._out.add(name)
+                        raise NodeRefusedError(f"{name} refused to start:\n{tail}")
+                    raise DockerBackendError(
+                        f"{name} exited with status {state.exit_code} while starting:\n{tail}"
+                    )
+            if time.monotonic() > deadline:
+                raise DockerBackendError(f"{missing} did not register within {timeout:.0f} s")
+            time.sleep(0.2)
+
+    # ------------------------------------------------------------ faults
+
+    def _container(self, node: str) -> Container:
+        if node not in self.containers:
+            raise ValueError(f"no such node {node!r}; nodes: {self.network}")
+        return self.containers[node]
+
+    def kill(self, node: str) -> None:
+        c = self._container(node)
+        with self._lock:
+            if node in self._paused:
+                self.docker.container.unpause(c)
+                self._paused.discard(node)
+        with contextlib.suppress(DockerException):  # already down
+            self.docker.container.kill(c)
+        self.docker.container.inspect(c)  # waits for the engine to see it stop
+
+    def start(self, node: str) -> None:
+        c = self._container(node)
+        if node in self._out:
+            raise NodeRefusedError(f"{node} refused to start earlier and stays down")
+        if self.docker.container.inspect(c).state.running:
+            return
+        stale = self._registered([node]) if node in self.ports else {}
+        self.docker.container.start(c)
+        self._apply(node)
+        if node in self.ports:
+            self._wait_registered([node], stale, timeout=60)
+
+    def pause(self, node: str) -> None:
+        c = self._container(node)
+        with self._lock:
+            if node not in self._paused and self.docker.container.inspect(c).state.running:
+                self.docker.container.pause(c)
+                self._paused.add(node)
+
+    def resume(self, node: str) -> None:
+        c = self._container(node)
+        with self._lock:
+            if node in self._paused:
+                with contextlib.suppress(DockerException):
+                    self.docker.container.unpause(c)
+                self._paused.discard(node)
+
+    def _in_node(self, node: str, *argv: str) -> None:
+        """Run a command in a running container's network namespace (from the host)."""
+        pid = self.docker.container.inspect(self._container(node)).state.pid
+        if not pid:
+            return  # down: its rules are applied when it starts again
+        _sh(["nsenter", "-t", str(pid), "-n", *argv])
+
+    def _apply(self, node: str) -> None:
+        self._in_node(node, "iptables", "-F", "INPUT")
+        for other in sorted(self._grudge.get(node, frozenset())):
+            self._in_node(node, "iptables", "-A", "INPUT", "-s", self.ip(other), "-j", "DROP")
+
+    def partition(self, grudge: Mapping[str, frozenset[str]]) -> None:
+        unknown = (set(grudge) | set().union(*grudge.values())) - set(self.network)
+        if unknown:
+            raise ValueError(f"cannot partition {sorted(unknown)}; nodes: {self.network}")
+        self._grudge = dict(grudge)
+        for node in self.network:
+            self._apply(node)
+
+    def heal(self) -> None:
+        self._grudge = {}
+        for node in self.network:
+            self._apply(node)
+        for node in sorted(self._paused):
+            self.resume(node)
+
+    def lose_unsynced(self, node: str) -> None:
+        raise FaultNotSupportedError(
+            "the docker backend keeps bookie data on bind mounts of the host's filesystem, "
+            "not on lazyfs: it cannot drop unsynced writes; use --backend netns"
+        )
+
+    def corrupt(self, node: str, kind: str, rng: random.Random) -> str:
+        data = self.directory / node / "data"
+        if kind == "flip":
+            return disk.flip_bytes(data / "ledgers", rng)
+        self.kill(node)
+        if kind == "truncate":
+            return disk.truncate_tail(data / "journal", rng)
+        if kind == "wipe":
+            return disk.wipe([data / "journal", data / "ledgers"])
+        raise ValueError(f"unknown disk fault {kind!r}")
+
+    def run_client(self, fn: Callable[[], T]) -> T:
+        return run_in_netns(self.engine.netns, fn)
+
+    def logs(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for node, c in self.containers.items():
+            try:
+                text = str(self.docker.container.logs(c, tail=200))
+            except DockerException as e:
+                text = f"(no logs: {e})"
+            out[node] = text
+        return out
+
+    def bookie_configs(self) -> dict[str, Path]:
+        return {b: self.directory / b / "bookie.toml" for b in self.bookies if b in self.containers}
+
+    # ------------------------------------------------------------ teardown
+
+    def teardown(self) -> None:
+        """Remove every container, the network and the engine's rules; all steps run."""
+        errors: list[str] = []
+        if self._admin is not None:
+            admin = self._admin
+            with contextlib.suppress(Exception):
+                self.run_client(lambda: (admin.stop(), admin.close()))
+            self._admin = None
+        for node, c in self.containers.items():
+            try:
+                text = str(self.docker.container.logs(c))
+                (self.directory / node / "container.log").write_text(text)
+            except (DockerException, OSError) as e:
+                errors.append(f"logs of {node}: {e}")
+        errors += remove_run(self.docker, self.run_id)
+        self._drop_engine_nat()
+        if self._started_engine:
+            self.engine.stop()
+        if errors:
+            raise DockerBackendError("teardown was incomplete: " + "; ".join(errors))
+
+
+def remove_run(docker: DockerClient, run_id: str | None = None) -> list[str]:
+    """Remove the containers and networks of one run (all runs: None); returns errors."""
+    errors: list[str] = []
+    label = f"{LABEL}={run_id}" if run_id else LABEL
+    for c in docker.container.list(all=True, filters={"label": label}):
+        try:
+            docker.container.remove(c, force=True, volumes=True)
+        except DockerException as e:
+            errors.append(f"remove {c.name}: {e}")
+    for n in docker.network.list(filters={"label": label}):
+        try:
+            docker.network.remove(n)
+        except DockerException as e:
+            errors.append(f"remove network {n.name}: {e}")
+    return errors
+
+
+def cleanup(engine: DockerEngine | None = None) -> list[str]:
+    """What `bkref campaign cleanup` removes for Docker: every run's containers, the engine."""
+    engine = engine or DockerEngine()
+    if not engine.status().running:
+        return engine.stop() if engine.pid() is not None else []
+    docker = engine.client()
+    names = [c.name for c in docker.container.list(all=True, filters={"label": LABEL})]
+    errors = remove_run(docker)
+    return [f"container {n}" for n in names] + errors + engine.stop()
