@@ -97,6 +97,8 @@ class Config:
     wipes: int = 0  # restarts with a wiped disk
     autorecovery: bool = False  # auditor and replication workers
     workers: int = 1
+    # The auditor's periodic ledger check: it marks live bookies that miss entries.
+    periodic_check: bool = False
     elections: int = 0  # auditor session losses (each followed by a new election)
     toggles: int = 0  # times the operator may disable autorecovery (re-enabling is fair)
     mutants: frozenset[str] = field(default_factory=frozenset)
@@ -156,6 +158,8 @@ class Config:
             parts.append("no restarts")
         if self.autorecovery:
             parts.append(f"auditor and {self.workers} worker(s)")
+        if self.periodic_check:
+            parts.append("periodic ledger check")
         if self.liveness:
             parts.append(f"liveness: {self.liveness}")
         if not self.reduce_dead_requests:

@@ -104,6 +104,18 @@ CONFIGS: dict[str, Config] = {
             description="two workers racing for the closed ledger's lock and two auditor "
             "candidates in an election: two crashes, a session loss, autorecovery off and on",
         ),
+        replace(
+            _C,
+            name="live-check",
+            writer_ledger_created=True,
+            first_entry_confirmed=False,
+            closed_ledgers=0,
+            crashes=0,
+            periodic_check=True,
+            liveness="fully-replicated",
+            description="liveness: the periodic check repairs a replica lost without a "
+            "bookie loss (the writer closes before its third add lands)",
+        ),
     )
 }
 

@@ -190,7 +190,8 @@ def AllClosedLedgersRepairedWhenQuiescent(cfg: Config, s: State) -> bool:
     still name a lost bookie, and each entry must be on Wq live bookies of
     its write set if it had them when the ledger closed (entries closed at
     exactly Aq, whose other adds were lost, are topped up only by the
-    periodic check, which is not modelled: for them Aq). A violation means
+    periodic check, whose liveness goal is ``EventuallyFullyReplicated``:
+    for them Aq). A violation means
     the auditor or a worker dropped a repair: the ledger stays degraded while
     everyone thinks it is healthy.
     """
@@ -304,7 +305,28 @@ def EventuallyRepaired(cfg: Config, s: State) -> bool:
     )
 
 
+def EventuallyFullyReplicated(cfg: Config, s: State) -> bool:
+    """Goal: every ledger is CLOSED and each entry is on every live bookie of its write set.
+
+    With the periodic check, a replica lost without a bookie loss (an entry
+    missing on a live bookie) is found and repaired; without it, nothing
+    ever notices.
+    """
+    for ledger, status in enumerate(s.meta_status):
+        if status == NONE:
+            continue
+        if status != CLOSED:
+            return False
+        segs = s.meta_segments[ledger]
+        for e in range(s.meta_last[ledger] + 1):
+            for b in bookies_of(write_set(cfg, segs, e)):
+                if s.b_up[b] != UP or not _stored(s, b, ledger) & bit(e):
+                    return False
+    return True
+
+
 GOALS: dict[str, Invariant] = {
     "ledger-closed": EventuallyLedgerClosed,
     "repaired": EventuallyRepaired,
+    "fully-replicated": EventuallyFullyReplicated,
 }

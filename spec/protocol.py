@@ -7,7 +7,8 @@ and recovery by another client (OPEN -> IN_RECOVERY, fencing LAC reads,
 recovery reads that also fence, quorum coverage, write-back with recovery
 adds, recovery ensemble changes, close by CAS). Beside it, closed ledgers and
 AutoRecovery: the elected auditor marks the ledgers of a lost bookie as
-under-replicated, a replication worker locks a ledger, copies the closed
+under-replicated (and, with ``cfg.periodic_check``, the ledgers whose
+live bookies miss entries), a replication worker locks a ledger, copies the closed
 segments of the lost bookie to its own bookie, swaps the ensemble by CAS and
 deletes the task with a version check; an open last segment is fenced
 through recovery before it is replicated. The environment crashes and
@@ -26,8 +27,7 @@ time (the grace period before fencing an open ledger is any interleaving);
 responses in flight (a bookie's answer reaches the client in the step that
 handles the request, or is lost there: a delayed answer is the same as a
 later handling of the request, for every decision the clients make);
-the auditor's periodic check of entries present on live bookies (the
-seed's open question); recovery aborts (a recovery client with a missing
+recovery aborts (a recovery client with a missing
 response waits and retries instead). Messages are unordered: every in-flight
 message is deliverable.
 
@@ -949,6 +949,32 @@ def auditor_marks_ledgers_of_lost_bookies(cfg: Config, s: State) -> State | None
     return s._replace(meta_task=tuple(tasks), au_stale=0)
 
 
+def auditor_checks_ledger_replicas(cfg: Config, s: State, ledger: int) -> State | None:
+    """The auditor's periodic check of a closed ledger: it marks live bookies that miss entries.
+
+    Key points: the seed's open question "periodically check ledgers are
+    available"; only with ``cfg.periodic_check``, by the elected auditor with
+    AutoRecovery enabled. It reads from each live bookie of each segment the
+    entries of its write sets; a bookie lacking one, or not answering (lost),
+    is added to the ledger's task (ENTRIES_MISSING) with a new version. A replica lost without a
+    bookie loss (an add that never arrived before the close) is found only
+    this way. Bookies already listed are not marked again.
+    """
+    if not cfg.periodic_check or auditor_node(s) < 0 or not s.meta_autorecovery:
+        return None
+    if s.meta_status[ledger] != CLOSED:
+        return None
+    version, lost = s.meta_task[ledger]
+    missing = 0
+    for idx, (_f, ens) in enumerate(s.meta_segments[ledger]):
+        for b in ens:
+            if s.b_up[b] != UP or missing_entries(cfg, s, ledger, idx, b):
+                missing |= bit(b)  # a lost bookie cannot answer the check's reads either
+    if not missing & ~lost:
+        return None
+    return s._replace(meta_task=set_at(s.meta_task, ledger, (version + 1, lost | missing)))
+
+
 def auditor_loses_session(cfg: Config, s: State) -> State | None:
     """The auditor's ZooKeeper session expires: its leader znode goes, and it stops auditing.
 
@@ -988,12 +1014,33 @@ def node_wins_auditor_election(cfg: Config, s: State, node: int) -> State | None
 # ================================================================== WORKER ACTIONS
 
 
-def _segment_needs_repair(s: State, ledger: int, idx: int) -> int:
-    """A lost (not live) bookie of the segment's ensemble, or -1."""
-    for b in s.meta_segments[ledger][idx][1]:
+def _segment_needs_repair(cfg: Config, s: State, ledger: int, idx: int) -> int:
+    """A lost (not live) bookie of the segment's ensemble, or -1.
+
+    With the periodic check, also a live bookie of a closed segment that its
+    task lists and that misses entries of the segment (ENTRIES_MISSING).
+    """
+    ens = s.meta_segments[ledger][idx][1]
+    for b in ens:
         if s.b_up[b] != UP:
             return b
+    if cfg.periodic_check and segment_is_closed(s, ledger, idx):
+        listed = s.meta_task[ledger][1]
+        for b in ens:
+            if listed & bit(b) and missing_entries(cfg, s, ledger, idx, b):
+                return b
     return -1
+
+
+def missing_entries(cfg: Config, s: State, ledger: int, idx: int, b: int) -> int:
+    """Entries of segment ``idx`` that ``b`` should hold (its write sets) but does not."""
+    segs = s.meta_segments[ledger]
+    held = _stored(s, b, ledger)
+    out = 0
+    for e in range(segs[idx][0], segment_end(s, cfg, ledger, idx) + 1):
+        if write_set(cfg, segs, e) & bit(b) and not held & bit(e):
+            out |= bit(e)
+    return out
 
 
 def worker_acquires_ledger_lock(cfg: Config, s: State, w: int, ledger: int) -> State | None:
@@ -1032,7 +1079,7 @@ def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int) -> State | N
         "replicate-open-segment-without-fencing" not in cfg.mutants or s.meta_status[ledger] == NONE
     ):
         return None
-    lost = _segment_needs_repair(s, ledger, idx)
+    lost = _segment_needs_repair(cfg, s, ledger, idx)
     ens = s.meta_segments[ledger][idx][1]
     if lost < 0 or bookie in ens:
         return None
@@ -1089,7 +1136,7 @@ def worker_fences_open_ledger(cfg: Config, s: State, w: int) -> State | None:
     if ledger != cfg.writer_ledger or pending is not None:
         return None
     last = len(s.meta_segments[ledger]) - 1
-    if s.meta_status[ledger] != OPEN or _segment_needs_repair(s, ledger, last) < 0:
+    if s.meta_status[ledger] != OPEN or _segment_needs_repair(cfg, s, ledger, last) < 0:
         return None
     return s._replace(
         rc_requested=1,
@@ -1106,7 +1153,9 @@ def worker_verifies_ledger_replicated(cfg: Config, s: State, w: int) -> State | 
     bookie, ledger, tv, pending = s.wk[w]
     if ledger < 0 or pending is not None:
         return None
-    if any(_segment_needs_repair(s, ledger, i) >= 0 for i in range(len(s.meta_segments[ledger]))):
+    if any(
+        _segment_needs_repair(cfg, s, ledger, i) >= 0 for i in range(len(s.meta_segments[ledger]))
+    ):
         return None
     return s._replace(wk=set_at(s.wk, w, (bookie, ledger, tv, VERIFIED)))
 
@@ -1360,6 +1409,9 @@ def next_states(cfg: Config, s: State) -> list[Step]:
     # auditor and workers
     if cfg.autorecovery:
         emit(auditor_marks_ledgers_of_lost_bookies)
+        if cfg.periodic_check:
+            for lg in range(cfg.ledgers):
+                emit(auditor_checks_ledger_replicas, lg)
         emit(auditor_loses_session)
         for node in range(len(s.au_leads)):
             emit(node_wins_auditor_election, node)
@@ -1423,6 +1475,7 @@ ACTIONS: tuple[Callable[..., State | None], ...] = (
     recovery_client_resends_add,
     recovery_client_closes_ledger,
     auditor_marks_ledgers_of_lost_bookies,
+    auditor_checks_ledger_replicas,
     auditor_loses_session,
     node_wins_auditor_election,
     worker_acquires_ledger_lock,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from spec.configs import CONFIGS
 from spec.liveness import check_liveness, strongly_connected_components
 
@@ -40,3 +42,17 @@ def test_under_replication_is_eventually_repaired_under_weak_fairness() -> None:
 def test_without_fairness_repair_may_never_happen() -> None:
     r = check_liveness(CONFIGS["live-c"], "repaired", fair=False)
     assert not r.holds
+
+
+def test_the_periodic_check_repairs_a_replica_lost_without_a_bookie_loss() -> None:
+    r = check_liveness(CONFIGS["live-check"], "fully-replicated")
+    assert r.holds, r.reason
+    assert "auditor_checks_ledger_replicas" in r.fair_actions
+
+
+def test_without_the_periodic_check_a_missing_replica_stays_missing() -> None:
+    cfg = replace(CONFIGS["live-check"], periodic_check=False)
+    r = check_liveness(cfg, "fully-replicated")
+    assert not r.holds
+    # The writer closed with its third add undelivered: a bookie of the ensemble misses e0.
+    assert r.prefix[-1].action == "writer_closes_ledger"
