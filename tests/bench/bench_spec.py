@@ -11,7 +11,7 @@ TITLE = "Spec model checker: exhaustive BFS per named config"
 
 
 def run(quick: bool) -> str:
-    names = ["a-short", "b-short", "c-short"] if quick else ["a", "b", "c"]
+    names = ["a-short", "b-short", "c-short"] if quick else ["a", "b", "c", "c-workers"]
     rows = [
         "| config | bounds | distinct states | explored | depth | seconds | distinct states/s |",
         "|---|---|---:|---:|---:|---:|---:|",
