@@ -106,7 +106,7 @@ crosshair: setup
 
 # Exhaustive checks of the full named configs (a, b, c): minutes each, not part of `verify`.
 spec-check: setup
-	for c in a b c c-workers; do $(VENV)/bin/bkref spec check --config $$c || exit 1; done
+	for c in a b c c-workers a-dup; do $(VENV)/bin/bkref spec check --config $$c || exit 1; done
 
 verify: lint typecheck contracts crosshair bench-smoke docker-smoke
 	$(VENV)/bin/pytest -q -m 'not docker'

@@ -94,6 +94,14 @@ CONFIGS: dict[str, Config] = {
             "repaired (one crash, an auditor session loss, autorecovery off and on)",
         ),
         replace(
+            _A,
+            name="a-dup",
+            entries=1,
+            losses=0,
+            duplicates=1,
+            description="config a with a duplicated message instead of the loss",
+        ),
+        replace(
             _C,
             name="c-workers",
             writer=False,
