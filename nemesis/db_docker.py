@@ -424,10 +424,15 @@ class DockerBackend:
                 (self.directory / node / "container.log").write_text(text)
             except (DockerException, OSError) as e:
                 errors.append(f"logs of {node}: {e}")
-        errors += remove_run(self.docker, self.run_id)
-        self._drop_engine_nat()
-        if self._started_engine:
-            self.engine.stop()
+        for what, fn in (
+            ("remove containers", lambda: errors.extend(remove_run(self.docker, self.run_id))),
+            ("engine nat rules", self._drop_engine_nat),
+            ("stop the engine", self.engine.stop if self._started_engine else lambda: None),
+        ):
+            try:
+                fn()
+            except Exception as e:
+                errors.append(f"{what}: {type(e).__name__}: {e}")
         if errors:
             raise DockerBackendError("teardown was incomplete: " + "; ".join(errors))
 
@@ -436,12 +441,12 @@ def remove_run(docker: DockerClient, run_id: str | None = None) -> list[str]:
     """Remove the containers and networks of one run (all runs: None); returns errors."""
     errors: list[str] = []
     label = f"{LABEL}={run_id}" if run_id else LABEL
-    for c in docker.container.list(all=True, filters={"label": label}):
+    for c in docker.container.list(all=True, filters=[("label", label)]):
         try:
             docker.container.remove(c, force=True, volumes=True)
         except DockerException as e:
             errors.append(f"remove {c.name}: {e}")
-    for n in docker.network.list(filters={"label": label}):
+    for n in docker.network.list(filters=[("label", label)]):
         try:
             docker.network.remove(n)
         except DockerException as e:
@@ -455,6 +460,6 @@ def cleanup(engine: DockerEngine | None = None) -> list[str]:
     if not engine.status().running:
         return engine.stop() if engine.pid() is not None else []
     docker = engine.client()
-    names = [c.name for c in docker.container.list(all=True, filters={"label": LABEL})]
+    names = [c.name for c in docker.container.list(all=True, filters=[("label", LABEL)])]
     errors = remove_run(docker)
     return [f"container {n}" for n in names] + errors + engine.stop()
