@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,13 +25,19 @@ pytestmark = [
 ]
 
 
-def _engine() -> DockerEngine:
+@pytest.fixture
+def engine() -> Iterator[DockerEngine]:
     # A short directory of its own (containerd's sockets live under it); the backend
     # starts the engine and, having started it, stops it at teardown.
-    return DockerEngine(Path("/tmp") / f"bkref-dkc-{os.getpid()}")
+    engine = DockerEngine(Path("/tmp") / f"bkref-dkc-{os.getpid()}")
+    yield engine
+    engine.stop()
+    shutil.rmtree(engine.directory, ignore_errors=True)  # its images: a GB or so
 
 
-def test_short_docker_campaign_is_valid_and_leaves_the_host_as_it_was(tmp_path: Path) -> None:
+def test_short_docker_campaign_is_valid_and_leaves_the_host_as_it_was(
+    tmp_path: Path, engine: DockerEngine
+) -> None:
     # Seed 11 schedules a bookie's session expiry (cut from every ZooKeeper server)
     # and an isolated bookie: both by iptables inside the containers.
     spec = RunSpec(
@@ -39,7 +47,6 @@ def test_short_docker_campaign_is_valid_and_leaves_the_host_as_it_was(tmp_path: 
         bookies=3,
         workload=WorkloadSpec(),
     )
-    engine = _engine()
     before = host_network()
     backend = DockerBackend(tmp_path / "cluster", 3, engine=engine)
     result = run_once(spec, backend, tmp_path / "run", lambda _: None)
@@ -58,7 +65,7 @@ def test_short_docker_campaign_is_valid_and_leaves_the_host_as_it_was(tmp_path: 
     assert host_network() == before
 
 
-def test_a_planted_bug_is_caught_on_docker(tmp_path: Path) -> None:
+def test_a_planted_bug_is_caught_on_docker(tmp_path: Path, engine: DockerEngine) -> None:
     # repair-without-copy: AutoRecovery marks a ledger repaired without copying it.
     # Seed 1 kills bookies for longer than their session, so AutoRecovery repairs
     # (seed 5's single 3 s kill is shorter than the session: nothing to catch).
@@ -70,7 +77,6 @@ def test_a_planted_bug_is_caught_on_docker(tmp_path: Path) -> None:
         workload=WorkloadSpec(),
         plant=("repair-without-copy",),
     )
-    engine = _engine()
     backend = DockerBackend(tmp_path / "cluster", 4, engine=engine, plant=spec.plant)
     result = run_once(spec, backend, tmp_path / "run", lambda _: None)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,7 @@ def test_engine_runs_in_its_own_namespace_and_leaves_the_host_as_it_was() -> Non
         assert (Path("/run/netns") / engine.netns).exists()
     finally:
         engine.stop()
+        shutil.rmtree(directory, ignore_errors=True)
     assert not engine.status().running
     assert not (Path("/run/netns") / engine.netns).exists()
     assert not any((h / CGROUP_PARENT).exists() for h in CGROUP_ROOT.iterdir())

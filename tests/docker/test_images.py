@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,6 +41,7 @@ def engine() -> Iterator[DockerEngine]:
         yield engine
     finally:
         engine.stop()
+        shutil.rmtree(engine.directory, ignore_errors=True)  # its images: a GB or so
 
 
 @pytest.mark.docker
