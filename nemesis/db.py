@@ -21,11 +21,15 @@ import random
 import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from impl.cluster.local import ClusterError, LocalCluster
 from impl.cluster.process import log_tail
+from impl.meta import layout
 from nemesis import disk
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
 
 T = TypeVar("T")
 
@@ -229,3 +233,18 @@ class LocalBackend:
 
     def bookie_configs(self) -> dict[str, Path]:
         return {f"bookie-{b.index}": b.config_path for b in self.cluster.bookies}
+
+
+def registration_owners(
+    admin: KazooClient, root: str, ports: Mapping[str, int], names: list[str]
+) -> dict[str, int]:
+    """The session that registered each of ``names`` (bookies serving 127.0.0.1:<port>),
+    writable or read-only; a name is missing while its bookie is not registered."""
+    out: dict[str, int] = {}
+    for name in names:
+        bid = f"127.0.0.1:{ports[name]}"
+        for path in (layout.available(root), layout.readonly(root)):
+            stat = admin.exists(f"{path}/{bid}")
+            if stat is not None:
+                out[name] = int(stat.ephemeralOwner)
+    return out

@@ -42,9 +42,14 @@ from python_on_whales.exceptions import DockerException
 from impl.bookie.config import BookieConfig
 from impl.cluster.netns import run_in_netns
 from impl.core.planted import ENV as PLANT_ENV
-from impl.meta import layout
 from nemesis import disk
-from nemesis.db import BOOKIE_SESSION_MS, FaultNotSupportedError, NodeRefusedError, bookie_settings
+from nemesis.db import (
+    BOOKIE_SESSION_MS,
+    FaultNotSupportedError,
+    NodeRefusedError,
+    bookie_settings,
+    registration_owners,
+)
 from nemesis.docker_engine import DockerEngine
 from nemesis.docker_images import IMAGE, build
 
@@ -272,16 +277,8 @@ class DockerBackend:
     # ------------------------------------------------------------ registration
 
     def _registered(self, names: list[str]) -> dict[str, int]:
-        admin = self._admin
-        assert admin is not None
-        out: dict[str, int] = {}
-        for name in names:
-            bid = f"127.0.0.1:{self.ports[name]}"
-            for path in (layout.available(ZK_ROOT), layout.readonly(ZK_ROOT)):
-                stat = admin.exists(f"{path}/{bid}")
-                if stat is not None:
-                    out[name] = int(stat.ephemeralOwner)
-        return out
+        assert self._admin is not None
+        return registration_owners(self._admin, ZK_ROOT, self.ports, names)
 
     def _wait_registered(self, names: list[str], stale: dict[str, int], timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -58,9 +58,8 @@ from impl.cluster.netns import run_in_netns
 from impl.cluster.process import log_tail, pid_alive, runs_with, stop_pid, write_state
 from impl.cluster.zookeeper import ZooKeeperEnsemble, ZooKeeperError
 from impl.core.planted import ENV as PLANT_ENV
-from impl.meta import layout
 from nemesis import disk
-from nemesis.db import BOOKIE_SESSION_MS, NodeRefusedError, bookie_settings
+from nemesis.db import BOOKIE_SESSION_MS, NodeRefusedError, bookie_settings, registration_owners
 from nemesis.lazyfs import LazyMount
 from nemesis.netns import (
     NamespaceNetwork,
@@ -288,14 +287,7 @@ class NamespaceBackend:
 
     def _registered(self, names: list[str]) -> dict[str, int]:
         assert self._admin is not None
-        out: dict[str, int] = {}
-        for name in names:
-            bid = f"127.0.0.1:{self.ports[name]}"
-            for path in (layout.available(ZK_ROOT), layout.readonly(ZK_ROOT)):
-                stat = self._admin.exists(f"{path}/{bid}")
-                if stat is not None:
-                    out[name] = int(stat.ephemeralOwner)
-        return out
+        return registration_owners(self._admin, ZK_ROOT, self.ports, names)
 
     def _wait_registered(self, names: list[str], stale: dict[str, int], timeout: float) -> None:
         deadline = time.monotonic() + timeout
