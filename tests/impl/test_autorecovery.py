@@ -351,6 +351,20 @@ async def _ledger_on(
     raise AssertionError(f"no ensemble with {must} and without {avoid} in 50 tries")
 
 
+async def _lost_ledger(
+    bk: BookKeeper, cluster: LocalCluster, store: ZkMetadataStore, urm: UnderreplicationManager
+) -> tuple[dict[int, list[bytes]], int]:
+    """A closed ledger of 50 entries on bookie 0 and not on bookie 3; bookie 0 is then
+    lost and the ledger marked under-replicated."""
+    ids = [b.bookie_id for b in cluster.bookies]
+    urm.ensure_layout()
+    ledger = await _ledger_on(bk, store, ids[0], {ids[3]}, 50)
+    lid = next(iter(ledger))
+    await asyncio.to_thread(_lose, cluster, store, ids[0])
+    urm.mark(lid, {ids[0]: Reason.LOST}, 1)
+    return ledger, lid
+
+
 async def _holds_any(bk: BookKeeper, bookie: str, lid: int, entries: int) -> bool:
     for e in range(entries):
         resp = await bk.request(bookie, functools.partial(_read, lid, e))
@@ -418,11 +432,7 @@ def test_repair_slots_bound_concurrent_copies_per_bookie(
 
     async def go() -> None:
         async with BookKeeper(cluster.zk_hosts) as bk, BookKeeper(cluster.zk_hosts) as bk1:
-            urm.ensure_layout()
-            ledger = await _ledger_on(bk, store, ids[0], {ids[3]}, 50)
-            lid = next(iter(ledger))
-            await asyncio.to_thread(_lose, cluster, store, ids[0])
-            urm.mark(lid, {ids[0]: Reason.LOST}, 1)
+            ledger, lid = await _lost_ledger(bk, cluster, store, urm)
             before = store.read_ledger(lid)
             held = urm.slot(ids[3], "another repair", 1)
             assert held.acquire(blocking=False)
@@ -843,11 +853,7 @@ def test_a_lock_left_by_a_failed_unlock_never_keeps_the_ledger_from_repair(
             BookKeeper(cluster.zk_hosts) as bk1,
             BookKeeper(cluster.zk_hosts) as bk2,
         ):
-            urm.ensure_layout()
-            ledger = await _ledger_on(bk, store, ids[0], {ids[3]}, 50)
-            lid = next(iter(ledger))
-            await asyncio.to_thread(_lose, cluster, store, ids[0])
-            urm.mark(lid, {ids[0]: Reason.LOST}, 1)
+            ledger, lid = await _lost_ledger(bk, cluster, store, urm)
             flaky = _UnlockFailsOnce(bk1.meta.zk, bk1.root)
             w1 = ReplicationWorker(bk1, flaky, "worker-1", ids[3], WorkerConfig())
             w2 = _worker(bk2, ids[4])
@@ -888,11 +894,7 @@ def test_repair_slots_left_by_failed_releases_are_reaped_by_their_session(
             BookKeeper(cluster.zk_hosts) as bk1,
             BookKeeper(cluster.zk_hosts) as bk2,
         ):
-            urm.ensure_layout()
-            ledger = await _ledger_on(bk, store, ids[0], {ids[3]}, 50)
-            lid = next(iter(ledger))
-            await asyncio.to_thread(_lose, cluster, store, ids[0])
-            urm.mark(lid, {ids[0]: Reason.LOST}, 1)
+            _, lid = await _lost_ledger(bk, cluster, store, urm)
             # The leaking worker's own bookie is in the ensemble: it cannot take the copy.
             member = sorted(store.read_ledger(lid)[0].bookies() - {ids[0]})[0]
             leaker = _worker(bk1, member, slots_per_bookie=2)
