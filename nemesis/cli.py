@@ -87,6 +87,14 @@ def _parser() -> argparse.ArgumentParser:
         "longer ledgers stay open longer, which widens the window of faults on open ledgers",
     )
     p.add_argument(
+        "--fault-length",
+        default="1,6",
+        metavar="MIN,MAX",
+        help="seconds each fault window lasts, drawn uniformly (default 1,6); a bookie "
+        "killed for longer than its ZooKeeper session (4 s) is lost to the auditor and "
+        "repaired by AutoRecovery; session expiries last at least the session plus 4 s",
+    )
+    p.add_argument(
         "--quorum",
         default=None,
         help=(
@@ -163,6 +171,16 @@ def _quorum(text: str | None, faults: tuple[str, ...]) -> tuple[int, int, int]:
     return e, wq, aq
 
 
+def _fault_length(text: str) -> tuple[float, float]:
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise ValueError(f"--fault-length wants MIN,MAX in seconds, got {text!r}")
+    low, high = float(parts[0]), float(parts[1])
+    if not 0 < low <= high:
+        raise ValueError(f"--fault-length needs 0 < MIN <= MAX, got {text}")
+    return low, high
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # SIGTERM tears down like Ctrl-C
 
@@ -186,6 +204,7 @@ def main(argv: list[str]) -> int:
             [f for f in args.faults.split(",") if f] if args.faults is not None else default
         )
         e, wq, aq = _quorum(args.quorum, faults)
+        fault_length = _fault_length(args.fault_length)
     except ValueError as err:
         console.print(f"bkref campaign: bad arguments: {err}")
         return 2
@@ -226,7 +245,14 @@ def main(argv: list[str]) -> int:
             console.rule(f"run {k + 1}/{args.runs}, seed {run_seed}, backend {backend_name}")
             ar = not args.no_autorecovery
             spec = RunSpec(
-                run_seed, args.time, faults, args.bookies, workload, plant, autorecovery=ar
+                run_seed,
+                args.time,
+                faults,
+                args.bookies,
+                workload,
+                plant,
+                autorecovery=ar,
+                fault_length=fault_length,
             )
             backend: ClusterBackend = (
                 NamespaceBackend(

@@ -42,12 +42,14 @@ EXERCISES: dict[str, Exercise] = {
     ),
     "repair-without-copy": Exercise(
         "kill",
-        why="bookies down longer than their session are repaired by AutoRecovery",
+        ("--fault-length", "8,12"),
+        why="bookies down for twice their session or more are repaired by AutoRecovery",
     ),
     "repair-open-segment-without-fence": Exercise(
         "expire",
-        ("--entries-per-ledger", "1500"),
-        why="an expired bookie is lost to the auditor while the writer still adds to it",
+        ("--entries-per-ledger", "100000"),
+        why="an expired bookie is lost to the auditor while the writer still adds to it "
+        "(ledgers outlive the run, so each one on the expired bookie is open at the repair)",
     ),
 }
 

@@ -96,6 +96,10 @@ class RunSpec:
     autorecovery: bool = True  # AutoRecovery in every bookie; replication checked after heal
     converge_timeout: float = 180.0  # seconds the cluster gets to repair after the heal
     interval: float = 4.0  # mean seconds between fault starts
+    # Seconds a fault window lasts, drawn uniformly (an expiry lasts at least the session
+    # timeout plus 4 s whatever this says). Kills longer than the session timeout are the
+    # ones AutoRecovery must repair.
+    fault_length: tuple[float, float] = (1.0, 6.0)
 
 
 @dataclass
@@ -312,6 +316,8 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
             clients=tuple(backend.clients),
             expire_length=backend.session_timeout + 4.0,
             mean_interval=spec.interval,
+            min_length=spec.fault_length[0],
+            max_length=spec.fault_length[1],
         ),
         rng.getrandbits(64),
     )

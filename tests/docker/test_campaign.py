@@ -67,8 +67,7 @@ def test_short_docker_campaign_is_valid_and_leaves_the_host_as_it_was(
 
 def test_a_planted_bug_is_caught_on_docker(tmp_path: Path, engine: DockerEngine) -> None:
     # repair-without-copy: AutoRecovery marks a ledger repaired without copying it.
-    # Seed 1 kills bookies for longer than their session, so AutoRecovery repairs
-    # (seed 5's single 3 s kill is shorter than the session: nothing to catch).
+    # Kills of 8-12 s outlive a bookie's 4 s session, so AutoRecovery repairs.
     spec = RunSpec(
         seed=1,
         duration=40.0,
@@ -76,11 +75,13 @@ def test_a_planted_bug_is_caught_on_docker(tmp_path: Path, engine: DockerEngine)
         bookies=4,
         workload=WorkloadSpec(),
         plant=("repair-without-copy",),
+        fault_length=(8.0, 12.0),
     )
     backend = DockerBackend(tmp_path / "cluster", 4, engine=engine, plant=spec.plant)
     result = run_once(spec, backend, tmp_path / "run", lambda _: None)
 
     assert result.error is None, result.error
+    assert max(n for _, n in result.under_replicated) > 0  # the auditor marked ledgers
     assert result.valid is False
     assert result.checks["replication"]["valid"] is False
     assert not engine.status().running

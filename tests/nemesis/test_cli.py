@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nemesis.cli import _quorum, main
+from nemesis.cli import _fault_length, _quorum, main
 
 
 @pytest.mark.parametrize(
@@ -17,6 +17,8 @@ from nemesis.cli import _quorum, main
         (["--faults", "meteor"], "unknown fault kind(s) ['meteor']"),
         (["--quorum", "2,3,2"], "need E >= Wq >= Aq >= 1"),
         (["--bookies", "2"], "need --runs >= 1, --bookies >= 3"),
+        (["--fault-length", "6"], "--fault-length wants MIN,MAX in seconds, got '6'"),
+        (["--fault-length", "8,2"], "--fault-length needs 0 < MIN <= MAX, got 8,2"),
     ],
 )
 def test_bad_arguments_exit_2_with_the_reason(
@@ -31,3 +33,8 @@ def test_quorum_defaults_to_wq_above_aq_when_a_disk_loses_synced_data() -> None:
     assert _quorum(None, ("kill", "pause")) == (3, 2, 2)
     assert _quorum(None, ("kill", "truncate")) == (3, 3, 2)
     assert _quorum("5,3,2", ("truncate",)) == (5, 3, 2)
+
+
+def test_fault_length_is_min_and_max_seconds() -> None:
+    assert _fault_length("1,6") == (1.0, 6.0)
+    assert _fault_length("8.5,8.5") == (8.5, 8.5)
