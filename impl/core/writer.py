@@ -252,7 +252,12 @@ class LedgerWriter:
             else:
                 self.state = WriterState.FENCED
                 self.error = (
-                    f"ledger {self.ledger_id} was {current.state.value} by another "
+                    f"ledger {self.ledger_id}: another client changed its open segment "
+                    f"(ensemble now {list(current.last_segment.ensemble)}); this writer "
+                    f"confirmed up to {self.lac} and will not close on metadata it did "
+                    "not write: recover the ledger (open with recovery) to close it"
+                    if current.state is LedgerState.OPEN
+                    else f"ledger {self.ledger_id} was {current.state.value} by another "
                     f"client (last entry {current.last_entry}); this writer "
                     f"confirmed up to {self.lac}"
                 )

@@ -387,10 +387,20 @@ def test_close_retries_when_a_replication_worker_rewrote_an_earlier_segment() ->
 
 def test_close_still_fails_when_another_client_changed_the_last_segment_or_state() -> None:
     md, digest = _two_segments()
-    for current in (
-        md.with_segment(5, ("b0", "b4", "b3")),  # not this writer's last segment
-        LedgerMetadata(
-            3, 2, 2, md.segments, md.digest_type, md.password_hash, state=LedgerState.IN_RECOVERY
+    for current, said in (
+        # not this writer's last segment
+        (md.with_segment(5, ("b0", "b4", "b3")), "changed its open segment (ensemble now"),
+        (
+            LedgerMetadata(
+                3,
+                2,
+                2,
+                md.segments,
+                md.digest_type,
+                md.password_hash,
+                state=LedgerState.IN_RECOVERY,
+            ),
+            "was IN_RECOVERY by another client",
         ),
     ):
         w = LedgerWriter(LEDGER, md, 3, digest)
@@ -401,6 +411,7 @@ def test_close_still_fails_when_another_client_changed_the_last_segment_or_state
         assert isinstance(done, CloseCompleted)
         assert not done.ok
         assert w.state is WriterState.FENCED
+        assert said in done.message
 
 
 @settings(max_examples=60, deadline=None)
