@@ -314,6 +314,14 @@ class Bookie:
     def _dispatch(self, req: AddReq | ReadRequest | ReadLacRequest, out: _Out) -> None:
         d = self.core.handle(req)
         if not d.records:
+            if d.read is not None and self._to_persist:
+                # The core has accepted adds this turn that storage has not applied yet.
+                # A read must see every add accepted before it (as BookKeeper's ledger
+                # storage takes an entry before the journal does): a fencing read that
+                # missed one answered "no such entry", and with Wq = Aq that negative let
+                # a recovery close the ledger before an entry its writer then saw
+                # acknowledged. So apply (and hand to the journal) what is pending now.
+                self._persist_batch()
             self._reply(d, out, None)
             return
         # Requests decoded in one event-loop turn are journaled as one append.
@@ -324,6 +332,8 @@ class Bookie:
 
     def _persist_batch(self) -> None:
         batch, self._to_persist = self._to_persist, []
+        if not batch:  # already persisted early, for a read (see _dispatch)
+            return
         assert self.storage is not None
         records = tuple(r for d, _ in batch for r in d.records)
 

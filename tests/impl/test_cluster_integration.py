@@ -591,3 +591,38 @@ def test_bookie_dump_lists_every_stored_entry_with_equal_digests_across_replicas
     for entry, copies in holders.items():
         assert set(copies) == {ensemble[entry % 3], ensemble[(entry + 1) % 3]}
         assert len(set(copies.values())) == 1  # the replicas hold the same bytes
+
+
+def test_a_read_sees_every_add_the_bookie_accepted_before_it(make_cluster: MakeCluster) -> None:
+    """Found by a lose-unsynced campaign (seed 3) on the correct code: a racing recovery
+    closed a ledger before three acknowledged entries. A bookie decoded a writer's add and
+    the recovery's fencing read of that entry in one event-loop turn; the add was accepted
+    (the fence came after it) but not yet applied to storage, so the read answered "no
+    such entry", and with Wq = Aq one negative ended the recovery; then the add's journal
+    write completed and it was acknowledged. Here the three requests arrive in one chunk."""
+    cluster = make_cluster(3)
+    host, port = cluster.bookies[0].bookie_id.split(":")
+    key = master_key(PW)
+    digest = Digest(DigestType.CRC32C, PW)
+    from impl.core.frames import FrameDecoder
+
+    for ledger, fence in ((900, True), (901, False)):
+        body = digest.sign(ledger, 0, -1, 1, b"x")
+        chunk = encode(AddRequest(1, ledger, 0, key, body))
+        if fence:  # as a recovery: fence by a LAC read, then a fencing read of the entry
+            chunk += encode(ReadLacRequest(2, ledger, fence=True, master_key=key))
+        chunk += encode(ReadRequest(3, ledger, 0, fence=fence, master_key=key if fence else b""))
+        replies: dict[int, object] = {}
+        decoder = FrameDecoder()
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(chunk)
+            while len(replies) < (3 if fence else 2):
+                data = s.recv(65536)
+                assert data, f"connection closed after {replies}"
+                replies.update((r.request_id, r) for r in decoder.feed(data))
+        add, read = replies[1], replies[3]
+        assert getattr(add, "status", None) is Status.OK, add
+        # The add was accepted before the read, so the read must see its entry.
+        assert isinstance(read, ReadResponse), read
+        assert read.status is Status.OK, (fence, read)
+        assert read.body == body
