@@ -11,11 +11,13 @@ follows random enabled actions instead, deeper than BFS can reach.
 
 from __future__ import annotations
 
+import gc
+import multiprocessing
 import random
 import sys
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -83,9 +85,56 @@ def check(
     keep_graph: bool = False,
     progress: TextIO | None = None,
     progress_every: float = 5.0,
+    workers: int = 1,
 ) -> Result:
-    """Breadth-first exhaustive check of every invariant; stops at the first violation."""
-    canon: Callable[[State], State] = canonical if symmetry else (lambda x: x)
+    """Breadth-first exhaustive check of every invariant; stops at the first violation.
+
+    With ``workers`` > 1, forked processes expand each large BFS layer (see
+    ``_expand``); the result is the same in every field, trace included.
+    """
+    # States are tuples of ints and tuples: no reference cycles for the cyclic
+    # collector to find, yet its passes over millions of live tuples cost a
+    # fifth of the run. It is off for the search and restored after.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _bfs(
+            cfg,
+            canon=canonical if symmetry else _identity,
+            max_states=max_states,
+            keep_graph=keep_graph,
+            progress=progress,
+            progress_every=progress_every,
+            workers=workers if workers > 1 and _can_fork() else 1,
+        )
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _identity(s: State) -> State:
+    return s
+
+
+def _can_fork() -> bool:
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+# A layer smaller than this is expanded in the checker's own process: forking
+# costs more than it saves.
+PARALLEL_MIN_LAYER = 4_000
+
+
+def _bfs(
+    cfg: Config,
+    *,
+    canon: Callable[[State], State],
+    max_states: int | None,
+    keep_graph: bool,
+    progress: TextIO | None,
+    progress_every: float,
+    workers: int,
+) -> Result:
     invariants = active_invariants(cfg)
     result = Result(config=cfg, skipped=tuple(sorted(cfg.skip_invariants)))
     started = time.monotonic()
@@ -103,25 +152,41 @@ def check(
     bad_index = 0 if bad else -1
     while frontier and bad is None:
         next_frontier: list[int] = []
-        for i in frontier:
-            s = states[i]
-            for label, t in next_states(cfg, s):
+        if workers > 1 and len(frontier) >= PARALLEL_MIN_LAYER:
+            expansions: Iterator[tuple[int, list[tuple[str, int | State, str | None]]]] = _expand(
+                cfg,
+                canon=canon,
+                invariants=invariants,
+                index=index,
+                states=states,
+                frontier=frontier,
+                workers=workers,
+            )
+        else:
+            expansions = ((i, []) for i in frontier)
+        for i, expanded in expansions:
+            # The successors of state i, in the order of next_states: in this
+            # process (an empty list), or from a worker (an index known before
+            # the layer, or a state new to the layer, with its verdict).
+            steps = expanded or [(label[0], t, "") for label, t in next_states(cfg, states[i])]
+            for name, t, verdict in steps:
                 explored += 1
-                c = canon(t)
-                j = index.get(c)
-                if j is None:
-                    j = len(states)
-                    index[c] = j
-                    states.append(c)
-                    parent.append(i)
-                    next_frontier.append(j)
-                    if keep_graph:
-                        edges.append([])
-                    bad = first_violation(cfg, c, invariants)
-                    if bad is not None:
-                        bad_index = j
+                if isinstance(t, int):
+                    j = t
+                else:
+                    c = canon(t) if verdict == "" else t
+                    j = index.setdefault(c, len(states))  # one hash of the state, not two
+                    if j == len(states):
+                        states.append(c)
+                        parent.append(i)
+                        next_frontier.append(j)
+                        if keep_graph:
+                            edges.append([])
+                        bad = first_violation(cfg, c, invariants) if verdict == "" else verdict
+                        if bad is not None:
+                            bad_index = j
                 if keep_graph:
-                    aid = action_ids.setdefault(label[0], len(action_ids))
+                    aid = action_ids.setdefault(name, len(action_ids))
                     edges[i].append((j, aid))
                 if bad_index >= 0:
                     break
@@ -166,6 +231,62 @@ def check(
             parent=parent,
         )
     return result
+
+
+# One expanded frontier state: per successor, in next_states order, the action
+# name and either the index of a state known before the layer, or the
+# canonical state (new to the layer) with its first violated invariant.
+Expanded = list[tuple[str, "int | State", "str | None"]]
+
+# What forked workers read: set before the pool forks, inherited copy-on-write.
+_LAYER: tuple[Config, Callable[[State], State], list[Invariant], dict[State, int], list[State]]
+
+
+def _expand(
+    cfg: Config,
+    *,
+    canon: Callable[[State], State],
+    invariants: list[Invariant],
+    index: dict[State, int],
+    states: list[State],
+    frontier: list[int],
+    workers: int,
+) -> Iterator[tuple[int, Expanded]]:
+    """Expand a BFS layer in ``workers`` forked processes, yielding in frontier order.
+
+    Each worker takes chunks of the frontier and does what costs: the
+    successors, their canonical forms, the look-up among the states known
+    before the layer (its forked copy of ``index``) and the invariants of
+    the others. The checker merges the chunks in frontier order, numbering
+    new states as a sequential run would: the same states, depths, counts
+    and traces. Only states new to the layer travel back (pickled).
+    """
+    global _LAYER  # noqa: PLW0603 - how a forked worker sees the layer
+    _LAYER = (cfg, canon, invariants, index, states)
+    size = max(500, len(frontier) // (workers * 16))
+    chunks = [frontier[k : k + size] for k in range(0, len(frontier), size)]
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        for chunk, expanded in zip(chunks, pool.imap(_expand_chunk, chunks), strict=True):
+            yield from zip(chunk, expanded, strict=True)
+
+
+def _expand_chunk(chunk: list[int]) -> list[Expanded]:
+    cfg, canon, invariants, index, states = _LAYER
+    out: list[Expanded] = []
+    fresh: dict[State, str | None] = {}  # new to the layer: verdict (one per state and chunk)
+    for i in chunk:
+        steps: Expanded = []
+        for label, t in next_states(cfg, states[i]):
+            c = canon(t)
+            j = index.get(c)
+            if j is not None:
+                steps.append((label[0], j, None))
+                continue
+            if c not in fresh:
+                fresh[c] = first_violation(cfg, c, invariants)
+            steps.append((label[0], c, fresh[c]))
+        out.append(steps)
+    return out
 
 
 def concrete_trace(

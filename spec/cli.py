@@ -1,7 +1,7 @@
 """Model-check the protocol spec: list configs and mutants, check, walk, liveness.
 
     bkref spec list
-    bkref spec check --config NAME [--mutant NAME] [--walk N --seed S] [--json]
+    bkref spec check --config NAME [--mutant NAME] [--workers N] [--walk N --seed S] [--json]
     bkref spec check --mutant NAME          (uses the config the mutant needs)
 
 Exit status: 0 when no invariant is violated (and liveness holds, where the
@@ -47,6 +47,13 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--walk", type=int, metavar="N", help="random walks of N actions in all")
     c.add_argument("--seed", type=int, default=0, help="seed of the random walks (default 0)")
     c.add_argument("--max-states", type=int, metavar="N", help="stop the BFS after N states")
+    c.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes expanding each large BFS layer (default 1; same result for every N)",
+    )
     c.add_argument("--no-symmetry", action="store_true", help="do not identify bookie renamings")
     c.add_argument("--no-liveness", action="store_true", help="skip the config's liveness goal")
     c.add_argument("--no-fairness", action="store_true", help="liveness without fairness")
@@ -135,7 +142,13 @@ def _check(args: argparse.Namespace) -> int:
             else:
                 print("no invariant violated")
         return 1 if w.violation else 0
-    r = check(cfg, symmetry=not args.no_symmetry, max_states=args.max_states, progress=progress)
+    r = check(
+        cfg,
+        symmetry=not args.no_symmetry,
+        max_states=args.max_states,
+        progress=progress,
+        workers=args.workers,
+    )
     if args.json:
         summary = _summary(r)
     else:

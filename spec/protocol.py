@@ -147,6 +147,28 @@ class State(NamedTuple):
 
 
 Label = tuple[str, tuple[object, ...]]  # action name and its arguments
+
+
+_FIELD_INDEX = {name: i for i, name in enumerate(State._fields)}
+
+
+def _replace_fast(self: State, /, **changes: object) -> State:
+    """``State._replace`` without the generic namedtuple machinery (2x faster).
+
+    Actions build every successor by ``_replace``, often several times; the
+    generic version pops every field name from a dict. Same result; an
+    unknown field raises ValueError as the generic one does.
+    """
+    values: list[object] = list(self)
+    for name, value in changes.items():
+        i = _FIELD_INDEX.get(name)
+        if i is None:
+            raise ValueError(f"Got unexpected field names: {[name]!r}")
+        values[i] = value
+    return tuple.__new__(State, values)
+
+
+setattr(State, "_replace", _replace_fast)  # noqa: B010 - a method, assigned after the class
 Step = tuple[Label, State]
 
 
@@ -166,22 +188,32 @@ def segment_index_of(segments: Segments, entry: int) -> int:
     return idx
 
 
+# Write sets by (E, Wq, ensemble, entry): asked for on most steps, of few distinct values.
+_WRITE_SETS: dict[tuple[int, int, tuple[int, ...], int], int] = {}
+
+
+def ensemble_write_set(cfg: Config, ens: tuple[int, ...], entry: int) -> int:
+    """Bookies (mask) of ``ens`` that store ``entry`` (round-robin striping)."""
+    key = (cfg.ensemble, cfg.write_quorum, ens, entry)
+    mask = _WRITE_SETS.get(key)
+    if mask is None:
+        mask = 0
+        for p in write_set_positions(entry, cfg.ensemble, cfg.write_quorum):
+            mask |= bit(ens[p])
+        if len(_WRITE_SETS) > 100_000:
+            _WRITE_SETS.clear()
+        _WRITE_SETS[key] = mask
+    return mask
+
+
 def write_set(cfg: Config, segments: Segments, entry: int) -> int:
     """Bookies (mask) that store ``entry`` according to ``segments``."""
-    ens = segments[segment_index_of(segments, entry)][1]
-    mask = 0
-    for p in write_set_positions(entry, cfg.ensemble, cfg.write_quorum):
-        mask |= bit(ens[p])
-    return mask
+    return ensemble_write_set(cfg, segments[segment_index_of(segments, entry)][1], entry)
 
 
 def last_ensemble_write_set(cfg: Config, segments: Segments, entry: int) -> int:
     """Write set of ``entry`` in the last segment's ensemble (where new writes go)."""
-    ens = segments[-1][1]
-    mask = 0
-    for p in write_set_positions(entry, cfg.ensemble, cfg.write_quorum):
-        mask |= bit(ens[p])
-    return mask
+    return ensemble_write_set(cfg, segments[-1][1], entry)
 
 
 def ensemble_mask(ens: tuple[int, ...]) -> int:
@@ -545,15 +577,13 @@ def writer_closes_ledger(cfg: Config, s: State) -> State | None:
 # ================================================================== BOOKIE ACTIONS
 
 
-def _handled(s: State, m: Msg, reply_lost: int) -> State | None:
-    """Consume request ``m``; a lost reply spends one message loss."""
+def _handled(s: State, m: Msg, reply_lost: int, **changes: object) -> State | None:
+    """Consume request ``m`` and apply ``changes``; a lost reply spends one message loss."""
     if reply_lost:
         if s.budget[B_LOSS] == 0:
             return None
-        return s._replace(
-            msgs=consume(s.msgs, m), budget=set_at(s.budget, B_LOSS, s.budget[B_LOSS] - 1)
-        )
-    return s._replace(msgs=consume(s.msgs, m))
+        changes["budget"] = set_at(s.budget, B_LOSS, s.budget[B_LOSS] - 1)
+    return _replace_fast(s, msgs=consume(s.msgs, m), **changes)
 
 
 def bookie_handles_add(cfg: Config, s: State, m: Msg, reply_lost: int) -> State | None:
@@ -568,22 +598,21 @@ def bookie_handles_add(cfg: Config, s: State, m: Msg, reply_lost: int) -> State 
     kind, b, e, lac, rec = m
     if kind != ADD or s.b_up[b] != UP:
         return None
-    t = _handled(s, m, reply_lost)
-    if t is None:
-        return None
     wl = cfg.writer_ledger
     synced, unsynced, fenced, b_lac = ledger_on(s, b, wl)
     ok = 1
     if fenced and not rec:
         ok = 0
+        t = _handled(s, m, reply_lost)
     else:
         if "ack-before-journal-sync" in cfg.mutants and not synced & bit(e):
             unsynced |= bit(e)
         else:
             synced |= bit(e)
-        t = t._replace(
-            b_ledgers=set_ledger_on(t, b, wl, (synced, unsynced, fenced, max(b_lac, lac)))
-        )
+        stored = (synced, unsynced, fenced, max(b_lac, lac))
+        t = _handled(s, m, reply_lost, b_ledgers=set_ledger_on(s, b, wl, stored))
+    if t is None:
+        return None
     if reply_lost:
         return t
     if rec:
@@ -609,12 +638,11 @@ def bookie_handles_fencing_lac_read(cfg: Config, s: State, m: Msg, reply_lost: i
     kind, b, _e, _a, _r = m
     if kind != FENCE or s.b_up[b] != UP:
         return None
-    t = _handled(s, m, reply_lost)
-    if t is None:
-        return None
     wl = cfg.writer_ledger
     synced, unsynced, _f, lac = ledger_on(s, b, wl)
-    t = t._replace(b_ledgers=set_ledger_on(t, b, wl, (synced, unsynced, 1, lac)))
+    t = _handled(s, m, reply_lost, b_ledgers=set_ledger_on(s, b, wl, (synced, unsynced, 1, lac)))
+    if t is None:
+        return None
     return t if reply_lost else recovery_client_receives_fencing_response(cfg, t, b, lac)
 
 
@@ -623,13 +651,13 @@ def bookie_handles_recovery_read(cfg: Config, s: State, m: Msg, reply_lost: int)
     kind, b, e, fence, _r = m
     if kind != READ or s.b_up[b] != UP:
         return None
-    t = _handled(s, m, reply_lost)
-    if t is None:
-        return None
     wl = cfg.writer_ledger
     synced, unsynced, fenced, lac = ledger_on(s, b, wl)
     found = 1 if (synced | unsynced) & bit(e) else 0
-    t = t._replace(b_ledgers=set_ledger_on(t, b, wl, (synced, unsynced, fenced | fence, lac)))
+    stored = (synced, unsynced, fenced | fence, lac)
+    t = _handled(s, m, reply_lost, b_ledgers=set_ledger_on(s, b, wl, stored))
+    if t is None:
+        return None
     return t if reply_lost else recovery_client_receives_read_response(cfg, t, b, e, found)
 
 
@@ -1248,35 +1276,40 @@ def drop_dead_requests(cfg: Config, s: State) -> State:
     to the last one: they are dropped (a state-space reduction; the behaviours
     lost are ones where those requests are never delivered anyway).
     """
-    if s.w_status not in (W_OPEN, W_NONE) and (any(s.w_acks) or s.w_segments):
+    w_status, phase = s.w_status, s.rc_phase
+    if w_status not in (W_OPEN, W_NONE) and (s.w_segments or any(s.w_acks)):
         # A writer that is done keeps only what the invariants read: LAC and next id.
         zero = (0,) * cfg.entries
         s = s._replace(w_segments=(), w_change=None, w_acks=zero, w_sent=zero)
-    if s.rc_phase >= RC_READING and (s.rc_fenced or s.rc_max_lac != -1):
+    if phase >= RC_READING and (s.rc_fenced or s.rc_max_lac != -1):
         s = s._replace(rc_fenced=0, rc_max_lac=-1)  # fencing answers are used up
-    if s.rc_phase == RC_CLOSED and s.rc_segments:
+    if phase == RC_CLOSED and s.rc_segments:
         zero = (0,) * (cfg.entries + 1)
         s = s._replace(rc_segments=(), rc_reading=0, rc_lac=-1, rc_acks=zero, rc_sent=zero)
-    if not s.msgs:
+    msgs = s.msgs
+    if not msgs:
         return s
-    if s.w_status == W_OPEN:
-        if not cfg.reduce_dead_requests:
+    reduce = cfg.reduce_dead_requests
+    if w_status == W_OPEN:
+        # Adds are never dead while the writer is OPEN (it counts their answers), and
+        # they sort first (ADD is the lowest kind): all adds, nothing to drop.
+        if not reduce or msgs[-1][0] == ADD:
             return s
-        keep = tuple(m for m in s.msgs if not dead_request(cfg, s, m))
-        return s if len(keep) == len(s.msgs) else s._replace(msgs=keep)
-    if s.meta_status[cfg.writer_ledger] == CLOSED:
+        keep = [m for m in msgs if m[0] == ADD or not dead_request(cfg, s, m)]
+    elif s.meta_status[cfg.writer_ledger] == CLOSED:
         return s._replace(msgs=())
-    keep = tuple(
-        m
-        for m in s.msgs
-        if (
-            m[0] == ADD
-            or (m[0] == FENCE and s.rc_phase == RC_FENCING)
-            or (m[0] == READ and s.rc_phase == RC_READING and m[2] == s.rc_reading)
-        )
-        and not (cfg.reduce_dead_requests and dead_request(cfg, s, m))
-    )
-    return s if len(keep) == len(s.msgs) else s._replace(msgs=keep)
+    else:
+        keep = [
+            m
+            for m in msgs
+            if (
+                m[0] == ADD
+                or (m[0] == FENCE and phase == RC_FENCING)
+                or (m[0] == READ and phase == RC_READING and m[2] == s.rc_reading)
+            )
+            and not (reduce and dead_request(cfg, s, m))
+        ]
+    return s if len(keep) == len(msgs) else s._replace(msgs=tuple(keep))
 
 
 def dead_request(cfg: Config, s: State, m: Msg) -> bool:
@@ -1343,8 +1376,15 @@ def format_label(label: Label) -> str:
 
 
 def next_states(cfg: Config, s: State) -> list[Step]:
-    """Every enabled action with its arguments, and the state it leads to."""
+    """Every enabled action with its arguments, and the state it leads to.
+
+    The loops below test the cheap parts of some actions' guards before
+    calling them (the actions test their whole guard again): a call whose
+    guard fails returns None, so skipping it changes neither the steps nor
+    their order, only the time spent.
+    """
     n = cfg.bookies
+    up = s.b_up
 
     out: list[Step] = []
 
@@ -1359,53 +1399,79 @@ def next_states(cfg: Config, s: State) -> list[Step]:
             for ens in _ensembles(cfg, s):
                 emit(writer_creates_ledger, ens)
         if s.w_status == W_OPEN:
-            emit(writer_sends_add)
-            emit(writer_completes_ensemble_change)
-            emit(writer_closes_ledger)
-            if s.w_change is not None:
+            if s.w_change is None:
+                if s.w_next < cfg.entries and s.w_next - s.w_lac <= cfg.pipeline:
+                    emit(writer_sends_add)
+                emit(writer_closes_ledger)
+            else:
+                emit(writer_completes_ensemble_change)
                 for e in range(s.w_lac + 1, s.w_next):
                     for b in s.w_change[-1][1]:
                         emit(writer_resends_add, e, b)
             if s.w_change is None:
-                for failed in s.w_segments[-1][1]:
+                last_ens = s.w_segments[-1][1]
+                for failed in last_ens:
                     if _writer_timed_out(cfg, s, failed):
                         for new in range(n):
-                            emit(writer_changes_ensemble, failed, new)
+                            if up[new] == UP and new not in last_ens:
+                                emit(writer_changes_ensemble, failed, new)
         # recovery client
-        emit(recovery_client_starts_recovery)
-        if s.rc_phase == RC_FENCING:
+        phase = s.rc_phase
+        if phase == RC_IDLE:
+            emit(recovery_client_starts_recovery)
+        elif phase == RC_FENCING:
             emit(recovery_client_completes_fencing)
-        if s.rc_phase in (RC_FENCING, RC_READING):
-            for b in range(n):
-                emit(recovery_client_retries_request, b)
-        if s.rc_phase in (RC_READING, RC_WRITING):
-            emit(recovery_client_closes_ledger)
-            for failed in s.rc_segments[-1][1]:
+            _emit_retries(emit, up, ensemble_mask(s.rc_segments[-1][1]) & ~s.rc_fenced)
+        elif phase == RC_READING:
+            ws = write_set(cfg, s.rc_segments, s.rc_reading)
+            _emit_retries(emit, up, ws & ~s.rc_negative)
+        if phase in (RC_READING, RC_WRITING):
+            if phase == RC_WRITING:
+                emit(recovery_client_closes_ledger)
+            last_ens = s.rc_segments[-1][1]
+            for failed in last_ens:
                 if _rc_timed_out(cfg, s, failed):
                     for new in range(n):
-                        emit(recovery_client_changes_ensemble, failed, new)
-            for e in range(len(s.rc_sent)):
-                if s.rc_sent[e]:
-                    for b in s.rc_segments[-1][1]:
-                        emit(recovery_client_resends_add, e, b)
+                        if up[new] == UP and new not in last_ens:
+                            emit(recovery_client_changes_ensemble, failed, new)
+            for e, sent in enumerate(s.rc_sent):
+                if sent:
+                    missing = last_ensemble_write_set(cfg, s.rc_segments, e) & ~sent
+                    for b in last_ens:
+                        if missing >> b & 1:
+                            emit(recovery_client_resends_add, e, b)
     # messages: each distinct message once
+    loss = s.budget[B_LOSS]
+    dup = s.budget[B_DUP]
     prev: Msg | None = None
     for m in s.msgs:
         if m == prev:
             continue
         prev = m
         handler = HANDLERS[m[0]]
-        emit(handler, m, 0)
-        if m[0] == ADD and s.budget[B_LOSS] and cfg.reply_losses:  # stored, but unheard
-            emit(handler, m, 1)
-        emit(network_loses_message, m)
-        emit(network_duplicates_message, m)
+        if up[m[1]] == UP:  # a request to a bookie that is not up waits
+            emit(handler, m, 0)
+            if m[0] == ADD and loss and cfg.reply_losses:  # stored, but unheard
+                emit(handler, m, 1)
+        if loss and m[0] == ADD:
+            emit(network_loses_message, m)
+        if dup:
+            emit(network_duplicates_message, m)
     # bookies
+    wl = cfg.writer_ledger
+    crash = s.budget[B_CRASH]
+    wipe = s.budget[B_WIPE]
     for b in range(n):
-        emit(bookie_syncs_journal, b)
-        emit(bookie_crashes, b)
-        emit(bookie_restarts, b)
-        emit(bookie_restarts_with_wiped_disk, b)
+        if up[b] == UP:
+            if s.b_ledgers[b][wl][1]:
+                emit(bookie_syncs_journal, b)
+            if crash:
+                emit(bookie_crashes, b)
+        elif up[b] == DOWN:
+            if cfg.restarts:
+                emit(bookie_restarts, b)
+            if wipe:
+                emit(bookie_restarts_with_wiped_disk, b)
     # auditor and workers
     if cfg.autorecovery:
         emit(auditor_marks_ledgers_of_lost_bookies)
@@ -1431,6 +1497,13 @@ def next_states(cfg: Config, s: State) -> list[Step]:
         emit(operator_disables_autorecovery)
         emit(operator_enables_autorecovery)
     return out
+
+
+def _emit_retries(emit: Callable[..., None], up: tuple[int, ...], candidates: int) -> None:
+    """``recovery_client_retries_request`` for the live bookies among ``candidates`` (a mask)."""
+    for b in bookies_of(candidates):
+        if up[b] == UP:
+            emit(recovery_client_retries_request, b)
 
 
 def _ensembles(cfg: Config, s: State) -> Iterator[tuple[int, ...]]:

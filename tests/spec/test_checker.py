@@ -87,3 +87,19 @@ def test_config_b_reaches_a_striped_ensemble_change_in_the_metadata() -> None:
         if landed:
             break
     assert landed
+
+
+def test_workers_give_the_same_result_as_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    import spec.checker
+
+    monkeypatch.setattr(spec.checker, "PARALLEL_MIN_LAYER", 1)  # fork even for tiny layers
+    for cfg in (CONFIGS["c-short"], mutant_config("recovery-reads-without-fencing")):
+        one = check(cfg, keep_graph=True)
+        two = check(cfg, keep_graph=True, workers=2)
+        assert (two.distinct, two.explored, two.depth) == (one.distinct, one.explored, one.depth)
+        assert two.violation == one.violation
+        assert two.trace == one.trace
+        assert one.graph is not None
+        assert two.graph is not None
+        assert two.graph.states == one.graph.states
+        assert two.graph.edges == one.graph.edges
