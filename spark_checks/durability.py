@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 KEY: Final = ("run", "ledger")
-_OUT: Final = "entry long, data string, found boolean, last_entry long"
 
 
 def check(paired: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -32,7 +31,7 @@ def check(paired: DataFrame) -> tuple[DataFrame, DataFrame]:
         & (sf.col("ctype") == "ok")
         & sf.col("ledger").isNotNull()
         & sf.col("f").isin("add", "recover", "read")
-    ).select(*KEY, "f", "call", "ret", sf.from_json("out", _OUT).alias("o"))
+    ).select(*KEY, "f", "call", "ret", "o")
     adds = ok.where(sf.col("f") == "add").select(
         *KEY, sf.col("o")["entry"].alias("entry"), sf.col("o")["data"].alias("data"), "call"
     )

@@ -78,13 +78,15 @@ def prepare(
     *,
     workdir: Path | None = None,
     figures: dict[str, int] | None = None,
+    text: bool = True,
 ) -> DataFrame:
     """Read, pair and validate a history; the paired operations are cached.
-    ``figures`` (if given) receives ``lines``: the history's lines, nemesis included."""
+    ``figures`` (if given) receives ``lines``: the history's lines, nemesis included.
+    ``text``: keep the values' JSON text (the generic checker's input)."""
     from spark_checks import load
 
     ops = load.read_ops(spark, path, workdir=workdir)
-    paired = load.operations(ops).persist()
+    paired = load.operations(ops, text=text).persist()
     load.validate(paired)
     if figures is not None:
         figures["lines"] = ops.count()
@@ -173,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         shuffle_partitions=args.partitions,
         progress_bar=args.progress_bar,
+        input_bytes=session.input_bytes(args.path),
     )
     master = spark.sparkContext.master
     progress(f"Spark {spark.version} on {master}")
@@ -181,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="bkref-spark-"))
     try:
         figures: dict[str, int] = {}
-        paired = prepare(spark, args.path, workdir=work, figures=figures)
+        text = args.model != "ledger"
+        paired = prepare(spark, args.path, workdir=work, figures=figures, text=text)
         ops_total = paired.agg(
             sf.count(sf.lit(1)).alias("operations"), sf.countDistinct("run").alias("runs")
         ).first()

@@ -44,10 +44,6 @@ MALFORMED: Final = -9
 KEY: Final = ("run", "ledger")
 
 LEDGER_FS: Final = ("create", "add", "read", "read_lac", "close", "recover")
-_IN_SCHEMA: Final = "entry long, data string"
-_OUT_SCHEMA: Final = (
-    "entry long, data string, found boolean, lac long, last_entry long, error string"
-)
 
 ANOMALY_SCHEMA: Final = "kind string, ops array<long>, message string"
 
@@ -56,8 +52,7 @@ def ledger_ops(paired: DataFrame) -> DataFrame:
     """The operations as the ledger checker records them, each with its key ``e``."""
     from pyspark.sql import functions as sf
 
-    inv = sf.from_json("inv", _IN_SCHEMA)
-    out = sf.from_json("out", _OUT_SCHEMA)
+    inv, out = sf.col("i"), sf.col("o")  # parsed once, by load.operations
     f = sf.col("f")
     fenced = (f == "add") & (sf.col("ctype") == "fail") & (out["error"] == "fenced")
     status = (

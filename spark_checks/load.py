@@ -121,13 +121,20 @@ def read_ops(spark: SparkSession, path: Path, *, workdir: Path | None = None) ->
     )
 
 
-def operations(ops: DataFrame) -> DataFrame:
+# The fields of every ledger operation's value (invocation or completion): the
+# values are parsed once, here, and the checks read these structs.
+VALUE_SCHEMA = "entry long, data string, found boolean, lac long, last_entry long, error string"
+
+
+def operations(ops: DataFrame, *, text: bool = True) -> DataFrame:
     """Invocations paired with their completions, one row per operation.
 
     Columns: run, process, f, call (invocation index), t_call, ret (completion
     index, null if none), t_ret, ctype (completion type, null if none), ledger
-    (the completion's, else the invocation's), inv and out (JSON text of the
-    values), problem (why the pairing breaks a rule of the format, else null).
+    (the completion's, else the invocation's), i and o (the values parsed with
+    :data:`VALUE_SCHEMA`), inv and out (JSON text of the values; only if
+    ``text``: the generic checker needs them, the ledger checks do not),
+    problem (why the pairing breaks a rule of the format, else null).
     Nemesis lines are dropped; completions appear only inside their operation,
     except a completion without an invocation, kept as a row with a problem.
     """
@@ -135,9 +142,13 @@ def operations(ops: DataFrame) -> DataFrame:
     from pyspark.sql import functions as sf
 
     w = Window.partitionBy("run", "process").orderBy("index")
+    fields = ["index", "time", "type", "f", "ledger", "v", *(["value"] if text else [])]
     lines = ops.where(sf.col("process").isNotNull()).select(
+        "*", sf.from_json("value", VALUE_SCHEMA).alias("v")
+    )
+    lines = lines.select(
         "*",
-        sf.lead(sf.struct("index", "time", "type", "f", "ledger", "value")).over(w).alias("nxt"),
+        sf.lead(sf.struct(*fields)).over(w).alias("nxt"),
         sf.lag("type").over(w).alias("prv"),
     )
     nxt = sf.col("nxt")
@@ -184,8 +195,13 @@ def operations(ops: DataFrame) -> DataFrame:
         sf.when(completes, nxt["time"]).alias("t_ret"),
         sf.when(completes, nxt["type"]).alias("ctype"),
         sf.coalesce(sf.when(completes, nxt["ledger"]), sf.col("ledger")).alias("ledger"),
-        sf.col("value").alias("inv"),
-        sf.when(completes, nxt["value"]).alias("out"),
+        sf.col("v").alias("i"),
+        sf.when(completes, nxt["v"]).alias("o"),
+        *(
+            [sf.col("value").alias("inv"), sf.when(completes, nxt["value"]).alias("out")]
+            if text
+            else []
+        ),
         problem.alias("problem"),
     )
 
