@@ -153,7 +153,7 @@ def _bfs(
     while frontier and bad is None:
         next_frontier: list[int] = []
         if workers > 1 and len(frontier) >= PARALLEL_MIN_LAYER:
-            expansions: Iterator[tuple[int, list[tuple[str, int | State, str | None]]]] = _expand(
+            layer: Iterator[tuple[int, list[str], list[int | State], list[str | None]]] = _expand(
                 cfg,
                 canon=canon,
                 invariants=invariants,
@@ -161,20 +161,21 @@ def _bfs(
                 states=states,
                 frontier=frontier,
                 workers=workers,
+                keep_graph=keep_graph,
             )
         else:
-            expansions = ((i, []) for i in frontier)
-        for i, expanded in expansions:
-            # The successors of state i, in the order of next_states: in this
-            # process (an empty list), or from a worker (an index known before
-            # the layer, or a state new to the layer, with its verdict).
-            steps = expanded or [(label[0], t, "") for label, t in next_states(cfg, states[i])]
-            for name, t, verdict in steps:
+            layer = ((i, [], [], []) for i in frontier)
+        for i, names, succ, verdicts in layer:
+            if not names and not succ:  # expand here; else a worker did
+                for label, t in next_states(cfg, states[i]):
+                    names.append(label[0])
+                    succ.append(canon(t))
+                    verdicts.append(UNCHECKED)
+            for k, c in enumerate(succ):
                 explored += 1
-                if isinstance(t, int):
-                    j = t
+                if isinstance(c, int):
+                    j = c  # known before the layer (a worker looked it up)
                 else:
-                    c = canon(t) if verdict == "" else t
                     j = index.setdefault(c, len(states))  # one hash of the state, not two
                     if j == len(states):
                         states.append(c)
@@ -182,11 +183,12 @@ def _bfs(
                         next_frontier.append(j)
                         if keep_graph:
                             edges.append([])
-                        bad = first_violation(cfg, c, invariants) if verdict == "" else verdict
+                        v = verdicts[k]
+                        bad = first_violation(cfg, c, invariants) if v == UNCHECKED else v
                         if bad is not None:
                             bad_index = j
                 if keep_graph:
-                    aid = action_ids.setdefault(name, len(action_ids))
+                    aid = action_ids.setdefault(names[k], len(action_ids))
                     edges[i].append((j, aid))
                 if bad_index >= 0:
                     break
@@ -233,13 +235,20 @@ def _bfs(
     return result
 
 
-# One expanded frontier state: per successor, in next_states order, the action
-# name and either the index of a state known before the layer, or the
-# canonical state (new to the layer) with its first violated invariant.
-Expanded = list[tuple[str, "int | State", "str | None"]]
+# A verdict not computed yet (a worker's verdicts are None or an invariant's name).
+UNCHECKED = ""
+
+# One chunk of a layer, expanded by a worker: per frontier state its number of
+# successors; per successor (in next_states order) the index of a state known
+# before the layer, or -1 - k for the chunk's k-th state new to the layer; those
+# states (plain tuples: cheaper to pickle) and their first violated invariants;
+# the action names when the graph is kept.
+Chunk = tuple[list[int], list[int], list[tuple[object, ...]], list["str | None"], list[str]]
 
 # What forked workers read: set before the pool forks, inherited copy-on-write.
-_LAYER: tuple[Config, Callable[[State], State], list[Invariant], dict[State, int], list[State]]
+_LAYER: tuple[
+    Config, Callable[[State], State], list[Invariant], dict[State, int], list[State], bool
+]
 
 
 def _expand(
@@ -251,7 +260,8 @@ def _expand(
     states: list[State],
     frontier: list[int],
     workers: int,
-) -> Iterator[tuple[int, Expanded]]:
+    keep_graph: bool,
+) -> Iterator[tuple[int, list[str], list[int | State], list[str | None]]]:
     """Expand a BFS layer in ``workers`` forked processes, yielding in frontier order.
 
     Each worker takes chunks of the frontier and does what costs: the
@@ -262,31 +272,54 @@ def _expand(
     and traces. Only states new to the layer travel back (pickled).
     """
     global _LAYER  # noqa: PLW0603 - how a forked worker sees the layer
-    _LAYER = (cfg, canon, invariants, index, states)
+    _LAYER = (cfg, canon, invariants, index, states, keep_graph)
     size = max(500, len(frontier) // (workers * 16))
     chunks = [frontier[k : k + size] for k in range(0, len(frontier), size)]
+    new = tuple.__new__
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        for chunk, expanded in zip(chunks, pool.imap(_expand_chunk, chunks), strict=True):
-            yield from zip(chunk, expanded, strict=True)
+        for chunk, (counts, codes, fresh, verdicts, names) in zip(
+            chunks, pool.imap(_expand_chunk, chunks), strict=True
+        ):
+            fresh_states = [new(State, t) for t in fresh]
+            pos = 0
+            for i, n in zip(chunk, counts, strict=True):
+                succ: list[int | State] = []
+                checked: list[str | None] = []
+                for code in codes[pos : pos + n]:
+                    if code >= 0:
+                        succ.append(code)
+                        checked.append(None)
+                    else:
+                        succ.append(fresh_states[-1 - code])
+                        checked.append(verdicts[-1 - code])
+                yield i, names[pos : pos + n] if keep_graph else [""] * n, succ, checked
+                pos += n
 
 
-def _expand_chunk(chunk: list[int]) -> list[Expanded]:
-    cfg, canon, invariants, index, states = _LAYER
-    out: list[Expanded] = []
-    fresh: dict[State, str | None] = {}  # new to the layer: verdict (one per state and chunk)
+def _expand_chunk(chunk: list[int]) -> Chunk:
+    cfg, canon, invariants, index, states, keep_graph = _LAYER
+    counts: list[int] = []
+    codes: list[int] = []
+    fresh: list[tuple[object, ...]] = []
+    verdicts: list[str | None] = []
+    names: list[str] = []
+    seen: dict[State, int] = {}  # new to the layer: code (one per state and chunk)
     for i in chunk:
-        steps: Expanded = []
-        for label, t in next_states(cfg, states[i]):
+        steps = next_states(cfg, states[i])
+        counts.append(len(steps))
+        for label, t in steps:
             c = canon(t)
-            j = index.get(c)
-            if j is not None:
-                steps.append((label[0], j, None))
-                continue
-            if c not in fresh:
-                fresh[c] = first_violation(cfg, c, invariants)
-            steps.append((label[0], c, fresh[c]))
-        out.append(steps)
-    return out
+            code = index.get(c)
+            if code is None:
+                code = seen.get(c)
+                if code is None:
+                    code = seen[c] = -1 - len(fresh)
+                    fresh.append(tuple(c))
+                    verdicts.append(first_violation(cfg, c, invariants))
+            codes.append(code)
+            if keep_graph:
+                names.append(label[0])
+    return counts, codes, fresh, verdicts, names
 
 
 def concrete_trace(
