@@ -30,12 +30,43 @@ from spec.quorum import popcount
 
 Invariant = Callable[[Config, State], bool]
 
+# Verdicts of the costlier parts of some invariants, by the exact values they
+# read (a part is a pure function of them), for one config at a time: the
+# checker tests millions of states that share a few thousand such values.
+_MEMO: dict[tuple[object, ...], bool] = {}
+_MEMO_CONFIG: list[Config] = []
+
+
+def _memo(cfg: Config) -> dict[tuple[object, ...], bool]:
+    if not _MEMO_CONFIG or _MEMO_CONFIG[0] is not cfg or len(_MEMO) > 1_000_000:
+        _MEMO.clear()
+        _MEMO_CONFIG[:] = [cfg]
+    return _MEMO
+
 
 def TypeOK(cfg: Config, s: State) -> bool:
     """Every variable holds a value of its type and range.
 
     A violation is a bug in the spec itself: an action built a malformed state.
     """
+    n, k = cfg.bookies, cfg.entries
+    memo = _memo(cfg)
+    key = (TypeOK, s.meta_status, s.meta_segments, s.meta_last, s.b_ledgers)
+    ok = memo.get(key)
+    if ok is None:
+        ok = memo[key] = _metadata_and_bookies_ok(cfg, s)
+    return (
+        ok
+        and len(s.b_up) == n
+        and -1 <= s.w_lac <= s.w_next - 1
+        and 0 <= s.w_next <= k
+        and all(c >= 0 for c in s.budget)
+        and all(-1 <= lk < len(s.wk) for lk in s.meta_lock)
+    )
+
+
+def _metadata_and_bookies_ok(cfg: Config, s: State) -> bool:
+    """TypeOK's part about the metadata and the bookies' ledgers."""
     n, n_l, k = cfg.bookies, cfg.ledgers, cfg.entries
     return (
         len(s.meta_status) == n_l
@@ -48,15 +79,10 @@ def TypeOK(cfg: Config, s: State) -> bool:
             for _f, ens in segs
         )
         and all(-1 <= x < max(k, cfg.closed_entries) for x in s.meta_last)
-        and len(s.b_up) == n
         and all(len(per) == n_l for per in s.b_ledgers)
         and all(
             0 <= sy < 1 << (k + 1) and f in (0, 1) for per in s.b_ledgers for sy, _u, f, _l in per
         )
-        and -1 <= s.w_lac <= s.w_next - 1
-        and 0 <= s.w_next <= k
-        and all(c >= 0 for c in s.budget)
-        and all(-1 <= lk < len(s.wk) for lk in s.meta_lock)
     )
 
 
@@ -96,10 +122,15 @@ def AllAckedEntriesAreReadable(cfg: Config, s: State) -> bool:
         return True
     wl = cfg.writer_ledger
     segs = s.meta_segments[wl]
-    for e in range(s.w_lac + 1):
-        if not any(_readable(s, b, wl, e) for b in bookies_of(write_set(cfg, segs, e))):
-            return False
-    return True
+    memo = _memo(cfg)
+    key = (AllAckedEntriesAreReadable, s.w_lac, segs, s.b_up, s.b_ledgers)
+    ok = memo.get(key)
+    if ok is None:
+        ok = memo[key] = all(
+            any(_readable(s, b, wl, e) for b in bookies_of(write_set(cfg, segs, e)))
+            for e in range(s.w_lac + 1)
+        )
+    return ok
 
 
 def AllCommittedEntriesReachAckQuorum(cfg: Config, s: State) -> bool:
@@ -161,6 +192,15 @@ def OnlyValidFragments(cfg: Config, s: State) -> bool:
     ids map to the wrong ensemble, so readers look for entries where they
     were never written (BOOKKEEPER-2615).
     """
+    memo = _memo(cfg)
+    key = (OnlyValidFragments, s.meta_segments, s.meta_status, s.meta_last)
+    ok = memo.get(key)
+    if ok is None:
+        ok = memo[key] = _fragments_valid(cfg, s)
+    return ok
+
+
+def _fragments_valid(cfg: Config, s: State) -> bool:
     for ledger, segs in enumerate(s.meta_segments):
         firsts = [f for f, _ens in segs]
         if any(a >= b for a, b in pairwise(firsts)):

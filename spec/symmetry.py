@@ -80,31 +80,36 @@ def _unreferenced_key(s: State, b: int) -> tuple[object, ...]:
     )
 
 
+_IDENTITY = [list(range(n)) for n in range(9)]
+
+
 def canonical(s: State) -> State:
     """The representative of ``s`` under renaming of bookies."""
     n = len(s.b_up)
     order: list[int] = []
-    seen = 0
-    views: list[Segments] = [*s.meta_segments, s.w_segments]
-    if s.w_change is not None:
-        views.append(s.w_change)
-    views.append(s.rc_segments)
+    views: tuple[Segments, ...] = (
+        *s.meta_segments,
+        s.w_segments,
+        s.w_change or (),
+        s.rc_segments,
+    )
     for segs in views:
         for _f, ens in segs:
             for b in ens:
-                if not seen >> b & 1:
-                    seen |= 1 << b
+                if b not in order:
                     order.append(b)
-    for b, _lg, _v, _p in s.wk:
-        if not seen >> b & 1:
-            seen |= 1 << b
-            order.append(b)
-    if len(order) < n:
-        rest = [b for b in range(n) if not seen >> b & 1]
-        if len(rest) > 1:
-            rest.sort(key=lambda b: _unreferenced_key(s, b))
-        order.extend(rest)
-    if all(b == i for i, b in enumerate(order)):
+        if len(order) == n:  # every bookie named: later views change nothing
+            break
+    else:
+        for b, _lg, _v, _p in s.wk:
+            if b not in order:
+                order.append(b)
+        if len(order) < n:
+            rest = [b for b in range(n) if b not in order]
+            if len(rest) > 1:
+                rest.sort(key=lambda b: _unreferenced_key(s, b))
+            order.extend(rest)
+    if order == _IDENTITY[n]:
         return s
     perm = [0] * n
     for new, old in enumerate(order):
