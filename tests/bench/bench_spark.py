@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -42,40 +43,49 @@ print(r.verdict, d["valid"], len(ops), s, hwm)
 """
 
 
-def _tree_rss_kib(root: int) -> int:
-    """Resident memory of a process and all its descendants (KiB)."""
+def _tree_usage(root: int) -> tuple[int, float]:
+    """Resident memory (KiB) and CPU seconds so far (with reaped children's) of a
+    process and all its descendants."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
+    cpu: dict[int, int] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
             status = (d / "status").read_text()
+            stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         pid, ppid = int(d.name), int(fields.get("PPid", "0").strip() or 0)
         children.setdefault(ppid, []).append(pid)
         rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0]) if "VmRSS" in fields else 0
-    total, stack = 0, [root]
+        cpu[pid] = sum(int(x) for x in stat[11:15])  # utime stime cutime cstime
+    total, ticks, stack = 0, 0, [root]
     while stack:
         pid = stack.pop()
         total += rss.get(pid, 0)
+        ticks += cpu.get(pid, 0)
         stack.extend(children.get(pid, []))
-    return total
+    return total, ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _measure(cmd: list[str]) -> tuple[float, int, str, str, int]:
-    """Run ``cmd``; wall seconds, peak RSS of its process tree (KiB), stdout, stderr, rc."""
+def _measure(cmd: list[str]) -> tuple[float, int, float, str, str, int]:
+    """Run ``cmd``; wall seconds, peak RSS of its process tree (KiB), its CPU
+    seconds (sampled: the machine is shared, CPU time is the steadier figure),
+    stdout, stderr, rc."""
     started = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
+    peak, cpu = 0, 0.0
     done = threading.Event()
 
     def sample() -> None:
-        nonlocal peak
+        nonlocal peak, cpu
         while not done.is_set():
-            peak = max(peak, _tree_rss_kib(proc.pid))
+            rss, used = _tree_usage(proc.pid)
+            peak, cpu = max(peak, rss), max(cpu, used)
             done.wait(0.5)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -83,7 +93,9 @@ def _measure(cmd: list[str]) -> tuple[float, int, str, str, int]:
     out, err = proc.communicate()
     done.set()
     sampler.join()
-    return time.perf_counter() - started, peak, out, err, proc.returncode
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    waited = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return time.perf_counter() - started, peak, max(cpu, waited), out, err, proc.returncode
 
 
 def _stages(stderr: str) -> list[float]:
@@ -108,9 +120,9 @@ def _sizes(quick: bool) -> list[int]:
 def run(quick: bool) -> str:
     bkref = str(Path(sys.executable).with_name("bkref"))
     rows = [
-        "| ops | ledgers | Spark: check s | startup s | read+pair s | checks s | tables s "
-        "| ops/s | peak RSS | load | single process: s | ops/s | peak RSS |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ops | ledgers | Spark: check s | CPU s | startup s | read+pair s | checks s "
+        "| tables s | ops/s | peak RSS | load | single process: s | ops/s | peak RSS |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     notes = []
     for n in _sizes(quick):
@@ -122,7 +134,7 @@ def run(quick: bool) -> str:
             gen = time.perf_counter() - t
             cmd = [bkref, "spark-check", str(history), "--master", "local[2]", "--out", str(out)]
             load0 = os.getloadavg()[0]
-            wall, peak, _, err, rc = _measure(cmd)
+            wall, peak, cpu, _, err, rc = _measure(cmd)
             load1 = os.getloadavg()[0]
             if rc != 0:
                 raise RuntimeError(f"spark-check exited {rc} on a valid history:\n{err[-2000:]}")
@@ -133,7 +145,7 @@ def run(quick: bool) -> str:
             split = [b - a for a, b in itertools.pairwise(marks)] + [0.0] * 3
             baseline = "| - | - | - |"
             if ops <= BASELINE_MAX:
-                _, b_peak, b_out, b_err, b_rc = _measure(
+                _, b_peak, _, b_out, b_err, b_rc = _measure(
                     [sys.executable, "-c", _BASELINE, str(history)]
                 )
                 if b_rc != 0:
@@ -144,8 +156,8 @@ def run(quick: bool) -> str:
                 b_s_f = float(b_s)
                 baseline = f"| {b_s_f:.1f} | {ops / b_s_f:,.0f} | {b_peak / 2**20:.2f} GiB |"
             rows.append(
-                f"| {ops:,} | {ledgers:,} | {check:.1f} | {start:.1f} | {split[0]:.1f} | "
-                f"{split[1]:.1f} | {sum(split[2:]):.1f} | {ops / check:,.0f} | "
+                f"| {ops:,} | {ledgers:,} | {check:.1f} | {cpu:.0f} | {start:.1f} | "
+                f"{split[0]:.1f} | {split[1]:.1f} | {sum(split[2:]):.1f} | {ops / check:,.0f} | "
                 f"{peak / 2**20:.2f} GiB | {load0:.1f}-{load1:.1f} {baseline}"
             )
             notes.append(f"{ops:,} ops generated in {gen:.0f} s")
@@ -154,6 +166,7 @@ def run(quick: bool) -> str:
         "\n".join(rows)
         + "\n\nSpark: `bkref spark-check` in a subprocess (ledger linearizability and durability,"
         " tables, summary and page written); check s = wall time minus the session's start;"
+        " CPU s: CPU time of the whole process tree, start included (sampled every 0.5 s);"
         " read+pair, checks, tables: the job's progress lines (reading and pairing the"
         " history; the ledger and durability checks up to the anomaly table; the other"
         " tables and the summary); load: the 1-minute load average before and after;"
