@@ -25,7 +25,9 @@ An entry ``e`` of a closed ledger belongs to the segment with the largest
 ``spec.quorum.write_set_positions``). Anomalies:
 
 - ``under-replicated``: a bookie of the entry's write set does not store it;
-- ``digest-mismatch``: replicas of one entry (on any bookies) differ.
+- ``digest-mismatch``: the copies on the entry's write set differ (copies on other
+  bookies, left over from before a repair moved the segment, are not replicas: see
+  ``linearizability.replication``).
 
 Open or in-recovery ledgers are not audited: their last segment may still be
 written or recovered.
@@ -143,8 +145,9 @@ def audit(entries: DataFrame, ledgers: DataFrame) -> tuple[DataFrame, DataFrame]
             sf.lit(" of its write set"),
         ).alias("message"),
     )
+    replicas = expected.join(stored, ["run", "ledger", "entry", "bookie"])
     mismatch = (
-        stored.groupBy("run", "ledger", "entry")
+        replicas.groupBy("run", "ledger", "entry")
         .agg(
             sf.array_sort(sf.collect_list(sf.struct("digest", "bookie"))).alias("replicas"),
             sf.countDistinct("digest").alias("digests_n"),

@@ -53,3 +53,18 @@ def test_open_ledgers_are_not_audited() -> None:
     got = audit([], [{**LEDGER, "state": "OPEN"}])
     assert got["valid"]
     assert got["entries_audited"] == 0
+
+
+def test_a_differing_copy_outside_the_write_set_is_not_a_replica() -> None:
+    # Found by a 30-minute campaign (seed 401): a flip fault corrupted a copy left on a
+    # bookie that a repair had since taken out of the segment. No read goes there.
+    stale = {"bookie": "b", "ledger": 7, "entry": 4, "digest": "flipped"}
+    got = audit([*_full(), stale], [LEDGER])
+    assert got["valid"], got["anomalies"]
+    # The same bytes on a bookie of the write set are a mismatch.
+    rows = [
+        {**r, "digest": "flipped"} if (r["entry"], r["bookie"]) == (4, "d") else r for r in _full()
+    ]
+    got = audit(rows, [LEDGER])
+    assert got["counts"] == {"digest-mismatch": 1}
+    assert got["anomalies"][0]["copies"] == {"d": "flipped", "c": "d4"}

@@ -91,6 +91,22 @@ def test_missing_replica_and_digest_mismatch_are_found(spark: SparkSession, tmp_
     assert "b0=corrupt, b2=d2" in messages[0]
 
 
+def test_a_differing_copy_outside_the_write_set_is_not_a_replica(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # b1 left the ensemble at entry 6; its leftover copy of entry 7 was corrupted since
+    # (a flip fault), and the open ledger 2 has differing copies: neither is audited.
+    rows = _replicas()
+    for r in rows:
+        if (r["entry"], r["bookie"]) == (7, "b1"):
+            r["digest"] = "flipped"
+    rows += [
+        {"bookie": "b1", "ledger": 2, "entry": 0, "digest": "x"},
+        {"bookie": "b2", "ledger": 2, "entry": 0, "digest": "y"},
+    ]
+    assert _findings(spark, _write(tmp_path, rows, LEDGERS)) == []
+
+
 def test_a_dump_without_ledger_metadata_is_refused(spark: SparkSession, tmp_path: Path) -> None:
     tmp_path.joinpath("entries.jsonl").write_text("")
     with pytest.raises(DumpError, match="no ledgers"):
