@@ -5,7 +5,8 @@ identifying states equal up to renaming of bookies (``spec.symmetry``), and
 tests every invariant of ``spec.invariants`` on every distinct state. The
 first violation found is at minimal depth, so its trace is a shortest one.
 It reports states explored (transitions), distinct states, depth and states
-per second, with a progress line on long runs. ``walk(cfg, steps, seed)``
+per second, with a progress line on long runs; ``workers=N`` expands large
+layers in forked processes, with the same result. ``walk(cfg, steps, seed)``
 follows random enabled actions instead, deeper than BFS can reach.
 """
 
