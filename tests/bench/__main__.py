@@ -58,7 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown benchmark(s) {unknown}; known: {_modules()}", file=sys.stderr)
         return 2
-    text = args.out.read_text() if args.out.exists() else ""
     command = "python -m tests.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     for name in names:
         module = importlib.import_module(f"tests.bench.bench_{name}")
@@ -73,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
             f"({'quick' if args.quick else 'full'} run, {took:.0f} s).\n\n{body.strip()}\n"
             f"<!-- /bench:{name} -->"
         )
+        # Read the file only now: a benchmark takes minutes, and a section another run
+        # wrote meanwhile (another `--only`) must survive this one.
+        text = args.out.read_text() if args.out.exists() else ""
         pattern = re.compile(rf"<!-- bench:{name} -->.*?<!-- /bench:{name} -->", re.S)
         if pattern.search(text):
             text = pattern.sub(lambda _m, new=section: new, text)
