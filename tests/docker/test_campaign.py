@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -65,44 +66,55 @@ def test_short_docker_campaign_is_valid_and_leaves_the_host_as_it_was(
     assert host_network() == before
 
 
-# Each planted bug of the campaign issue that Docker can exercise, with the faults and
-# seeds that trigger it (ack-before-fsync needs lazyfs, which the containers lack: the
-# backend refuses lose-unsynced). Each entry: faults, duration, workload, fault length,
-# the seeds to try in turn, and the check and anomaly that must catch it.
-PLANTED_ON_DOCKER: dict[
-    str, tuple[tuple[str, ...], float, WorkloadSpec, tuple[float, float], tuple[int, ...], str, str]
-] = {
+@dataclass(frozen=True)
+class DockerExercise:
+    """The campaign that gives one planted bug its chance on Docker, and what catches it."""
+
+    faults: tuple[str, ...]
+    duration: float
+    workload: WorkloadSpec
+    seeds: tuple[int, ...]  # tried in turn until one run catches the bug
+    check: str  # the check that must catch it, with ``anomaly``
+    anomaly: str
+    bookies: int = 5
+    fault_length: tuple[float, float] = (1.0, 6.0)
+    repairs: bool = False  # the bug needs AutoRecovery to repair: ledgers must be marked
+
+
+# Each planted bug of the campaign issue that Docker can exercise (ack-before-fsync
+# needs lazyfs, which the containers lack: the backend refuses lose-unsynced).
+PLANTED_ON_DOCKER = {
     # Writers race recoveries of their own ledgers; no fault needed.
-    "recovery-reads-without-fence": (
-        (),
-        10.0,
-        WorkloadSpec(writers=2, readers=1, in_flight=4, entries_per_ledger=40),
-        (1.0, 6.0),
-        (1,),
-        "durability",
-        "lost-write",
+    "recovery-reads-without-fence": DockerExercise(
+        faults=(),
+        duration=10.0,
+        workload=WorkloadSpec(writers=2, readers=1, in_flight=4, entries_per_ledger=40),
+        seeds=(1,),
+        check="durability",
+        anomaly="lost-write",
     ),
     # Kills of 8-12 s outlive a bookie's 4 s session, so AutoRecovery repairs; seed 4 kills
     # two bookies and no ZooKeeper server (seed 1 killed only ZooKeeper servers).
-    "repair-without-copy": (
-        ("kill",),
-        40.0,
-        WorkloadSpec(),
-        (8.0, 12.0),
-        (4,),
-        "replication",
-        "under-replicated",
+    "repair-without-copy": DockerExercise(
+        faults=("kill",),
+        duration=40.0,
+        workload=WorkloadSpec(),
+        seeds=(4,),
+        check="replication",
+        anomaly="under-replicated",
+        bookies=4,
+        fault_length=(8.0, 12.0),
+        repairs=True,
     ),
     # A bookie cut from ZooKeeper by iptables is lost to the auditor while it takes adds;
     # ledgers outlive the run, so the unfenced repair meets an open, written ledger.
-    "repair-open-segment-without-fence": (
-        ("expire",),
-        30.0,
-        WorkloadSpec(entries_per_ledger=100_000),
-        (1.0, 6.0),
-        (1, 2, 3),
-        "durability",
-        "lost-write",
+    "repair-open-segment-without-fence": DockerExercise(
+        faults=("expire",),
+        duration=30.0,
+        workload=WorkloadSpec(entries_per_ledger=100_000),
+        seeds=(1, 2, 3),
+        check="durability",
+        anomaly="lost-write",
     ),
 }
 
@@ -111,26 +123,26 @@ PLANTED_ON_DOCKER: dict[
 def test_a_planted_bug_is_caught_on_docker(
     tmp_path: Path, engine: DockerEngine, plant: str
 ) -> None:
-    faults, duration, workload, length, seeds, check, kind = PLANTED_ON_DOCKER[plant]
+    ex = PLANTED_ON_DOCKER[plant]
     found: list[tuple[int, int]] = []
-    for seed in seeds:
+    for seed in ex.seeds:
         spec = RunSpec(
             seed=seed,
-            duration=duration,
-            faults=faults,
-            bookies=4 if plant == "repair-without-copy" else 5,
-            workload=workload,
+            duration=ex.duration,
+            faults=ex.faults,
+            bookies=ex.bookies,
+            workload=ex.workload,
             plant=(plant,),
-            fault_length=length,
+            fault_length=ex.fault_length,
         )
         where = tmp_path / f"seed-{seed}"
         backend = DockerBackend(where / "cluster", spec.bookies, engine=engine, plant=spec.plant)
         result = run_once(spec, backend, where / "run", lambda _: None)
         assert result.error is None, result.error
         assert not engine.status().running
-        if plant == "repair-without-copy":
+        if ex.repairs:
             assert max(n for _, n in result.under_replicated) > 0  # the auditor marked ledgers
-        caught = result.checks[check]["counts"].get(kind, 0)
+        caught = result.checks[ex.check]["counts"].get(ex.anomaly, 0)
         found.append((seed, caught))
         if caught:
             assert result.valid is False

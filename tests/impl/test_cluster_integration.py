@@ -30,6 +30,7 @@ from impl.core.digest import Digest, DigestType, master_key
 from impl.core.frames import (
     AddRequest,
     ErrorResponse,
+    FrameDecoder,
     ReadLacRequest,
     ReadLacResponse,
     ReadRequest,
@@ -371,8 +372,6 @@ def test_malformed_and_oversized_frames_get_errors_and_the_bookie_still_serves(
         exchange(rng.randbytes(rng.randint(0, 200)))
     # A bad frame followed by a good one on the same connection: both answered.
     reply = exchange(bytes(bad) + bytes(good))
-    from impl.core.frames import FrameDecoder
-
     items = FrameDecoder().feed(reply)
     assert isinstance(items[0], ErrorResponse)
     assert isinstance(items[1], ReadLacResponse)
@@ -604,8 +603,6 @@ def test_a_read_sees_every_add_the_bookie_accepted_before_it(make_cluster: MakeC
     host, port = cluster.bookies[0].bookie_id.split(":")
     key = master_key(PW)
     digest = Digest(DigestType.CRC32C, PW)
-    from impl.core.frames import FrameDecoder
-
     for ledger, fence in ((900, True), (901, False)):
         body = digest.sign(ledger, 0, -1, 1, b"x")
         chunk = encode(AddRequest(1, ledger, 0, key, body))
