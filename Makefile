@@ -26,7 +26,7 @@ help:
 	@echo "make docker-setup  install Debian's docker.io and debootstrap (the Docker backend)"
 	@echo "make docker-images  build the node image bkref-node:latest in the private engine"
 	@echo "make docker-smoke  the Docker tests (engine, image, a short campaign), or why not"
-	@echo "make docker-planted  the planted bugs Docker can exercise, each caught on the Docker backend"
+	@echo "make docker-planted  every planted bug, each caught on the Docker backend"
 	@echo "make docker-campaign  a default-length campaign on the Docker backend (CAMPAIGN_ARGS too)"
 	@echo "make verify    ruff, mypy --strict, import contracts, the whole test suite (what CI runs)"
 

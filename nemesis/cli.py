@@ -21,6 +21,7 @@ from impl.core.planted import PLANTS
 from nemesis.db import ClusterBackend, LocalBackend
 from nemesis.db_docker import DockerBackend
 from nemesis.db_docker import cleanup as cleanup_docker
+from nemesis.db_docker import fault_kinds as docker_fault_kinds
 from nemesis.db_netns import NamespaceBackend
 from nemesis.db_netns import cleanup as cleanup_netns
 from nemesis.db_netns import fault_kinds as netns_fault_kinds
@@ -31,8 +32,9 @@ from nemesis.report import render
 from nemesis.runner import RunSpec, run_once
 from nemesis.workload import WorkloadSpec
 
-NETNS_DEFAULT_FAULTS = ("kill", "pause", "partition", "expire", "lose-unsynced")
-DOCKER_DEFAULT_FAULTS = ("kill", "pause", "partition", "expire")
+# netns and docker: every node has its own network; bookie data on lazyfs unless --no-lazyfs.
+NODE_DEFAULT_FAULTS = ("kill", "pause", "partition", "expire")
+LAZYFS_DEFAULT_FAULTS = (*NODE_DEFAULT_FAULTS, "lose-unsynced")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -57,8 +59,8 @@ def _parser() -> argparse.ArgumentParser:
             "netns: every node in its own network namespace (3 ZooKeeper servers, partitions, "
             "bookie data on lazyfs; needs root); local: loopback, process and disk-corruption "
             "faults only; docker: every node a container of the private engine (`bkref docker`; "
-            "root, make docker-setup; no lazyfs); auto (default): netns when namespaces can be "
-            "created, else local"
+            "root, make docker-setup; bookie data on lazyfs); auto (default): netns when "
+            "namespaces can be created, else local"
         ),
     )
     p.add_argument(
@@ -66,8 +68,9 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help=(
             f"comma-separated fault kinds: {', '.join(FAULT_KINDS)}, or the groups "
-            f"{', '.join(FAULT_GROUPS)} (default: {','.join(NETNS_DEFAULT_FAULTS)} on netns, "
-            f"{','.join(DEFAULT_KINDS)} on local)"
+            f"{', '.join(FAULT_GROUPS)} (default: {','.join(LAZYFS_DEFAULT_FAULTS)} on netns "
+            f"and docker, without lose-unsynced under --no-lazyfs; {','.join(DEFAULT_KINDS)} "
+            "on local)"
         ),
     )
     p.add_argument(
@@ -109,7 +112,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=PLANTS,
         help="switch on a planted bug (test-only) in bookies and clients, to test the checks",
     )
-    p.add_argument("--no-lazyfs", action="store_true", help="netns: bookie data on plain disk")
+    p.add_argument(
+        "--no-lazyfs",
+        action="store_true",
+        help="netns, docker: bookie data on plain disk (no lose-unsynced or power-loss faults)",
+    )
     p.add_argument(
         "--no-autorecovery",
         action="store_true",
@@ -196,8 +203,12 @@ def main(argv: list[str]) -> int:
     backend_name = _choose_backend(args.backend, console)
     if backend_name is None:
         return 2
-    default = {"netns": NETNS_DEFAULT_FAULTS, "docker": DOCKER_DEFAULT_FAULTS}.get(
-        backend_name, DEFAULT_KINDS
+    default = (
+        DEFAULT_KINDS
+        if backend_name == "local"
+        else NODE_DEFAULT_FAULTS
+        if args.no_lazyfs
+        else LAZYFS_DEFAULT_FAULTS
     )
     try:
         faults = expand_kinds(
@@ -211,7 +222,7 @@ def main(argv: list[str]) -> int:
     supported = (
         netns_fault_kinds(lazyfs=not args.no_lazyfs)
         if backend_name == "netns"
-        else DockerBackend.fault_kinds
+        else docker_fault_kinds(lazyfs=not args.no_lazyfs)
         if backend_name == "docker"
         else LocalBackend.fault_kinds
     )
@@ -264,7 +275,11 @@ def main(argv: list[str]) -> int:
                 )
                 if backend_name == "netns"
                 else DockerBackend(
-                    directory / "cluster", args.bookies, plant=plant, autorecovery=ar
+                    directory / "cluster",
+                    args.bookies,
+                    plant=plant,
+                    autorecovery=ar,
+                    lazyfs=not args.no_lazyfs,
                 )
                 if backend_name == "docker"
                 else LocalBackend(directory / "cluster", bookies=args.bookies, autorecovery=ar)

@@ -19,8 +19,18 @@ cgroup) of bookies and ZooKeeper servers; partitions by iptables DROP rules
 in each container's network namespace (entered by the container's PID, so no
 ``docker exec``), re-applied when a container restarts; disk corruption on
 the bookies' data directories, bind mounts under the run directory (the host
-reads them for the dumps after the run). Bookie data is not on lazyfs, so
-losing unsynced writes is refused (:class:`FaultNotSupportedError`).
+reads them for the dumps after the run).
+
+Bookie data is on lazyfs (:mod:`nemesis.lazyfs`), as on the namespace backend,
+so that ``lose-unsynced`` and ``power-loss`` can drop what a bookie never
+fsynced: one daemon per bookie, a child of this process, mounted in the
+engine's mount namespace (where the engine resolves bind mounts; the host's
+``/`` is a private mount, so a mount made on the host would not reach it) and
+bind-mounted into the bookie's container at ``/disk``. The daemon plays the
+node's page cache and disk: it outlives a ``docker kill`` (a process crash
+keeps the page cache), and a crash of the node drops its unsynced data. The
+containers need no FUSE device and no extra privilege. Without lazyfs
+(``lazyfs=False``) those two faults are refused (:class:`FaultNotSupportedError`).
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ from nemesis.db import (
 )
 from nemesis.docker_engine import DockerEngine
 from nemesis.docker_images import IMAGE, build
+from nemesis.lazyfs import LazyMount, daemons_in_namespace_of, stop_daemon
 
 T = TypeVar("T")
 LABEL = "bkref.run"
@@ -62,6 +73,12 @@ FAULT_KINDS = frozenset(
     {"kill", "pause", "partition", "expire", "flip", "truncate", "wipe"}
     | {"kill-writer", "kill-auditor", "expire-auditor"}
 )
+DISK = "/disk"  # where a bookie container sees its lazyfs (its journal and ledgers)
+
+
+def fault_kinds(*, lazyfs: bool) -> frozenset[str]:
+    """What the Docker backend injects (losing unsynced writes needs lazyfs)."""
+    return FAULT_KINDS | {"lose-unsynced", "power-loss"} if lazyfs else FAULT_KINDS
 
 
 class DockerBackendError(RuntimeError):
@@ -79,7 +96,6 @@ class DockerBackend:
     """A 3-server ZooKeeper ensemble and N bookies, each a container."""
 
     name = "docker"
-    fault_kinds = FAULT_KINDS
 
     def __init__(
         self,
@@ -89,8 +105,11 @@ class DockerBackend:
         engine: DockerEngine | None = None,
         plant: tuple[str, ...] = (),
         autorecovery: bool = True,
+        lazyfs: bool = True,
     ) -> None:
         self.directory = Path(directory).resolve()
+        self.use_lazyfs = lazyfs
+        self.mounts: dict[str, LazyMount] = {}
         self.size = bookies
         self.engine = engine or DockerEngine()
         self.plant = plant
@@ -111,6 +130,10 @@ class DockerBackend:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ the interface's facts
+
+    @property
+    def fault_kinds(self) -> frozenset[str]:
+        return fault_kinds(lazyfs=self.use_lazyfs)
 
     @property
     def session_timeout(self) -> float:
@@ -173,6 +196,8 @@ class DockerBackend:
         admin = self._admin
         self.run_client(lambda: admin.start(timeout=90))
         for b in self.bookies:
+            if self.use_lazyfs:
+                self._mount(b)
             self._write_bookie(b)
             argv = [
                 "bookie",
@@ -183,9 +208,25 @@ class DockerBackend:
             self._create(b, ["-c", entry, "--", *argv], entrypoint="sh")
         self._wait_registered(self.bookies, {}, timeout=90)
 
+    def _mount(self, b: str) -> None:
+        d = self.directory / b
+        mount = LazyMount(
+            d / "backing", d / "disk", log=d / "lazyfs.log", namespace_of=self.engine.pid()
+        )
+        self.mounts[b] = mount
+        mount.start()
+
+    def _disk(self, b: str) -> Path:
+        """Where the host reads and writes bookie ``b``'s journal and ledgers."""
+        mount = self.mounts.get(b)
+        return mount.view if mount is not None else self.directory / b / "data"
+
     def _create(self, node: str, command: list[str], entrypoint: str | None = None) -> None:
         data = self.directory / node / "data"
         data.mkdir(parents=True, exist_ok=True)
+        volumes = [(str(data), "/data")]
+        if node in self.mounts:
+            volumes.append((str(self.mounts[node].mountpoint), DISK))
         env = {PLANT_ENV: ",".join(self.plant)} if self.plant and node in self.bookies else {}
         self.containers[node] = self.docker.run(
             IMAGE,
@@ -195,7 +236,7 @@ class DockerBackend:
             detach=True,
             networks=[self.network_name],
             ip=self.ip(node),
-            volumes=[(str(data), "/data")],
+            volumes=volumes,
             labels={LABEL: self.run_id},
             cap_add=["NET_ADMIN"],
             sysctl={"net.ipv4.conf.all.route_localnet": "1"},
@@ -230,9 +271,11 @@ class DockerBackend:
     def _write_bookie(self, b: str) -> None:
         data = self.directory / b / "data"
         data.mkdir(parents=True, exist_ok=True)
-        (data / "bookie.toml").write_text(self._bookie_config(b, "/data").to_toml())
+        inside = DISK if b in self.mounts else "/data"
+        (data / "bookie.toml").write_text(self._bookie_config(b, inside).to_toml())
         # The same bookie as the host sees it, for dumping its data after the run.
-        (self.directory / b / "bookie.toml").write_text(self._bookie_config(b, str(data)).to_toml())
+        host = self._bookie_config(b, str(self._disk(b)))
+        (self.directory / b / "bookie.toml").write_text(host.to_toml())
         rules = ["*nat"]
         rules.append(
             f"-A PREROUTING -i eth0 -p tcp --dport {self.ports[b]} "
@@ -373,13 +416,18 @@ class DockerBackend:
             self.resume(node)
 
     def lose_unsynced(self, node: str) -> None:
-        raise FaultNotSupportedError(
-            "the docker backend keeps bookie data on bind mounts of the host's filesystem, "
-            "not on lazyfs: it cannot drop unsynced writes; use --backend netns"
-        )
+        mount = self.mounts.get(node)
+        if mount is None:
+            raise FaultNotSupportedError(
+                f"{node}'s data is not on lazyfs (the backend was made with lazyfs=False, "
+                "--no-lazyfs): it cannot drop unsynced writes"
+            )
+        self.kill(node)
+        mount.lose_unsynced()
 
     def corrupt(self, node: str, kind: str, rng: random.Random) -> str:
-        data = self.directory / node / "data"
+        self._container(node)
+        data = self._disk(node)
         if kind == "flip":
             return disk.flip_bytes(data / "ledgers", rng)
         self.kill(node)
@@ -423,6 +471,7 @@ class DockerBackend:
                 errors.append(f"logs of {node}: {e}")
         for what, fn in (
             ("remove containers", lambda: errors.extend(remove_run(self.docker, self.run_id))),
+            *((f"unmount lazyfs of {b}", m.stop) for b, m in self.mounts.items()),
             ("engine nat rules", self._drop_engine_nat),
             ("stop the engine", self.engine.stop if self._started_engine else lambda: None),
         ):
@@ -459,4 +508,9 @@ def cleanup(engine: DockerEngine | None = None) -> list[str]:
     docker = engine.client()
     names = [c.name for c in docker.container.list(all=True, filters=[("label", LABEL)])]
     errors = remove_run(docker)
-    return [f"container {n}" for n in names] + errors + engine.stop()
+    removed = [f"container {n}" for n in names]
+    pid = engine.pid()
+    for daemon, mountpoint in daemons_in_namespace_of(pid) if pid is not None else []:
+        stop_daemon(daemon, mountpoint)
+        removed.append(f"lazyfs mount {mountpoint} (pid {daemon})")
+    return removed + errors + engine.stop()

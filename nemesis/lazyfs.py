@@ -35,6 +35,8 @@ from typing import Any
 
 import fuse  # fusepy, over libfuse2
 
+from impl.cluster.process import stop_pid
+
 CONTROL = "/.lazyfs-control"
 
 
@@ -70,7 +72,8 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]  # fusepy ships no type inf
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
         self.dirty: dict[str, _Dirty] = {}
-        self.lock = threading.RLock()
+        # Not ``self.lock``: fusepy would take that for the POSIX-lock operation.
+        self._mutex = threading.RLock()
 
     def _full(self, path: str) -> str:
         return os.path.join(self.root, path.lstrip("/"))
@@ -80,17 +83,17 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]  # fusepy ships no type inf
     def _command(self, text: str) -> None:
         command = text.strip()
         if command == "lose-unsynced":
-            with self.lock:
+            with self._mutex:
                 self.dirty.clear()
         elif command == "sync-all":
-            with self.lock:
+            with self._mutex:
                 for path in list(self.dirty):
                     self._sync(path)
         else:
             raise fuse.FuseOSError(errno.EINVAL)
 
     def _status(self) -> bytes:
-        with self.lock:
+        with self._mutex:
             return f"dirty_bytes={sum(d.size for d in self.dirty.values())}\n".encode()
 
     def _sync(self, path: str) -> None:
@@ -123,7 +126,7 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]  # fusepy ships no type inf
                 "st_uid",
             )
         }
-        with self.lock:
+        with self._mutex:
             d = self.dirty.get(path)
             if d is not None:
                 attrs["st_size"] = max(attrs["st_size"], d.end)
@@ -153,12 +156,12 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]  # fusepy ships no type inf
 
     def unlink(self, path: str) -> None:
         os.unlink(self._full(path))
-        with self.lock:
+        with self._mutex:
             self.dirty.pop(path, None)
 
     def rename(self, old: str, new: str) -> None:
         os.rename(self._full(old), self._full(new))
-        with self.lock:
+        with self._mutex:
             self.dirty.pop(new, None)
             if old in self.dirty:
                 self.dirty[new] = self.dirty.pop(old)
@@ -184,7 +187,7 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]  # fusepy ships no type inf
     def truncate(self, path: str, length: int, fh: int | None = None) -> None:
         if path == CONTROL:
             return  # opened with O_TRUNC to write a command
-        with self.lock:
+        with self._mutex:
             os.truncate(self._full(path), length)
             d = self.dirty.get(path)
             if d is not None:
@@ -201,7 +204,7 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]  # fusepy ships no type inf
 
     def create(self, path: str, mode: int, fi: object = None) -> int:
         full = self._full(path)
-        with self.lock:
+        with self._mutex:
             os.close(os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode))
             self.dirty.pop(path, None)
         return os.open(full, os.O_RDONLY)
@@ -209,7 +212,7 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]  # fusepy ships no type inf
     def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
         if path == CONTROL:
             return self._status()[offset : offset + size]
-        with self.lock:
+        with self._mutex:
             d = self.dirty.get(path)
             end = os.fstat(fh).st_size if d is None else max(os.fstat(fh).st_size, d.end)
             n = max(0, min(size, end - offset))
@@ -224,14 +227,14 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]  # fusepy ships no type inf
         if path == CONTROL:
             self._command(data.decode("utf-8", "replace"))
             return len(data)
-        with self.lock:
+        with self._mutex:
             self.dirty.setdefault(path, _Dirty()).extents.append((offset, bytes(data)))
         return len(data)
 
     def fsync(self, path: str, datasync: int, fh: int) -> None:
         if path == CONTROL:
             return
-        with self.lock:
+        with self._mutex:
             self._sync(path)
 
     def flush(self, path: str, fh: int) -> None:
@@ -243,30 +246,61 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]  # fusepy ships no type inf
 
 
 class LazyMount:
-    """A lazyfs daemon we started: mount, crash (lose unsynced data), unmount."""
+    """A lazyfs daemon we started: mount, crash (lose unsynced data), unmount.
 
-    def __init__(self, backing: Path, mountpoint: Path, log: Path | None = None) -> None:
+    ``namespace_of``: the PID of a process whose mount namespace the daemon
+    mounts in, instead of ours (the private Docker engine's, so that its
+    containers can bind-mount the lazyfs; the host's ``/`` is a private mount,
+    so a mount made here would not reach the engine). This process then reaches
+    the filesystem at :attr:`view`, through ``/proc/<daemon>/root``.
+    """
+
+    def __init__(
+        self,
+        backing: Path,
+        mountpoint: Path,
+        log: Path | None = None,
+        *,
+        namespace_of: int | None = None,
+    ) -> None:
         self.backing = backing
         self.mountpoint = mountpoint
         self.log = log
+        self.namespace_of = namespace_of
         self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def view(self) -> Path:
+        """Where this process reads and writes the mounted filesystem."""
+        if self.namespace_of is None:
+            return self.mountpoint
+        if self.process is None:
+            raise RuntimeError(f"lazyfs of {self.mountpoint} is not running")
+        return Path(f"/proc/{self.process.pid}/root{self.mountpoint.resolve()}")
+
+    def mounted(self) -> bool:
+        try:
+            return os.path.ismount(self.view)
+        except RuntimeError:
+            return False
 
     def start(self, timeout: float = 10.0) -> None:
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "nemesis.lazyfs", str(self.backing), str(self.mountpoint)]
+        if self.namespace_of is not None:
+            # nsenter joins the mount namespace and execs the daemon: same PID.
+            argv = ["nsenter", "-t", str(self.namespace_of), "-m", "--", *argv]
         out = self.log.open("ab") if self.log else subprocess.DEVNULL
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "nemesis.lazyfs", str(self.backing), str(self.mountpoint)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
         finally:
             if not isinstance(out, int):
                 out.close()
         deadline = time.monotonic() + timeout
-        while not os.path.ismount(self.mountpoint):
+        while not self.mounted():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(
@@ -276,20 +310,23 @@ class LazyMount:
             time.sleep(0.02)
 
     def control(self, command: str) -> None:
-        (self.mountpoint / CONTROL.lstrip("/")).write_text(command)
+        (self.view / CONTROL.lstrip("/")).write_text(command)
 
     def lose_unsynced(self) -> None:
         """The crash: every byte written but not fsynced is gone."""
         self.control("lose-unsynced")
 
     def dirty_bytes(self) -> int:
-        text = (self.mountpoint / CONTROL.lstrip("/")).read_text()
+        text = (self.view / CONTROL.lstrip("/")).read_text()
         return int(text.strip().split("=", 1)[1])
 
     def stop(self) -> None:
         """Unmount (unsynced data is dropped, as in a crash) and reap the daemon."""
-        if os.path.ismount(self.mountpoint):
-            subprocess.run(["umount", "-l", str(self.mountpoint)], check=False)
+        if self.mounted():
+            umount = ["umount", "-l", str(self.mountpoint)]
+            if self.namespace_of is not None and self.process is not None:
+                umount = ["nsenter", "-t", str(self.process.pid), "-m", "--", *umount]
+            subprocess.run(umount, check=False, capture_output=True)
         if self.process is not None:
             try:
                 self.process.wait(timeout=10)
@@ -297,6 +334,41 @@ class LazyMount:
                 self.process.kill()
                 self.process.wait()
             self.process = None
+
+
+def daemons_in_namespace_of(pid: int) -> list[tuple[int, Path]]:
+    """The lazyfs daemons mounted in ``pid``'s mount namespace: (daemon PID, mount point).
+
+    For cleaning up after a crashed campaign: a daemon in the private Docker
+    engine's namespace can only be one a campaign started there.
+    """
+    try:
+        target = os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return []
+    found: list[tuple[int, Path]] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == pid:
+            continue
+        try:
+            if os.readlink(entry / "ns" / "mnt") != target:
+                continue
+            argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if len(argv) >= 5 and argv[-4:-2] == [b"-m", b"nemesis.lazyfs"]:
+            found.append((int(entry.name), Path(os.fsdecode(argv[-1]))))
+    return found
+
+
+def stop_daemon(pid: int, mountpoint: Path) -> None:
+    """Unmount a daemon's filesystem in its own mount namespace; it then exits (or is killed)."""
+    subprocess.run(
+        ["nsenter", "-t", str(pid), "-m", "--", "umount", "-l", str(mountpoint)],
+        check=False,
+        capture_output=True,
+    )
+    stop_pid(pid, grace=10.0)
 
 
 def main(argv: list[str] | None = None) -> int:

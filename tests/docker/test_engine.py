@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nemesis.db_docker import cleanup
 from nemesis.docker_engine import (
     CGROUP_PARENT,
     CGROUP_ROOT,
@@ -17,6 +18,7 @@ from nemesis.docker_engine import (
     netns_name,
     wrapper_script,
 )
+from nemesis.lazyfs import LazyMount, daemons_in_namespace_of
 from tests.docker.hostnet import host_network
 
 MOUNTINFO = """\
@@ -72,6 +74,20 @@ def test_engine_runs_in_its_own_namespace_and_leaves_the_host_as_it_was() -> Non
         assert info.server_version
         assert info.cgroup_driver == "cgroupfs"
         assert (Path("/run/netns") / engine.netns).exists()
+        # A crashed campaign leaves its bookies' lazyfs daemons mounted in the engine's
+        # mount namespace: `bkref campaign cleanup` unmounts and stops them, then the engine.
+        pid = engine.pid()
+        assert pid is not None
+        orphan = LazyMount(
+            directory / "b0" / "backing", directory / "b0" / "disk", namespace_of=pid
+        )
+        orphan.start()
+        assert orphan.process is not None
+        daemon = orphan.process.pid
+        assert daemons_in_namespace_of(pid) == [(daemon, orphan.mountpoint)]
+        removed = cleanup(engine)
+        assert f"lazyfs mount {orphan.mountpoint} (pid {daemon})" in removed
+        assert orphan.process.wait(timeout=10) is not None  # it exited; reaped here
     finally:
         engine.stop()
         shutil.rmtree(directory, ignore_errors=True)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,3 +90,55 @@ def test_rename_carries_unsynced_data_and_unlink_drops_it(lazy: LazyMount) -> No
 def test_unknown_control_command_is_rejected(lazy: LazyMount) -> None:
     with pytest.raises(OSError, match="Invalid argument"):
         lazy.control("format-disk")
+
+
+def test_a_mount_in_another_mount_namespace_is_reached_through_its_view(tmp_path: Path) -> None:
+    # The Docker backend mounts lazyfs in the private engine's mount namespace (the
+    # host's / is private, so a host mount would not reach the engine's containers).
+    # A process in a mount namespace of our own stands in for the engine here.
+    holder = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sleep", "600"])
+    try:
+        deadline = time.monotonic() + 5
+        while os.readlink(f"/proc/{holder.pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
+            assert time.monotonic() < deadline, "unshare did not enter a new mount namespace"
+            time.sleep(0.01)
+        mount = LazyMount(tmp_path / "backing", tmp_path / "mnt", namespace_of=holder.pid)
+        mount.start()
+        try:
+            assert not os.path.ismount(mount.mountpoint)  # not in our namespace
+            assert mount.view != mount.mountpoint
+            assert os.path.ismount(mount.view)
+            _append(mount.view / "journal.txn", b"synced;", sync=True)
+            _append(mount.view / "journal.txn", b"unsynced;", sync=False)
+            # A process in that namespace (a container's bookie) sees the page cache.
+            seen = subprocess.run(
+                [
+                    "nsenter",
+                    "-t",
+                    str(holder.pid),
+                    "-m",
+                    "cat",
+                    str(mount.mountpoint / "journal.txn"),
+                ],
+                capture_output=True,
+                check=True,
+            ).stdout
+            assert seen == b"synced;unsynced;"
+            assert mount.dirty_bytes() == len(b"unsynced;")
+            mount.lose_unsynced()
+            assert (mount.view / "journal.txn").read_bytes() == b"synced;"
+        finally:
+            mount.stop()
+        assert mount.process is None
+        assert (tmp_path / "backing" / "journal.txn").read_bytes() == b"synced;"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_posix_locks_work_on_lazyfs(lazy: LazyMount) -> None:
+    # The kernel keeps POSIX locks itself unless the filesystem claims the lock
+    # operation; an attribute of that name once made every fcntl lock fail (EINVAL).
+    with (lazy.mountpoint / "lockfile").open("w") as f:
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(f, fcntl.LOCK_UN)
