@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from spark_checks.ledger import _repr, _s
+from spark_checks.ledger import PART, _repr, _s
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -21,22 +21,23 @@ if TYPE_CHECKING:
 KEY: Final = ("run", "ledger")
 
 
-def check(paired: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(anomalies, totals): anomalies with run, ledger, kind, ops, message; totals
-    one row per run with ``acknowledged`` and ``final_reads``."""
+def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(anomalies, totals) of :func:`spark_checks.ledger.frame`'s operations
+    (partitioned by ledger: no shuffle here): anomalies with run, ledger, kind,
+    ops, message; totals one row per run with ``acknowledged`` and ``final_reads``."""
     from pyspark.sql import functions as sf
 
-    ok = paired.where(
+    ok = ops.where(
         sf.col("problem").isNull()
-        & (sf.col("ctype") == "ok")
+        & sf.col("known")
         & sf.col("ledger").isNotNull()
         & sf.col("f").isin("add", "recover", "read")
-    ).select(*KEY, "f", "call", "ret", "o")
+    )
     adds = ok.where(sf.col("f") == "add").select(
-        *KEY, sf.col("o")["entry"].alias("entry"), sf.col("o")["data"].alias("data"), "call"
+        PART, *KEY, sf.col("oentry").alias("entry"), sf.col("odata").alias("data"), "call"
     )
     acked = (
-        adds.groupBy(*KEY, "entry")
+        adds.groupBy(PART, *KEY, "entry")
         .agg(
             sf.max(sf.struct("call", "data")).alias("last"),
             sf.min("call").alias("first_call"),
@@ -44,10 +45,10 @@ def check(paired: DataFrame) -> tuple[DataFrame, DataFrame]:
         )
         .persist()
     )
-    recovers = (
+    recovers = sf.broadcast(
         ok.where(sf.col("f") == "recover")
-        .groupBy(*KEY)
-        .agg(sf.max(sf.struct("call", "ret", sf.col("o")["last_entry"].alias("last"))).alias("r"))
+        .groupBy(PART, *KEY)
+        .agg(sf.max(sf.struct("call", "ret", "last")).alias("r"))
         .select(
             *KEY,
             sf.col("r")["call"].alias("rec_call"),
@@ -56,14 +57,14 @@ def check(paired: DataFrame) -> tuple[DataFrame, DataFrame]:
         )
     )
     finals = (
-        ok.where((sf.col("f") == "read") & sf.coalesce(sf.col("o")["found"], sf.lit(False)))
+        ok.where((sf.col("f") == "read") & sf.coalesce(sf.col("found"), sf.lit(False)))
         .join(recovers, list(KEY))
         .where(sf.col("call") > sf.col("rec_ret"))
-        .groupBy(*KEY, sf.col("o")["entry"].alias("entry"))
+        .groupBy(PART, *KEY, sf.col("oentry").alias("entry"))
         .agg(
-            sf.min(sf.struct("call", sf.col("o")["data"].alias("data"))).alias("first"),
-            sf.max(sf.struct("call", sf.col("o")["data"].alias("data"))).alias("last_read"),
-            sf.collect_list(sf.struct("call", sf.col("o")["data"].alias("data"))).alias("reads"),
+            sf.min(sf.struct("call", "data")).alias("first"),
+            sf.max(sf.struct("call", "data")).alias("last_read"),
+            sf.collect_list(sf.struct("call", "data")).alias("reads"),
         )
         .persist()
     )
@@ -75,7 +76,7 @@ def check(paired: DataFrame) -> tuple[DataFrame, DataFrame]:
             sf.concat(*[sf.lit(m) if isinstance(m, str) else m for m in message]).alias("message"),
         )
 
-    a = acked.join(recovers, list(KEY), "left").join(finals, [*KEY, "entry"], "left")
+    a = acked.join(recovers, list(KEY), "left").join(finals, [PART, *KEY, "entry"], "left")
     data = sf.col("last")["data"]
     add_call = sf.col("last")["call"]
     entry = _s(sf.col("entry"))

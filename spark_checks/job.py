@@ -78,15 +78,23 @@ def prepare(
     *,
     workdir: Path | None = None,
     figures: dict[str, int] | None = None,
-    text: bool = True,
+    model: str = "ledger",
 ) -> DataFrame:
-    """Read, pair and validate a history; the paired operations are cached.
-    ``figures`` (if given) receives ``lines``: the history's lines, nemesis included.
-    ``text``: keep the values' JSON text (the generic checker's input)."""
+    """Read, pair and validate a history; the operations are cached. For the
+    ledger model, :func:`spark_checks.ledger.frame` of the paired operations
+    (narrow, partitioned by ledger, the input of both the ledger and the
+    durability check); for the others the paired operations with their values'
+    JSON text (the generic checker's input).
+    ``figures`` (if given) receives ``lines``: the history's lines, nemesis included."""
     from spark_checks import load
 
     ops = load.read_ops(spark, path, workdir=workdir)
-    paired = load.operations(ops, text=text).persist()
+    if model == "ledger":
+        from spark_checks import ledger
+
+        paired = ledger.frame(load.operations(ops, text=False)).persist()
+    else:
+        paired = load.operations(ops, text=True).persist()
     load.validate(paired)
     if figures is not None:
         figures["lines"] = ops.count()
@@ -100,7 +108,8 @@ def build(
     dumps: tuple[DataFrame, DataFrame] | None = None,
     budget: float | None = None,
 ) -> Checks:
-    """The checks for ``model`` (and the replication audit given dumps)."""
+    """The checks for ``model`` (and the replication audit given dumps) over
+    :func:`prepare`'s operations for that model."""
     from pyspark.sql import functions as sf
 
     checks = Checks(paired)
@@ -184,8 +193,7 @@ def run(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="bkref-spark-"))
     try:
         figures: dict[str, int] = {}
-        text = args.model != "ledger"
-        paired = prepare(spark, args.path, workdir=work, figures=figures, text=text)
+        paired = prepare(spark, args.path, workdir=work, figures=figures, model=args.model)
         ops_total = paired.agg(
             sf.count(sf.lit(1)).alias("operations"), sf.countDistinct("run").alias("runs")
         ).first()

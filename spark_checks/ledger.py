@@ -48,60 +48,83 @@ LEDGER_FS: Final = ("create", "add", "read", "read_lac", "close", "recover")
 ANOMALY_SCHEMA: Final = "kind string, ops array<long>, message string"
 
 
-def ledger_ops(paired: DataFrame) -> DataFrame:
-    """The operations as the ledger checker records them, each with its key ``e``."""
+# The partition key of :func:`frame`: a hash of (run, ledger), a column of its
+# own so that every aggregation and window keyed by (run, ledger, ...) finds
+# the frame already partitioned (a literal run, when the input has no run
+# column, would otherwise hide the partitioning from the planner).
+PART: Final = "part"
+
+
+def frame(paired: DataFrame, partitions: int | None = None) -> DataFrame:
+    """The paired operations, typed and narrow, hash-partitioned by (run, ledger):
+    one frame for the ledger check, the durability check, validation and the
+    summary's figures (cache it).
+
+    Columns: part, run, ledger, f, call, problem (as :func:`load.operations`);
+    the ledger checker's view of the operation, null ``e`` for the operations
+    it does not record (failed ones, those without a ledger, broken pairings):
+    e (its key, see the module's docstring), end (completion index, or
+    :data:`INF` if unknown), known (completed ok), data (an add's, a read's),
+    found, last (a close's or recovery's last entry); for the durability
+    check: ret (completion index), oentry and odata (the completion's entry,
+    and an add's completed data); dt (completion time minus invocation time of
+    an ok operation, for the latency figures).
+    """
     from pyspark.sql import functions as sf
 
     inv, out = sf.col("i"), sf.col("o")  # parsed once, by load.operations
     f = sf.col("f")
+    ok = sf.col("ctype") == "ok"
     fenced = (f == "add") & (sf.col("ctype") == "fail") & (out["error"] == "fenced")
     status = (
-        sf.when(sf.col("ctype") == "ok", "ok")
+        sf.when(ok, "ok")
         .when((sf.col("ctype") == "fail") & ~sf.coalesce(fenced, sf.lit(False)), "fail")
         .otherwise("info")
     )
-    df = paired.where(sf.col("problem").isNull() & sf.col("ledger").isNotNull()).select(
-        "run",
-        "ledger",
-        "f",
-        "call",
-        status.alias("status"),
-        sf.col("ret"),
-        inv.alias("i"),
-        out.alias("o"),
-    )
-    known = sf.col("status") == "ok"
-    i, o = sf.col("i"), sf.col("o")
-    entry = sf.when(f.isin("add", "read"), i["entry"])
+    recorded = sf.col("problem").isNull() & sf.col("ledger").isNotNull() & (status != "fail")
+    known = sf.coalesce(ok, sf.lit(False))
+    entry = sf.when(f.isin("add", "read"), inv["entry"])
     malformed = (
         ~f.isin(*LEDGER_FS)
         | (f.isin("add", "read") & (entry.isNull() | (entry < 0)))
-        | ((f == "add") & i["data"].isNull())
-        | ((f == "read") & known & (o["found"].isNull() | (o["found"] & o["data"].isNull())))
-        | ((f == "read_lac") & known & (o["lac"].isNull() | (o["lac"] < -1)))
-        | (f.isin("close", "recover") & known & (o["last_entry"].isNull() | (o["last_entry"] < -1)))
+        | ((f == "add") & inv["data"].isNull())
+        | ((f == "read") & known & (out["found"].isNull() | (out["found"] & out["data"].isNull())))
+        | ((f == "read_lac") & known & (out["lac"].isNull() | (out["lac"] < -1)))
+        | (
+            f.isin("close", "recover")
+            & known
+            & (out["last_entry"].isNull() | (out["last_entry"] < -1))
+        )
     )
     e = (
-        sf.when(malformed, MALFORMED)
+        sf.when(~recorded, None)
+        .when(malformed, MALFORMED)
         .when(f == "add", entry)
         .when(f == "create", CREATES)
         .when(~known, OTHER)
         .when(f == "read", entry)
-        .when(f == "read_lac", o["lac"])
+        .when(f == "read_lac", out["lac"])
         .otherwise(CLOSES)
     )
-    return df.where(sf.col("status") != "fail").select(
+    df = paired.select(
+        sf.xxhash64("run", "ledger").alias(PART),
         "run",
         "ledger",
-        e.alias("e"),
         "f",
         "call",
+        "problem",
+        e.cast("long").alias("e"),
         sf.when(known, sf.col("ret")).otherwise(sf.lit(INF)).alias("end"),
         known.alias("known"),
-        sf.when(f == "add", i["data"]).when(f == "read", o["data"]).alias("data"),
-        sf.when(f == "read", o["found"]).alias("found"),
-        sf.when(f.isin("close", "recover"), o["last_entry"]).alias("last"),
+        sf.when(f == "add", inv["data"]).when(f == "read", out["data"]).alias("data"),
+        sf.when(f == "read", out["found"]).alias("found"),
+        sf.when(f.isin("close", "recover"), out["last_entry"]).alias("last"),
+        "ret",
+        sf.when(known & f.isin("add", "read"), out["entry"]).alias("oentry"),
+        sf.when(known & (f == "add"), out["data"]).alias("odata"),
+        sf.when(known, sf.col("t_ret") - sf.col("t_call")).alias("dt"),
     )
+    return df.repartition(partitions, PART) if partitions else df.repartition(PART)
 
 
 def _repr(c: Column) -> Column:
@@ -154,14 +177,14 @@ _CAUSES: Final = (
 )
 
 
-def check(paired: DataFrame, partitions: int | None = None) -> tuple[DataFrame, DataFrame]:
-    """(anomalies, ledgers): every anomaly with its run, ledger and operations;
-    per ledger its operations, entries (N), last entry if closed and anomaly count."""
+def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(anomalies, ledgers) of :func:`frame`'s operations: every anomaly with its
+    run, ledger and operations; per ledger its operations, entries (N), last
+    entry if closed and anomaly count."""
     from pyspark.sql import Window
     from pyspark.sql import functions as sf
 
-    lops = ledger_ops(paired)
-    lops = lops.repartition(partitions, *KEY) if partitions else lops.repartition(*KEY)
+    lops = ops.where(sf.col("e").isNotNull())
     is_add, is_read = sf.col("f") == "add", sf.col("f") == "read"
     known, found = sf.col("known"), sf.col("found")
     e = sf.col("e")
@@ -169,7 +192,7 @@ def check(paired: DataFrame, partitions: int | None = None) -> tuple[DataFrame, 
     def arr(cond: Column, *fields: str) -> Column:
         return sf.array_sort(sf.collect_list(sf.when(cond, sf.struct(*fields))))
 
-    g = lops.groupBy(*KEY, "e").agg(
+    g = lops.groupBy(PART, *KEY, "e").agg(
         sf.count(sf.lit(1)).alias("cnt"),
         sf.min(sf.when(e == MALFORMED, sf.col("call"))).alias("malformed"),
         arr(is_add & known & (e >= 0), "end", "call", "data").alias("ok_adds"),
@@ -202,7 +225,7 @@ def check(paired: DataFrame, partitions: int | None = None) -> tuple[DataFrame, 
         ),
     )
     miss_max = sf.array_max(sf.transform("miss", lambda m: m["call"]))
-    w = Window.partitionBy(*KEY).orderBy("e").rowsBetween(Window.unboundedPreceding, 0)
+    w = Window.partitionBy(PART, *KEY).orderBy("e").rowsBetween(Window.unboundedPreceding, 0)
     has_add = (sf.size("ok_adds") > 0) | (sf.size("opt_adds") > 0)
     g = g.withColumn("chosen", chosen).withColumn("has_add", has_add & (e >= 0))
     g = g.select(
@@ -210,7 +233,7 @@ def check(paired: DataFrame, partitions: int | None = None) -> tuple[DataFrame, 
         sf.max(sf.struct(sf.col("chosen")["call"].alias("c"), e.alias("e"))).over(w).alias("ba"),
         sf.max(sf.struct(miss_max.alias("c"), e.alias("e"))).over(w).alias("bm"),
         sf.sum(sf.col("has_add").cast("long")).over(w).alias("adds_upto"),
-        sf.lag("e").over(Window.partitionBy(*KEY).orderBy("e")).alias("prev_e"),
+        sf.lag("e").over(Window.partitionBy(PART, *KEY).orderBy("e")).alias("prev_e"),
     )
     g = g.select(
         "*",
@@ -226,7 +249,7 @@ def check(paired: DataFrame, partitions: int | None = None) -> tuple[DataFrame, 
         (sf.size("ok_adds") > 0) | (sf.size("found") > 0) | (sf.size("lacs") > 0)
     )
     proof = sf.coalesce(sf.get("ok_adds", 0)["call"], found0["call"], sf.get("lacs", 0)["call"])
-    facts = g.groupBy(*KEY).agg(
+    facts = g.groupBy(PART, *KEY).agg(
         sf.sum("cnt").alias("operations"),
         sf.min("malformed").alias("malformed"),
         sf.first(sf.when(e == CREATES, sf.col("creates")), ignorenulls=True).alias("creates"),
@@ -370,7 +393,7 @@ def check(paired: DataFrame, partitions: int | None = None) -> tuple[DataFrame, 
     # Closes against the chain at N - 1.
     at_end = (
         rows.where((e >= 0) & (e < sf.col("n")))
-        .groupBy(*KEY)
+        .groupBy(PART, *KEY)
         .agg(
             sf.max(sf.struct(sf.col("best_add").alias("c"), sf.col("add_e").alias("e"))).alias(
                 "ba"
@@ -380,7 +403,9 @@ def check(paired: DataFrame, partitions: int | None = None) -> tuple[DataFrame, 
             ),
         )
     )
-    cl = facts.where(sf.size(sf.coalesce("closes", sf.array())) > 0).join(at_end, list(KEY), "left")
+    cl = facts.where(sf.size(sf.coalesce("closes", sf.array())) > 0).join(
+        at_end, [PART, *KEY], "left"
+    )
     cl = cl.select(
         *KEY,
         "floor",

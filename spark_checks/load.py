@@ -141,18 +141,24 @@ def operations(ops: DataFrame, *, text: bool = True) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as sf
 
-    w = Window.partitionBy("run", "process").orderBy("index")
-    fields = ["index", "time", "type", "f", "ledger", "v", *(["value"] if text else [])]
+    # The process first: the sort's prefix is then a long, not the run's text.
+    w = Window.partitionBy("process", "run").orderBy("index")
+    # Only the raw columns cross the shuffle, once each (a struct of the next
+    # line's fields, built before the window, would ship every line twice);
+    # the values are parsed after it, each line once (as an invocation's own
+    # value or as its completion's).
+    fields = ("index", "time", "type", "f", "ledger", "value")
     lines = ops.where(sf.col("process").isNotNull()).select(
-        "*", sf.from_json("value", VALUE_SCHEMA).alias("v")
-    )
-    lines = lines.select(
-        "*",
-        sf.lead(sf.struct(*fields)).over(w).alias("nxt"),
+        "run",
+        "process",
+        *fields,
+        sf.lead(sf.col("index").isNull()).over(w).alias("has_next"),
+        *(sf.lead(c).over(w).alias(f"n_{c}") for c in fields),
         sf.lag("type").over(w).alias("prv"),
     )
-    nxt = sf.col("nxt")
-    completes = nxt.isNotNull() & (nxt["type"] != "invoke")
+    has_next = sf.col("has_next").isNotNull()
+    n_type, n_f, n_ledger = sf.col("n_type"), sf.col("n_f"), sf.col("n_ledger")
+    completes = has_next & (n_type != "invoke")
     is_invoke = sf.col("type") == "invoke"
     problem = (
         sf.when(
@@ -160,14 +166,14 @@ def operations(ops: DataFrame, *, text: bool = True) -> DataFrame:
             sf.concat(sf.lit("process "), sf.col("process"), sf.lit(" reused after an info")),
         )
         .when(
-            is_invoke & nxt.isNotNull() & (nxt["type"] == "invoke"),
+            is_invoke & has_next & (n_type == "invoke"),
             sf.concat(sf.lit("two open invocations on process "), sf.col("process")),
         )
         .when(
-            is_invoke & completes & (nxt["f"] != sf.col("f")),
+            is_invoke & completes & (n_f != sf.col("f")),
             sf.concat(
                 sf.lit("completion "),
-                nxt["f"],
+                n_f,
                 sf.lit(" does not match the invocation "),
                 sf.col("f"),
             ),
@@ -176,7 +182,7 @@ def operations(ops: DataFrame, *, text: bool = True) -> DataFrame:
             is_invoke
             & completes
             & sf.col("ledger").isNotNull()
-            & ~nxt["ledger"].eqNullSafe(sf.col("ledger")),
+            & ~n_ledger.eqNullSafe(sf.col("ledger")),
             sf.concat(sf.lit("completion names another ledger than its invocation")),
         )
         .when(
@@ -191,14 +197,14 @@ def operations(ops: DataFrame, *, text: bool = True) -> DataFrame:
         "f",
         sf.col("index").alias("call"),
         sf.col("time").alias("t_call"),
-        sf.when(completes, nxt["index"]).alias("ret"),
-        sf.when(completes, nxt["time"]).alias("t_ret"),
-        sf.when(completes, nxt["type"]).alias("ctype"),
-        sf.coalesce(sf.when(completes, nxt["ledger"]), sf.col("ledger")).alias("ledger"),
-        sf.col("v").alias("i"),
-        sf.when(completes, nxt["v"]).alias("o"),
+        sf.when(completes, sf.col("n_index")).alias("ret"),
+        sf.when(completes, sf.col("n_time")).alias("t_ret"),
+        sf.when(completes, n_type).alias("ctype"),
+        sf.coalesce(sf.when(completes, n_ledger), sf.col("ledger")).alias("ledger"),
+        sf.from_json("value", VALUE_SCHEMA).alias("i"),
+        sf.when(completes, sf.from_json("n_value", VALUE_SCHEMA)).alias("o"),
         *(
-            [sf.col("value").alias("inv"), sf.when(completes, nxt["value"]).alias("out")]
+            [sf.col("value").alias("inv"), sf.when(completes, sf.col("n_value")).alias("out")]
             if text
             else []
         ),

@@ -25,12 +25,16 @@ PERCENTILES = (0.5, 0.95, 0.99)
 
 
 def latency(paired: DataFrame) -> dict[str, dict[str, float]]:
-    """Per op kind (``f``), latencies of operations that completed ok, in ms."""
+    """Per op kind (``f``), latencies of operations that completed ok, in ms.
+    ``paired``: the paired operations, or the ledger model's frame (its ``dt``)."""
     from pyspark.sql import functions as sf
 
-    ms = (sf.col("t_ret") - sf.col("t_call")) / 1e6
+    if "dt" in paired.columns:
+        ok, ms = sf.col("dt").isNotNull(), sf.col("dt") / 1e6
+    else:
+        ok, ms = sf.col("ctype") == "ok", (sf.col("t_ret") - sf.col("t_call")) / 1e6
     rows = (
-        paired.where((sf.col("ctype") == "ok") & sf.col("problem").isNull())
+        paired.where(ok & sf.col("problem").isNull())
         .groupBy("f")
         .agg(
             sf.count(sf.lit(1)).alias("count"),

@@ -150,6 +150,11 @@ def session(
         # a ledger's entries are one window partition: keep up to 2^20 rows
         # in memory before the buffer turns to a spilling sorter (default 4096)
         .config("spark.sql.windowExec.buffer.in.memory.threshold", str(1 << 20))
+        # Sort-based aggregation for collect_list: the per-entry rows are
+        # sorted once by (ledger, entry), for the aggregation and the window
+        # that follows it (the object-hash aggregate falls back to sorting
+        # beyond 128 keys anyway, and the window then sorts again).
+        .config("spark.sql.execution.useObjectHashAggregateExec", "false")
     )
     spark = _start(b, verbose)
     spark.sparkContext.setLogLevel("WARN" if verbose else "ERROR")

@@ -85,7 +85,7 @@ def test_verdicts_per_key_equal_the_search(
     for name, ops in histories.items():
         (tmp_path / name).mkdir()
         write_jsonl(ops, tmp_path / name / "history.jsonl")
-    results = check(prepare(spark, tmp_path), "register").collect()
+    results = check(prepare(spark, tmp_path, model="register"), "register").collect()
     got = {(r["run"], r["key"]): (r["verdict"], r["blocked_op"]) for r in results}
     expected = {}
     for name, ops in histories.items():
@@ -102,7 +102,9 @@ def test_an_invalid_key_is_a_nonlinearizable_anomaly_naming_the_blocked_read(
 ) -> None:
     ops = histories["bad"]
     write_jsonl(ops, tmp_path / "bad.jsonl")
-    [row] = anomalies(check(prepare(spark, tmp_path / "bad.jsonl"), "register")).collect()
+    [row] = anomalies(
+        check(prepare(spark, tmp_path / "bad.jsonl", model="register"), "register")
+    ).collect()
     assert row["kind"] == "nonlinearizable"
     assert row["ops"][-1] == len(ops) - 2  # the invocation of the impossible read
     assert "read() -> 99" in row["message"]
@@ -111,4 +113,4 @@ def test_an_invalid_key_is_a_nonlinearizable_anomaly_naming_the_blocked_read(
 def test_the_ledger_model_is_not_searched_on_spark(spark: SparkSession, tmp_path: Path) -> None:
     write_jsonl([], tmp_path / "empty.jsonl")
     with pytest.raises(ValueError, match="generic Spark checker"):
-        check(prepare(spark, tmp_path / "empty.jsonl"), "ledger")
+        check(prepare(spark, tmp_path / "empty.jsonl", model="register"), "ledger")
