@@ -58,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown benchmark(s) {unknown}; known: {_modules()}", file=sys.stderr)
         return 2
-    command = "python -m tests.bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    # The BKREF_BENCH_* settings choose sizes: they are part of the command.
+    settings = [f"{k}={v} " for k, v in sorted(os.environ.items()) if k.startswith("BKREF_BENCH_")]
+    command = "".join(settings) + "python -m tests.bench "
+    command += " ".join(argv if argv is not None else sys.argv[1:])
     for name in names:
         module = importlib.import_module(f"tests.bench.bench_{name}")
         print(f"== {module.TITLE}", flush=True)

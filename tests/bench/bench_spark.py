@@ -4,9 +4,10 @@ Beside it, the single-process checkers on the same history (the ledger checker
 and the durability check, reading the same Parquet file) as a baseline, up to
 2 x 10^7 lines (beyond, they would hold the whole history: ~60 GB at 10^8).
 The histories come from `bkref gen-history`'s columnar generator (1,000
-ledgers; fewer in quick mode). Sizes: 10^6 and 10^7 operations in a full run;
-set BKREF_BENCH_SPARK_OPS (for example ``1e6,1e7,1e8``) for others (10^8 needs
-~1.2 GB of disk and about 5 minutes to generate).
+ledgers; fewer in quick mode). Sizes: 10^6, 10^7 and 10^8 operations in a
+full run (10^8: ~1.1 GB of Parquet, under a minute to generate, about 7
+minutes to check on an idle 2-core machine); BKREF_BENCH_SPARK_OPS (for
+example ``1e6,1e7``) chooses others.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def _sizes(quick: bool) -> list[int]:
     env = os.environ.get("BKREF_BENCH_SPARK_OPS")
     if env:
         return [int(float(x)) for x in env.split(",")]
-    return [1_000_000, 10_000_000]
+    return [1_000_000, 10_000_000, 100_000_000]
 
 
 def run(quick: bool) -> str:
