@@ -370,10 +370,20 @@ class Workload:
     async def final_reads(self, attempts: int = 3, parallel: int = 16) -> None:
         """Recover every ledger and read every entry up to its last (the durability check).
 
+        Every ledger of the metadata store, not only those the workload knows: a
+        writer process killed during a create leaves a ledger whose id it never
+        reported, open for good unless someone recovers it (as an operator would).
         Reads run ``parallel`` at a time, each reader a process of its own.
         """
         readers = [self.process() for _ in range(parallel)]
-        for lid in sorted(self.ledgers):
+        stored: set[int] = set()
+        for _ in range(attempts):
+            try:
+                stored = set(await self.bk.list_ledgers())
+                break
+            except CLIENT_ERRORS:
+                await asyncio.sleep(1.0)
+        for lid in sorted(self.ledgers | stored):
             last: int | None = None
             for _ in range(attempts):
                 last = await self.recover(lid)

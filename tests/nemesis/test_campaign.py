@@ -3,20 +3,26 @@ partitions, ZooKeeper faults, session expiry and lazyfs crashes; both checked an
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
+from impl.client.client import BookKeeper
+from impl.cluster.local import LocalCluster
 from impl.cluster.process import pid_alive
-from linearizability.history import read_jsonl
+from linearizability.durability import check_durability
+from linearizability.history import JsonlWriter, Recorder, read_jsonl
+from linearizability.ledger_checker import check_ledgers
 from nemesis.db import LocalBackend
 from nemesis.db_netns import NamespaceBackend
 from nemesis.netns import namespaces_supported
 from nemesis.report import render
 from nemesis.runner import RunSpec, run_once
-from nemesis.workload import WorkloadSpec
+from nemesis.workload import Workload, WorkloadSpec
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 
@@ -175,3 +181,39 @@ def test_kill_writer_kills_a_writer_process_and_its_ledgers_are_recovered(tmp_pa
     assert died, "a kill must leave adds in flight with unknown outcomes"
     assert result.checks["durability"]["valid"], result.checks["durability"]["anomalies"][:3]
     assert result.valid is True, result.checks
+
+
+def test_final_reads_recover_a_ledger_whose_create_never_returned(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    # A writer process killed during a create leaves a ledger whose id the workload
+    # never learned: open for good, so the cluster could never converge, unless the
+    # final phase recovers every ledger of the metadata store, not only known ones.
+    cluster = LocalCluster(tmp_path / "cluster", {})
+    cluster.up(3, zk_connect=zk_connect)
+    history = tmp_path / "history.jsonl"
+    spec = WorkloadSpec()
+
+    async def go() -> int:
+        async with BookKeeper(cluster.zk_hosts) as bk:
+            orphan = await bk.create_ledger(3, 2, 2, spec.password)  # nobody records it
+            writer = JsonlWriter(history)
+            try:
+                workload = Workload(bk, Recorder(writer), spec, random.Random(1))
+                await workload.final_reads()
+            finally:
+                writer.close()
+            md, _ = await asyncio.to_thread(bk.meta.read_ledger, orphan.ledger_id)
+            assert md.is_closed
+            assert md.last_entry == -1
+            return orphan.ledger_id
+
+    try:
+        lid = asyncio.run(go())
+    finally:
+        cluster.down()
+    ops = list(read_jsonl(history))
+    recovers = [(o.type, o.value) for o in ops if o.f == "recover" and o.ledger == lid]
+    assert recovers == [("invoke", None), ("ok", {"last_entry": -1})]
+    assert check_ledgers(ops).verdict == "valid"
+    assert check_durability(ops)["valid"]
