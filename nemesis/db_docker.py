@@ -426,7 +426,6 @@ class DockerBackend:
         mount.lose_unsynced()
 
     def corrupt(self, node: str, kind: str, rng: random.Random) -> str:
-        self._container(node)
         data = self._disk(node)
         if kind == "flip":
             return disk.flip_bytes(data / "ledgers", rng)

@@ -245,6 +245,17 @@ class LazyFS(fuse.Operations):  # type: ignore[misc]  # fusepy ships no type inf
             os.close(fh)
 
 
+def _in_namespace(argv: list[str], pid: int | None) -> list[str]:
+    """``argv`` run in ``pid``'s mount namespace (nsenter execs it: same PID), or as is."""
+    return argv if pid is None else ["nsenter", "-t", str(pid), "-m", "--", *argv]
+
+
+def _umount(mountpoint: Path, namespace_of: int | None = None) -> None:
+    """Lazily unmount ``mountpoint`` (in ``namespace_of``'s mount namespace)."""
+    argv = _in_namespace(["umount", "-l", str(mountpoint)], namespace_of)
+    subprocess.run(argv, check=False, capture_output=True)
+
+
 class LazyMount:
     """A lazyfs daemon we started: mount, crash (lose unsynced data), unmount.
 
@@ -279,18 +290,17 @@ class LazyMount:
         return Path(f"/proc/{self.process.pid}/root{self.mountpoint.resolve()}")
 
     def mounted(self) -> bool:
-        try:
-            return os.path.ismount(self.view)
-        except RuntimeError:
-            return False
+        if self.namespace_of is not None and self.process is None:
+            return False  # no daemon: nothing of ours is mounted there
+        return os.path.ismount(self.view)
 
     def start(self, timeout: float = 10.0) -> None:
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "nemesis.lazyfs", str(self.backing), str(self.mountpoint)]
-        if self.namespace_of is not None:
-            # nsenter joins the mount namespace and execs the daemon: same PID.
-            argv = ["nsenter", "-t", str(self.namespace_of), "-m", "--", *argv]
+        argv = _in_namespace(
+            [sys.executable, "-m", "nemesis.lazyfs", str(self.backing), str(self.mountpoint)],
+            self.namespace_of,
+        )
         out = self.log.open("ab") if self.log else subprocess.DEVNULL
         try:
             self.process = subprocess.Popen(
@@ -323,10 +333,9 @@ class LazyMount:
     def stop(self) -> None:
         """Unmount (unsynced data is dropped, as in a crash) and reap the daemon."""
         if self.mounted():
-            umount = ["umount", "-l", str(self.mountpoint)]
-            if self.namespace_of is not None and self.process is not None:
-                umount = ["nsenter", "-t", str(self.process.pid), "-m", "--", *umount]
-            subprocess.run(umount, check=False, capture_output=True)
+            # Entered through the daemon, which lives there: the engine may be gone by now.
+            daemon = self.process.pid if self.namespace_of is not None and self.process else None
+            _umount(self.mountpoint, daemon)
         if self.process is not None:
             try:
                 self.process.wait(timeout=10)
@@ -363,11 +372,7 @@ def daemons_in_namespace_of(pid: int) -> list[tuple[int, Path]]:
 
 def stop_daemon(pid: int, mountpoint: Path) -> None:
     """Unmount a daemon's filesystem in its own mount namespace; it then exits (or is killed)."""
-    subprocess.run(
-        ["nsenter", "-t", str(pid), "-m", "--", "umount", "-l", str(mountpoint)],
-        check=False,
-        capture_output=True,
-    )
+    _umount(mountpoint, pid)
     stop_pid(pid, grace=10.0)
 
 
