@@ -60,13 +60,18 @@ def _write_and_read(backend: NamespaceBackend, entries: int) -> list[bytes]:
     return backend.run_client(lambda: asyncio.run(go()))
 
 
-def _reachable(backend: NamespaceBackend, bookie: str) -> bool:
+# Seconds a connection attempt may take. A partition drops packets, so an attempt it
+# cuts waits the whole time: short where it must fail, generous where it must succeed.
+CUT, THROUGH = 2.0, 30.0
+
+
+def _reachable(backend: NamespaceBackend, bookie: str, timeout: float = THROUGH) -> bool:
     """Can the client open a TCP connection to the bookie's 127.0.0.1:<port>?"""
 
     async def go() -> bool:
         try:
             _, w = await asyncio.wait_for(
-                asyncio.open_connection("127.0.0.1", backend.ports[bookie]), 2.0
+                asyncio.open_connection("127.0.0.1", backend.ports[bookie]), timeout
             )
         except (OSError, TimeoutError):
             return False
@@ -86,7 +91,7 @@ def test_lifecycle_faults_and_clean_teardown(tmp_path: Path) -> None:
         assert _write_and_read(backend, 20) == [f"e{i}".encode() for i in range(20)]
 
         backend.partition(isolate(backend.network, "bookie-1"))
-        assert not _reachable(backend, "bookie-1")
+        assert not _reachable(backend, "bookie-1", CUT)
         assert _reachable(backend, "bookie-0")
         backend.heal()
         assert _reachable(backend, "bookie-1")

@@ -31,7 +31,7 @@ CLIENT = textwrap.dedent(
     """
     import socket, sys
     try:
-        with socket.create_connection((sys.argv[1], 7000), timeout=1.0) as c:
+        with socket.create_connection((sys.argv[1], 7000), timeout=float(sys.argv[2])) as c:
             c.sendall(b"ping"); print(c.recv(64).decode())
     except OSError as e:
         print("unreachable", type(e).__name__)
@@ -57,8 +57,14 @@ def network(tmp_path: Path) -> Iterator[NamespaceNetwork]:
         net.teardown()
 
 
-def _ping(net: NamespaceNetwork, src: str, dst: str) -> str:
-    argv = net.exec_argv(src, [sys.executable, "-c", CLIENT, net.nodes[dst].ip])
+# Seconds a ping waits for its echo. A partition drops packets, so a ping it cuts waits
+# the whole time: short where the ping must fail, generous where it must get through (a
+# loaded machine may not run the echo server within a second).
+CUT, THROUGH = 1.0, 30.0
+
+
+def _ping(net: NamespaceNetwork, src: str, dst: str, timeout: float = THROUGH) -> str:
+    argv = net.exec_argv(src, [sys.executable, "-c", CLIENT, net.nodes[dst].ip, str(timeout)])
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
 
 
@@ -75,8 +81,8 @@ def test_partition_drops_packets_and_heal_restores_them(network: NamespaceNetwor
         assert _ping(network, "c", "a") == "ping"
 
         network.apply_grudge(isolate(list(network.nodes), "a"))
-        assert _ping(network, "b", "a").startswith("unreachable")
-        assert _ping(network, "c", "a").startswith("unreachable")
+        assert _ping(network, "b", "a", CUT).startswith("unreachable")
+        assert _ping(network, "c", "a", CUT).startswith("unreachable")
 
         network.heal()
         assert _ping(network, "b", "a") == "ping"
