@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from linearizability import wgl
+from linearizability.durability import check_durability, describe
 from linearizability.history import HistoryError, Op, Operation, pair, read_history
 from linearizability.ledger_checker import LedgerCheckResult, check_ledgers
 from linearizability.models import MODELS, describe_ledger_op, to_ledger_op
@@ -43,8 +44,11 @@ def _parser() -> argparse.ArgumentParser:
             + "".join(f"  {m.name:<13} {m.help}\n" for m in MODELS.values())
             + "\nThe ledger model is checked by the ledger checker (no search, O(n log n)),\n"
             "or with --engine search by the generic Wing-Gong search over spec.ledger_model.\n"
-            "Anomalies use Jepsen's names (lost-write, stale-read, ...) and give the\n"
-            "history indices of the invocations that prove them."
+            "Ledger histories are also checked for durability: every acknowledged entry\n"
+            "read back after the ledger's last recovery. A ledger never recovered, or not\n"
+            "read back in full, is not judged (durability unknown, with the reason): that\n"
+            "leaves the verdict valid. Anomalies use Jepsen's names (lost-write,\n"
+            "stale-read, ...) and give the history indices of the invocations that prove them."
         ),
         epilog="exit status: 0 linearizable, 1 not linearizable, 2 unknown or bad input",
     )
@@ -238,6 +242,15 @@ def _check_search_file(
     return report, sections
 
 
+def _add_durability(report: dict[str, Any], path: Path, fmt: str) -> None:
+    """The durability check of a ledger history (a second pass over the file), as
+    ``report["durability"]``; its anomalies make the file invalid."""
+    durability = check_durability(_read(path, fmt, False))
+    report["durability"] = durability
+    if not durability["valid"]:
+        report["verdict"] = "invalid"
+
+
 def _jsonable(key: object) -> object:
     return key if isinstance(key, str | int | float | type(None)) else repr(key)
 
@@ -255,6 +268,7 @@ def _print_report(report: dict[str, Any]) -> None:
             print(f"  {kind}: {n}")
         for a in report["anomalies"][:SHOW]:
             print(f"    ledger {a['ledger']} {a['kind']}: {a['message']} (ops {a['ops']})")
+        _print_durability(report)
         return
     bad = [p for p in report["partitions"] if p["verdict"] != "valid"]
     print(f"  keys: {len(report['partitions'])}, not linearizable or unknown: {len(bad)}")
@@ -268,6 +282,18 @@ def _print_report(report: dict[str, Any]) -> None:
         if "note" in p:
             line += f" ({p['note']})"
         print(line)
+    _print_durability(report)
+
+
+def _print_durability(report: dict[str, Any]) -> None:
+    if "durability" not in report:
+        return
+    durability = report["durability"]
+    print(f"  {describe(durability)}")
+    for kind, n in sorted(durability["counts"].items()):
+        print(f"  durability {kind}: {n}")
+    for a in durability["anomalies"][:SHOW]:
+        print(f"    ledger {a['ledger']} {a['kind']}: {a['message']} (ops {a['ops']})")
 
 
 def main(argv: list[str]) -> int:
@@ -290,6 +316,8 @@ def main(argv: list[str]) -> int:
                 report, secs = _check_ledger_file(path, fmt, args, progress)
             else:
                 report, secs = _check_search_file(path, fmt, model, args, progress)
+            if model == "ledger":
+                _add_durability(report, path, fmt)
             reports.append(report)
             sections += [
                 replace(s, title=f"{path.name}: {s.title}") if len(args.history) > 1 else s

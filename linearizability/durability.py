@@ -1,34 +1,62 @@
 """The durability check of a history: acknowledged adds against the final reads.
 
 A campaign ends every ledger with a recovery (open with recovery, which fences
-and closes it) followed by final reads of its entries. Durability then means:
+and closes it) followed by final reads of its entries. Durability is decided
+against that ending:
 
 - every acknowledged add is present, with its payload, in the final reads that
-  follow the ledger's last recovery (``lost-write``, ``divergent-read``);
+  follow the ledger's last recovery (``lost-write``: a final read found no such
+  entry; ``divergent-read``: it found other data);
 - nothing was acknowledged or read beyond the last entry that recovery fixed
-  (``lost-write``, ``read-of-truncated-entry``);
+  (``lost-write``, ``read-of-truncated-entry``): decided by the recovery alone,
+  with or without final reads;
 - no entry id carries two payloads: two acknowledged adds of one entry
   (``duplicate``), or two final reads of one entry with different data
-  (``divergent-read``).
+  (``divergent-read``): decided with or without a recovery.
+
+A history need not have that ending (a workload may never recover a ledger, or
+never read it back). What it cannot decide is not judged: a ledger with an
+acknowledged entry at or below its close point that no final read answered for
+is **durability unknown**, with one of :data:`UNKNOWN_REASONS`, and is never
+reported as an anomaly. Unknown ledgers leave the verdict valid (no anomaly);
+:func:`describe` says how many there are and why.
 
 "Last" is in invocation order, as the history's pairing lists operations. The
 anomaly names are the ledger checker's (:mod:`linearizability.ledger_checker`);
 each anomaly names the history indices (invocations) that prove it. The result
-is ``{"valid", "acknowledged", "final_reads", "counts", "anomalies"}`` with at
-most :data:`MAX_ANOMALIES` anomalies listed (``counts`` has them all).
+is a dict: ``valid`` (no anomaly), ``acknowledged`` (entries), ``final_reads``
+(entries found by a final read), ``ledgers`` (with an acknowledged entry),
+``counts`` and ``anomalies`` (at most :data:`MAX_ANOMALIES` listed, ``counts``
+has them all), ``unknown_ledgers``, ``unknown`` (ledgers per reason) and
+``unknown_examples`` (at most :data:`MAX_ANOMALIES`, by ledger id).
 ``spark_checks`` decides the same on Spark for histories too large for one
 process, and its tests hold the two together.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from linearizability.history import Op, pair
 
 MAX_ANOMALIES: Final = 200
+NEVER_RECOVERED: Final = "never recovered"
+NOT_READ_BACK: Final = "recovered but not read back"
+READ_IN_PART: Final = "read back only in part"
+# Why a ledger's durability is unknown, in the order a ledger reaches them.
+UNKNOWN_REASONS: Final = (NEVER_RECOVERED, NOT_READ_BACK, READ_IN_PART)
+
+
+def unknown_reason(recovered: bool, unread: int, read: int) -> str | None:
+    """Why a ledger is not judged: ``unread`` acknowledged entries at or below
+    its close point have no final read, ``read`` have one (None: judged)."""
+    if not recovered:
+        return NEVER_RECOVERED
+    if not unread:
+        return None
+    return READ_IN_PART if read else NOT_READ_BACK
 
 
 def check_durability(ops: Iterable[Op]) -> dict[str, Any]:
@@ -51,14 +79,18 @@ def check_durability(ops: Iterable[Op]) -> dict[str, Any]:
             acked[key] = (o.output["data"], o.invoke.index)
         elif o.f == "recover":
             last_recover[o.ledger] = (o.invoke.index, o.complete.index, o.output["last_entry"])
-    final: dict[tuple[int, int], tuple[str, int]] = {}
+    final: dict[tuple[int, int], tuple[str, int]] = {}  # the last final read that found it
+    answered: set[tuple[int, int]] = set()  # a final read answered, found or not
     first_final: dict[tuple[int, int], tuple[str, int]] = {}
     two_payloads: list[tuple[int, int, str, int, str, int]] = []
     for o in operations:
         if o.f != "read" or o.status != "ok" or o.ledger not in last_recover:
             continue
-        if o.invoke.index > last_recover[o.ledger][1] and o.output.get("found"):
+        if o.invoke.index > last_recover[o.ledger][1]:
             key = (o.ledger, o.output["entry"])
+            answered.add(key)
+            if not o.output.get("found"):
+                continue
             read = (o.output["data"], o.invoke.index)
             first = first_final.setdefault(key, read)
             if first[0] != read[0]:
@@ -66,20 +98,17 @@ def check_durability(ops: Iterable[Op]) -> dict[str, Any]:
             final[key] = read
 
     anomalies: list[dict[str, Any]] = []
+    # ledger -> [acknowledged entries, unread ones at or below the close point, read ones]
+    tally: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
 
     def report(kind: str, ledger: int, indices: list[int], message: str) -> None:
         anomalies.append({"kind": kind, "ledger": ledger, "ops": indices, "message": message})
 
     for (ledger, entry), (data, add_index) in sorted(acked.items()):
+        counts = tally[ledger]
+        counts[0] += 1
         if ledger not in last_recover:
-            report(
-                "lost-write",
-                ledger,
-                [add_index],
-                f"entry {entry} was acknowledged but "
-                f"ledger {ledger} was never recovered, so it could not be read back",
-            )
-            continue
+            continue  # undecided: never recovered
         recover_index, _, last = last_recover[ledger]
         if entry > last:
             report(
@@ -88,12 +117,17 @@ def check_durability(ops: Iterable[Op]) -> dict[str, Any]:
                 [add_index, recover_index],
                 f"entry {entry} was acknowledged but recovery closed the ledger at {last}",
             )
-        elif (ledger, entry) not in final:
+            continue
+        if (ledger, entry) not in answered:
+            counts[1] += 1  # undecided: no final read answered for it
+            continue
+        counts[2] += 1
+        if (ledger, entry) not in final:
             report(
                 "lost-write",
                 ledger,
                 [add_index, recover_index],
-                f"entry {entry} was acknowledged but no final read found it",
+                f"entry {entry} was acknowledged but a final read found no such entry",
             )
         elif final[(ledger, entry)][0] != data:
             report(
@@ -126,10 +160,51 @@ def check_durability(ops: Iterable[Op]) -> dict[str, Any]:
             [index, other_index],
             f"entry {entry} was read back as {data!r} and as {other!r}",
         )
+    unknown: list[dict[str, Any]] = []
+    for ledger, (n, unread, answered_n) in sorted(tally.items()):
+        recovered = ledger in last_recover
+        reason = unknown_reason(recovered, unread, answered_n)
+        if reason is not None:
+            left = unread if recovered else n
+            unknown.append({"ledger": ledger, "reason": reason, "acknowledged": n, "unread": left})
     return {
         "valid": not anomalies,
         "acknowledged": len(acked),
         "final_reads": len(final),
+        "ledgers": len(tally),
         "counts": dict(Counter(a["kind"] for a in anomalies)),
         "anomalies": anomalies[:MAX_ANOMALIES],
+        "unknown_ledgers": len(unknown),
+        "unknown": dict(Counter(u["reason"] for u in unknown)),
+        "unknown_examples": unknown[:MAX_ANOMALIES],
     }
+
+
+def describe(result: Mapping[str, Any]) -> str:
+    """The durability verdict in one line, the same words on every path (``bkref
+    check``, ``bkref spark-check``, the campaign): from :func:`check_durability`'s
+    result, or the same fields computed on Spark."""
+    n = sum(result["counts"].values())
+    unknown = result["unknown_ledgers"]
+    if n:
+        head = f"durability: {n:,} anomalies"
+    elif unknown:
+        head = "durability: no anomaly in what the history decides"
+    else:
+        head = "durability: valid, every acknowledged entry read back"
+    figures = (
+        f"{result['acknowledged']:,} acknowledged entries in {result['ledgers']:,} ledgers, "
+        f"{result['final_reads']:,} found by final reads"
+    )
+    if not unknown:
+        return f"{head} ({figures})"
+    why = ", ".join(
+        f"{reason}: {result['unknown'][reason]:,}"
+        for reason in UNKNOWN_REASONS
+        if result["unknown"].get(reason)
+    )
+    return (
+        f"{head} ({figures}); unknown for {unknown:,} of {result['ledgers']:,} ledgers "
+        f"({why}): a ledger is judged only when it was recovered and then every "
+        "acknowledged entry read back"
+    )

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from linearizability.history import JSON, Op, OpType, Process
+from linearizability.history import JSON, Op, OpType, Process, pair
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -254,6 +254,37 @@ def many_ledgers(
 
 
 # ---------------------------------------------------------------- planting anomalies
+
+
+def drop_final_reads(
+    ops: Sequence[Op], rng: random.Random, share: float = 1.0, ledgers: Iterable[int] | None = None
+) -> list[Op]:
+    """A copy of ``ops`` without the final reads (reads invoked after a ledger's
+    last ok recovery completed) of a ``share`` of the entries of ``ledgers``
+    (default: all), every final read of a chosen entry: a history whose
+    durability a checker cannot decide in full. Indices are kept, so the
+    anomalies of what is left name the same operations."""
+    chosen = None if ledgers is None else set(ledgers)
+    operations = pair(ops)
+    recovered: dict[int, int] = {}  # ledger -> completion index of its last ok recovery
+    for o in operations:
+        if o.f == "recover" and o.status == "ok" and o.ledger is not None and o.complete:
+            recovered[o.ledger] = o.complete.index
+    unread: dict[tuple[int, int], bool] = {}  # (ledger, entry) -> its final reads go
+    dropped: set[int] = set()
+    for o in operations:
+        if (
+            o.f == "read"
+            and o.ledger in recovered
+            and (chosen is None or o.ledger in chosen)
+            and o.invoke.index > recovered[o.ledger]
+        ):
+            key = (o.ledger, o.input["entry"])
+            if unread.setdefault(key, rng.random() < share):
+                dropped.add(o.invoke.index)
+                if o.complete is not None:
+                    dropped.add(o.complete.index)
+    return [op for op in ops if op.index not in dropped]
 
 
 def _reindex(ops: Sequence[Op]) -> list[Op]:

@@ -38,6 +38,21 @@ JSON Lines (``.jsonl``), one object per line::
     client): null -> ``{"last_entry": id}``;
   - a fenced writer's add completes as ``fail`` with ``{"error": "fenced"}``.
 
+What a history must contain for each check to decide (``bkref check``,
+``bkref spark-check`` and the campaign apply the same rules and words):
+
+- linearizability (the ledger checker, the generic search): any history; no
+  particular ending is needed.
+- durability (:mod:`linearizability.durability`): the campaign's ending, per
+  ledger: an ok ``recover``, then an ok ``read`` (invoked after that recovery
+  completed) of every acknowledged entry up to the recovered last entry. A
+  ledger without it is counted as "durability unknown" with the reason (never
+  recovered; recovered but not read back; read back only in part), never as
+  an anomaly, and leaves the verdict valid (exit 0). What the history decides
+  without that ending is still decided: an entry acknowledged beyond the
+  recovery's last entry is a ``lost-write``, two acknowledged adds of one entry
+  a ``duplicate``.
+
 An optional first line ``{"format": "bkref-history", "version": 1}`` names the
 format; files without it are read as version 1. Nemesis operations are in the
 same history and are not paired.

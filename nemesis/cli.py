@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from impl.cluster.local import LocalCluster
 from impl.core.planted import PLANTS
+from linearizability.durability import describe
 from nemesis.db import ClusterBackend, LocalBackend
 from nemesis.db_docker import DockerBackend
 from nemesis.db_docker import cleanup as cleanup_docker
@@ -311,6 +312,8 @@ def main(argv: list[str]) -> int:
                 f"run {k}: {verdict}; {sum(result.ops.values())} ops, faults {result.faults}, "
                 f"{result.seconds} s"
             )
+            if "durability" in result.checks:
+                console.print(f"  {describe(result.checks['durability'])}", markup=False)
             if result.valid is False:
                 for name, check in result.checks.items():
                     if not check["valid"]:

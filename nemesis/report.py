@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from linearizability.durability import describe
+
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:2em;color:#222;max-width:70em}
 h1{font-size:1.4em} h2{font-size:1.1em;margin-top:1.6em}
@@ -179,6 +181,8 @@ def render(campaign: dict[str, Any], out_dir: Path) -> str:
         for name, check in sorted(r["checks"].items()):
             counts = html.escape(str(check.get("counts", {})))
             parts.append(f"<p>{html.escape(name)}: {_verdict(check)} {counts}</p>")
+            if name == "durability" and check.get("unknown_ledgers"):
+                parts.append(f"<p>{html.escape(describe(check))}</p>")
             if check["anomalies"]:
                 parts.append(
                     _table(

@@ -62,7 +62,7 @@ from linearizability.history import (
     read_jsonl,
 )
 from linearizability.replication import audit as audit_replication
-from nemesis.checker import check_durability, check_linearizable
+from nemesis.checker import check_history
 from nemesis.db import ClusterBackend, NodeRefusedError
 from nemesis.disk import NothingToCorruptError
 from nemesis.generator import (
@@ -681,11 +681,7 @@ def run_once(
     checks: dict[str, Any] = {}
     valid: bool | None = None
     if error is None:
-        checks = {
-            "linearizable": check_linearizable(ops),
-            "durability": check_durability(ops),
-            "cluster": _check_cluster(nemesis.events),
-        }
+        checks = {**check_history(ops), "cluster": _check_cluster(nemesis.events)}
         if after:
             checks["replication"] = _check_replication(after, entries, directory)
         valid = all(c["valid"] for c in checks.values())

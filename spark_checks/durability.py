@@ -2,17 +2,21 @@
 
 Per (run, ledger): the last acknowledged recovery (by invocation) fixes the
 close point; every acknowledged add must be at or below it and found, with its
-payload, by a read invoked after that recovery completed (the last such read
-decides); no final read beyond the close point; one payload per entry id (two
-acknowledged adds are a ``duplicate``, two final reads with different data a
-``divergent-read``). Aggregations and joins only; the anomaly names, operations
-and messages are those of the single-process check.
+payload, by a read invoked after that recovery completed (the last read that
+found it decides; reads that all found nothing are a lost write); no final
+read beyond the close point; one payload per entry id (two acknowledged adds
+are a ``duplicate``, two final reads with different data a ``divergent-read``).
+A ledger never recovered, or with an acknowledged entry at or below its close
+point that no final read answered for, is not judged: durability unknown, with
+the single-process check's reason. Aggregations and joins only; the anomaly
+names, operations and messages are those of the single-process check.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from linearizability.durability import NEVER_RECOVERED, NOT_READ_BACK, READ_IN_PART
 from spark_checks.ledger import PART, _repr, _s
 
 if TYPE_CHECKING:
@@ -21,10 +25,12 @@ if TYPE_CHECKING:
 KEY: Final = ("run", "ledger")
 
 
-def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(anomalies, totals) of :func:`spark_checks.ledger.frame`'s operations
-    (partitioned by ledger: no shuffle here): anomalies with run, ledger, kind,
-    ops, message; totals one row per run with ``acknowledged`` and ``final_reads``."""
+def check(ops: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(anomalies, totals, unknown) of :func:`spark_checks.ledger.frame`'s
+    operations (partitioned by ledger: no shuffle here): anomalies with run,
+    ledger, kind, ops, message; totals one row per run with ``acknowledged``,
+    ``final_reads`` and ``ledgers``; unknown one row per ledger not judged, with
+    run, ledger, reason, acknowledged, unread."""
     from pyspark.sql import functions as sf
 
     ok = ops.where(
@@ -56,18 +62,21 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
             sf.col("r")["last"].alias("rec_last"),
         )
     )
-    finals = (
-        ok.where((sf.col("f") == "read") & sf.coalesce(sf.col("found"), sf.lit(False)))
+    found = sf.coalesce(sf.col("found"), sf.lit(False))
+    read = sf.when(found, sf.struct("call", "data"))  # null for "no such entry"
+    answered = (  # every entry a final read answered for, found or not
+        ok.where(sf.col("f") == "read")
         .join(recovers, list(KEY))
         .where(sf.col("call") > sf.col("rec_ret"))
         .groupBy(PART, *KEY, sf.col("oentry").alias("entry"))
         .agg(
-            sf.min(sf.struct("call", "data")).alias("first"),
-            sf.max(sf.struct("call", "data")).alias("last_read"),
-            sf.collect_list(sf.struct("call", "data")).alias("reads"),
+            sf.min(read).alias("first"),
+            sf.max(read).alias("last_read"),
+            sf.collect_list(read).alias("reads"),
         )
         .persist()
     )
+    finals = answered.where(sf.col("last_read").isNotNull())
 
     def row(kind: str, ops: list[Column], *message: Column | str) -> Column:
         return sf.struct(
@@ -76,24 +85,17 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
             sf.concat(*[sf.lit(m) if isinstance(m, str) else m for m in message]).alias("message"),
         )
 
-    a = acked.join(recovers, list(KEY), "left").join(finals, [PART, *KEY, "entry"], "left")
+    a = (
+        acked.join(recovers, list(KEY), "left")
+        .join(answered.withColumn("answered", sf.lit(True)), [PART, *KEY, "entry"], "left")
+        .persist()
+    )
     data = sf.col("last")["data"]
     add_call = sf.col("last")["call"]
     entry = _s(sf.col("entry"))
     acked_anoms = a.select(
         *KEY,
-        sf.when(
-            sf.col("rec_call").isNull(),
-            row(
-                "lost-write",
-                [add_call],
-                "entry ",
-                entry,
-                " was acknowledged but ledger ",
-                _s(sf.col("ledger")),
-                " was never recovered, so it could not be read back",
-            ),
-        )
+        sf.when(sf.col("rec_call").isNull(), None)  # undecided: never recovered
         .when(
             sf.col("entry") > sf.col("rec_last"),
             row(
@@ -105,6 +107,7 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
                 _s(sf.col("rec_last")),
             ),
         )
+        .when(sf.col("answered").isNull(), None)  # undecided: no final read answered
         .when(
             sf.col("last_read").isNull(),
             row(
@@ -112,7 +115,7 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
                 [add_call, sf.col("rec_call")],
                 "entry ",
                 entry,
-                " was acknowledged but no final read found it",
+                " was acknowledged but a final read found no such entry",
             ),
         )
         .when(
@@ -180,14 +183,41 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
         .where(sf.col("a").isNotNull())
         .select(*KEY, "a.kind", "a.ops", "a.message")
     )
+    # Per ledger: acknowledged entries, those at or below the close point with and
+    # without a final read (linearizability.durability.unknown_reason, in SQL).
+    below = sf.col("rec_call").isNotNull() & (sf.col("entry") <= sf.col("rec_last"))
+    per_ledger = a.groupBy(*KEY).agg(
+        sf.count(sf.lit(1)).alias("acknowledged"),
+        sf.max(sf.col("rec_call").isNotNull()).alias("recovered"),
+        sf.sum((below & sf.col("answered").isNull()).cast("long")).alias("unread"),
+        sf.sum((below & sf.col("answered").isNotNull()).cast("long")).alias("read"),
+    )
+    reason = (
+        sf.when(~sf.col("recovered"), NEVER_RECOVERED)
+        .when(sf.col("unread") == 0, None)
+        .when(sf.col("read") > 0, READ_IN_PART)
+        .otherwise(NOT_READ_BACK)
+    )
+    unknown = per_ledger.select(
+        *KEY,
+        reason.alias("reason"),
+        "acknowledged",
+        sf.when(sf.col("recovered"), sf.col("unread"))
+        .otherwise(sf.col("acknowledged"))
+        .alias("unread"),
+    ).where(sf.col("reason").isNotNull())
     totals = (
-        acked.groupBy("run")
-        .agg(sf.count(sf.lit(1)).alias("acknowledged"))
+        per_ledger.groupBy("run")
+        .agg(
+            sf.sum("acknowledged").alias("acknowledged"),
+            sf.count(sf.lit(1)).alias("ledgers"),
+        )
         .join(finals.groupBy("run").agg(sf.count(sf.lit(1)).alias("final_reads")), "run", "full")
         .select(
             "run",
             sf.coalesce("acknowledged", sf.lit(0)).alias("acknowledged"),
             sf.coalesce("final_reads", sf.lit(0)).alias("final_reads"),
+            sf.coalesce("ledgers", sf.lit(0)).alias("ledgers"),
         )
     )
-    return anomalies, totals
+    return anomalies, totals, unknown

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from linearizability.durability import describe
 from linearizability.history import HistoryError
 
 if TYPE_CHECKING:
@@ -119,9 +120,10 @@ def build(
         lin, ledgers = ledger.check(paired)
         checks.anomalies["linearizable"] = lin
         checks.tables["ledgers"] = ledgers
-        dur, totals = durability.check(paired)
+        dur, totals, unknown = durability.check(paired)
         checks.anomalies["durability"] = dur
         checks.extra["durability_totals"] = totals
+        checks.tables["durability_unknown"] = unknown
     else:
         from spark_checks import generic
 
@@ -144,6 +146,30 @@ def build(
             "message",
         )
     return checks
+
+
+def _durability_summary(
+    totals: DataFrame, unknown: DataFrame, counts: dict[str, int]
+) -> dict[str, Any]:
+    """The durability figures in :func:`linearizability.durability.check_durability`'s
+    fields (``describe`` words them), summed over the runs."""
+    from pyspark.sql import functions as sf
+
+    t = totals.agg(*(sf.sum(c).alias(c) for c in ("acknowledged", "final_reads", "ledgers")))
+    row = t.first()
+    assert row is not None
+    reasons = {
+        r["reason"]: int(r["n"])
+        for r in unknown.groupBy("reason").agg(sf.count(sf.lit(1)).alias("n")).collect()
+    }
+    return {
+        "acknowledged": int(row["acknowledged"] or 0),
+        "final_reads": int(row["final_reads"] or 0),
+        "ledgers": int(row["ledgers"] or 0),
+        "counts": counts,
+        "unknown_ledgers": sum(reasons.values()),
+        "unknown": reasons,
+    }
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -247,16 +273,11 @@ def run(args: argparse.Namespace) -> int:
                     "or its value lacks a field the ledger model needs"
                 )
             summary["ledgers"] = ledgers.count()
-            totals = (
-                checks.extra["durability_totals"]
-                .agg(sf.sum("acknowledged").alias("a"), sf.sum("final_reads").alias("r"))
-                .first()
+            summary["durability"] = _durability_summary(
+                checks.extra["durability_totals"],
+                spark.read.parquet(str(out / "durability_unknown")),
+                found.get("durability", {}),
             )
-            assert totals is not None
-            summary["durability"] = {
-                "acknowledged": int(totals["a"] or 0),
-                "final_reads": int(totals["r"] or 0),
-            }
         unknown = 0
         if "keys" in checks.tables:
             keys = spark.read.parquet(str(out / "keys"))
@@ -276,6 +297,8 @@ def run(args: argparse.Namespace) -> int:
         page = report.write_html(summary, examples, out)
         progress(f"{summary['verdict']}: summary in {out / 'summary.json'}, page {page}")
         if not args.quiet:
+            if "durability" in summary:
+                print(describe(summary["durability"]))
             for check, kinds in summary["anomalies"].items():
                 for kind, n in kinds.items():
                     print(f"  {check} {kind}: {n:,}")

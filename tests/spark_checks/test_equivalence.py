@@ -20,7 +20,7 @@ import pytest
 
 from linearizability.durability import MAX_ANOMALIES, check_durability
 from linearizability.gen_cli import generate
-from linearizability.generate import ledger_history, to_ops
+from linearizability.generate import drop_final_reads, ledger_history, to_ops
 from linearizability.history import Op, read_jsonl, validate, write_jsonl
 from linearizability.ledger_checker import ANOMALY_KINDS, MAX_EXAMPLES, check_ledgers
 from spark_checks.job import build, prepare
@@ -106,6 +106,11 @@ def corpus() -> dict[str, list[Op]]:
     events += ledger_history(rng, ledger=2, adds=40, reads=60, end="close", first_process=500)
     events += ledger_history(rng, ledger=3, adds=10, reads=10, create=False, first_process=900)
     runs["open-and-closed"] = to_ops(events)
+    # durability the history cannot decide: no final reads; some ledgers read in part
+    runs["no-final-reads"] = drop_final_reads(runs["valid-0"], random.Random(1))
+    runs["part-final-reads"] = drop_final_reads(
+        runs["valid-1"], random.Random(2), share=0.3, ledgers=(1, 2)
+    )
     runs.update(_by_hand())
     runs["campaign-slice"] = list(read_jsonl(CAMPAIGN_SLICE))
     return runs
@@ -117,7 +122,11 @@ class Results:
     linearizable: dict[str, list[Row]] = field(default_factory=lambda: defaultdict(list))
     durability: dict[str, list[Row]] = field(default_factory=lambda: defaultdict(list))
     ledgers: dict[str, dict[int, dict[str, Any]]] = field(default_factory=lambda: defaultdict(dict))
-    durability_totals: dict[str, tuple[int, int]] = field(default_factory=dict)
+    durability_totals: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    # run -> (ledger, reason, acknowledged, unread) of the ledgers not judged
+    durability_unknown: dict[str, list[tuple[int, str, int, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +145,10 @@ def results(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Re
     for r in ledgers.collect():
         out.ledgers[r["run"]][r["ledger"]] = r.asDict()
     for r in checks.extra["durability_totals"].collect():
-        out.durability_totals[r["run"]] = (r["acknowledged"], r["final_reads"])
+        out.durability_totals[r["run"]] = (r["acknowledged"], r["final_reads"], r["ledgers"])
+    for r in checks.tables["durability_unknown"].collect():
+        row = (r["ledger"], r["reason"], r["acknowledged"], r["unread"])
+        out.durability_unknown[r["run"]].append(row)
     return out
 
 
@@ -186,10 +198,16 @@ def test_durability_anomalies_equal_the_durability_check(results: Results, run: 
     assert Counter(a[0] for a in got) == Counter(reference["counts"])
     if len(got) <= MAX_ANOMALIES:
         assert sorted(got) == sorted(expected)
-    assert results.durability_totals.get(run, (0, 0)) == (
+    assert results.durability_totals.get(run, (0, 0, 0)) == (
         reference["acknowledged"],
         reference["final_reads"],
+        reference["ledgers"],
     )
+    unknown = [
+        (u["ledger"], u["reason"], u["acknowledged"], u["unread"])
+        for u in reference["unknown_examples"]
+    ]
+    assert sorted(results.durability_unknown[run]) == unknown
 
 
 @pytest.mark.parametrize("kind", ANOMALY_KINDS)
@@ -204,6 +222,19 @@ def test_valid_histories_pass_both_checks(results: Results, run: str) -> None:
     assert results.linearizable[run] == []
     assert results.durability[run] == []
     assert results.durability_totals[run][0] > 0
+
+
+def test_histories_without_final_reads_are_unknown_for_durability_not_lost(
+    results: Results,
+) -> None:
+    for run in ("no-final-reads", "part-final-reads"):
+        assert results.linearizable[run] == []
+        assert results.durability[run] == []
+    reasons = {run: {u[1] for u in results.durability_unknown[run]} for run in RUNS}
+    assert reasons["no-final-reads"] == {"recovered but not read back"}
+    assert reasons["part-final-reads"] == {"read back only in part"}
+    assert "never recovered" in reasons["open-and-closed"]  # closed by the writer, or open
+    assert reasons["valid-0"] == set()
 
 
 def test_the_corner_cases_are_anomalies_indeed(results: Results) -> None:
