@@ -13,6 +13,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -162,8 +163,10 @@ def test_sigkill_of_a_bookie_re_replicates_every_entry_to_wq_live_bookies(
             await _assert_fully_replicated(bk, ledgers, live)
 
             # The victim comes back with its old copies, which no segment names any more:
-            # REDUNDANT in the status view, then dropped by its GC after the wait.
-            cluster.write_config(index, gcWaitTime=1000, gcOverreplicatedLedgerWaitTime=3000)
+            # REDUNDANT in the status view, then dropped by its GC after the wait. The
+            # wait is the window in which the test must see them REDUNDANT (a status
+            # command per poll, a subprocess): generous, or a loaded machine misses it.
+            cluster.write_config(index, gcWaitTime=1000, gcOverreplicatedLedgerWaitTime=15000)
             await asyncio.to_thread(cluster.start_bookie, index)
             mine = [lid for lid in ledgers if await _holds_any(bk, victim, lid, 100)]
             assert len(mine) == held
@@ -260,6 +263,16 @@ def _shell(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str
     )
 
 
+def _logged(cluster: LocalCluster, text: str) -> Callable[[], bool]:
+    """A condition: some bookie logs ``text`` more often than when this was called."""
+
+    def count() -> int:
+        return sum(b.log_path.read_text().count(text) for b in cluster.bookies)
+
+    before = count()
+    return lambda: count() > before
+
+
 def _auditor(cluster: LocalCluster) -> tuple[str, int]:
     out = _shell(cluster, "whoisauditor", "--json")
     assert out.returncode == 0, out.stderr
@@ -320,10 +333,14 @@ def test_disabled_autorecovery_repairs_nothing_and_enabling_completes_it(
             before = {lid: store.read_ledger(lid) for lid in ledgers}
             victim = next(iter(before.values()))[0].segments[0].ensemble[0]
             index = next(b.index for b in cluster.bookies if b.bookie_id == victim)
+            audited = _logged(cluster, "auditor: AutoRecovery is disabled; not publishing")
             await asyncio.to_thread(cluster.kill_bookie, index)
             gone = lambda: victim not in {b.bookie_id for b in store.bookies()}  # noqa: E731
             assert await asyncio.to_thread(wait_until, gone, 30, 0.2)
-            await asyncio.sleep(6)  # several audit and worker rounds
+            # The auditor saw the loss and audited, and published nothing (not a fixed
+            # sleep: on a loaded machine the audit may come later than any sleep).
+            assert await asyncio.to_thread(wait_until, audited, 60, 0.2)
+            await asyncio.sleep(2)  # and the workers had rounds to act on a task, if any
             assert {lid: store.read_ledger(lid) for lid in ledgers} == before
             assert urm.tasks() == []
             out = _shell(cluster, "autorecovery", "enable")
@@ -388,6 +405,18 @@ def _worker(bk: BookKeeper, local: str | None, **config: Any) -> ReplicationWork
     return ReplicationWorker(bk, urm, f"test-worker-{local}", local, WorkerConfig(**config))
 
 
+class _Racing(UnderreplicationManager):
+    """Takes a ledger's lock only when every racer has come to take it."""
+
+    def __init__(self, zk: KazooClient, root: str, barrier: threading.Barrier) -> None:
+        super().__init__(zk, root)
+        self.barrier = barrier
+
+    def try_lock(self, ledger_id: int, owner: str) -> bool:
+        self.barrier.wait()
+        return super().try_lock(ledger_id, owner)
+
+
 def test_two_workers_race_for_one_ledger_one_holds_the_lock_and_copies_once(
     make_cluster: MakeCluster,
     zk_view: ZkView,
@@ -407,7 +436,13 @@ def test_two_workers_race_for_one_ledger_one_holds_the_lock_and_copies_once(
             lid = next(iter(ledger))
             await asyncio.to_thread(_lose, cluster, store, ids[0])
             urm.mark(lid, {ids[0]: Reason.LOST}, 1)
-            w1, w2 = _worker(bk1, ids[3]), _worker(bk2, ids[4])
+            # Both try the lock once both have listed the task: the race happens on any
+            # machine, not only when neither worker is done before the other starts.
+            both = threading.Barrier(2, timeout=60)
+            w1, w2 = (
+                ReplicationWorker(b, _Racing(b.meta.zk, b.root, both), f"w-{n}", n, WorkerConfig())
+                for b, n in ((bk1, ids[3]), (bk2, ids[4]))
+            )
             await asyncio.gather(w1.run_once(), w2.run_once())
             assert w1.stats.repaired + w2.stats.repaired == 1
             assert w1.stats.lock_busy + w2.stats.lock_busy == 1  # the race did happen
@@ -680,8 +715,12 @@ def test_lost_bookie_recovery_delay_defers_the_audit_unless_triggered_or_two_are
             auditor = urm.auditor()
             assert auditor is not None
             first, second = [b for b in ids if b != auditor.node_id][:2]
+            deferred = _logged(cluster, f"auditor: bookies lost: ['{first}']")
             await asyncio.to_thread(_lose, cluster, store, first)
-            await asyncio.sleep(5)  # well past the loss, far short of the 600 s delay
+            # The auditor saw the loss and deferred its audit (not a fixed sleep: on a
+            # loaded machine the auditor may see it later than any sleep).
+            assert await asyncio.to_thread(wait_until, deferred, 60, 0.2)
+            await asyncio.sleep(2)  # far short of the 600 s delay
             assert urm.tasks() == []
             # triggeraudit audits now, whatever the delay.
             assert _shell(cluster, "triggeraudit").returncode == 0
