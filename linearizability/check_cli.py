@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from linearizability import wgl
-from linearizability.durability import check_durability, describe
+from linearizability.durability import Durability, describe
 from linearizability.history import HistoryError, Op, Operation, pair, read_history
 from linearizability.ledger_checker import LedgerCheckResult, check_ledgers
 from linearizability.models import MODELS, describe_ledger_op, to_ledger_op
@@ -130,11 +130,21 @@ def _ledger_bars(ops: Iterable[Op], ledgers: set[int], hot: set[int]) -> dict[in
     return bars
 
 
+def _tap(ops: Iterable[Op], durability: Durability | None) -> Iterator[Op]:
+    """``ops``, each also fed to the durability check (one read of the file)."""
+    if durability is None:
+        yield from ops
+        return
+    for op in ops:
+        durability.feed(op)
+        yield op
+
+
 def _check_ledger_file(
-    path: Path, fmt: str, args: argparse.Namespace, progress: _Progress
+    path: Path, fmt: str, args: argparse.Namespace, progress: _Progress, durability: Durability
 ) -> tuple[dict[str, Any], list[Section]]:
     result: LedgerCheckResult = check_ledgers(
-        _read(path, fmt, not args.no_validate), progress=progress
+        _tap(_read(path, fmt, not args.no_validate), durability), progress=progress
     )
     report: dict[str, Any] = {
         "file": str(path),
@@ -168,10 +178,15 @@ def _check_ledger_file(
     return report, sections
 
 
-def _check_search_file(
-    path: Path, fmt: str, model: str, args: argparse.Namespace, progress: _Progress
+def _check_search_file(  # noqa: PLR0917
+    path: Path,
+    fmt: str,
+    model: str,
+    args: argparse.Namespace,
+    progress: _Progress,
+    durability: Durability | None,
 ) -> tuple[dict[str, Any], list[Section]]:
-    lines = list(_read(path, fmt, not args.no_validate))
+    lines = list(_tap(_read(path, fmt, not args.no_validate), durability))
     operations: list[Operation] = pair(lines)
     result = wgl.check(
         model, operations, budget=args.budget, jobs=args.jobs, progress=progress.keys
@@ -242,12 +257,12 @@ def _check_search_file(
     return report, sections
 
 
-def _add_durability(report: dict[str, Any], path: Path, fmt: str) -> None:
-    """The durability check of a ledger history (a second pass over the file), as
-    ``report["durability"]``; its anomalies make the file invalid."""
-    durability = check_durability(_read(path, fmt, False))
-    report["durability"] = durability
-    if not durability["valid"]:
+def _add_durability(report: dict[str, Any], durability: Durability) -> None:
+    """The durability check of a ledger history as ``report["durability"]``; its
+    anomalies make the file invalid."""
+    result = durability.result()
+    report["durability"] = result
+    if not result["valid"]:
         report["verdict"] = "invalid"
 
 
@@ -312,12 +327,13 @@ def main(argv: list[str]) -> int:
             fast = model == "ledger" and args.engine != "search"
             if args.engine == "fast" and model != "ledger":
                 raise HistoryError(f"--engine fast checks the ledger model only, not {model}")
-            if fast:
-                report, secs = _check_ledger_file(path, fmt, args, progress)
+            durability = Durability() if model == "ledger" else None
+            if durability is not None and fast:
+                report, secs = _check_ledger_file(path, fmt, args, progress, durability)
             else:
-                report, secs = _check_search_file(path, fmt, model, args, progress)
-            if model == "ledger":
-                _add_durability(report, path, fmt)
+                report, secs = _check_search_file(path, fmt, model, args, progress, durability)
+            if durability is not None:
+                _add_durability(report, durability)
             reports.append(report)
             sections += [
                 replace(s, title=f"{path.name}: {s.title}") if len(args.history) > 1 else s

@@ -35,11 +35,12 @@ process, and its tests hold the two together.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from linearizability.history import Op, pair
+from linearizability.history import Op
 
 MAX_ANOMALIES: Final = 200
 NEVER_RECOVERED: Final = "never recovered"
@@ -59,43 +60,92 @@ def unknown_reason(recovered: bool, unread: int, read: int) -> str | None:
     return READ_IN_PART if read else NOT_READ_BACK
 
 
+class Durability:
+    """The durability check as an accumulator: :meth:`feed` it a history's lines
+    in order (``bkref check`` taps the ledger checker's stream, so the file is
+    read once), then :meth:`result`. It keeps the acknowledged adds, the ok
+    recoveries and the ok reads as tuples, not the history."""
+
+    def __init__(self) -> None:
+        self._pending: dict[object, Op] = {}  # process -> its open invocation
+        self._adds: list[tuple[int, int, int, str]] = []  # invocation, ledger, entry, data
+        # ledger -> (invocation index, completion index, last entry) of its last ok recovery
+        self._recover: dict[int, tuple[int, int, int]] = {}
+        # ledger, entry, invocation index, data (None: "no such entry")
+        self._reads: list[tuple[int, int, int, str | None]] = []
+
+    def feed(self, op: Op) -> None:
+        if op.is_nemesis:
+            return
+        if op.type == "invoke":
+            self._pending[op.process] = op
+            return
+        inv = self._pending.pop(op.process, None)
+        ledger = op.ledger  # the completion's, as pairing reads it
+        if inv is None or op.type != "ok" or ledger is None:
+            return
+        out = op.value
+        if op.f == "add":
+            self._adds.append((inv.index, ledger, out["entry"], out["data"]))
+        elif op.f == "recover":
+            last = self._recover.get(ledger)
+            if last is None or inv.index > last[0]:
+                self._recover[ledger] = (inv.index, op.index, out["last_entry"])
+        elif op.f == "read":
+            data = out["data"] if out.get("found") else None
+            self._reads.append((ledger, out["entry"], inv.index, data))
+
+    def result(self) -> dict[str, Any]:
+        # Only acyclic tuples and dicts are made here: the cyclic collector would
+        # only rescan the growing heap (as in the ledger checker).
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return _decide(self._adds, self._recover, self._reads)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+
 def check_durability(ops: Iterable[Op]) -> dict[str, Any]:
     """Acknowledged entries against the final reads after each ledger's last recovery."""
-    operations = pair(ops)
+    check = Durability()
+    for op in ops:
+        check.feed(op)
+    return check.result()
+
+
+def _decide(
+    adds: list[tuple[int, int, int, str]],
+    last_recover: dict[int, tuple[int, int, int]],
+    reads: list[tuple[int, int, int, str | None]],
+) -> dict[str, Any]:
     acked: dict[tuple[int, int], tuple[str, int]] = {}  # (ledger, entry) -> (data, add index)
     first_ack: dict[tuple[int, int], int] = {}  # (ledger, entry) -> the first ack's add index
     duplicates: list[tuple[int, int, int, int]] = []  # ledger, entry, first add, another add
-    # ledger -> (invocation index, completion index, last entry) of its last ok recovery
-    last_recover: dict[int, tuple[int, int, int]] = {}
-    for o in operations:
-        if o.status != "ok" or o.ledger is None or o.complete is None:
-            continue
-        if o.f == "add":
-            key = (o.ledger, o.output["entry"])
-            if key in first_ack:
-                duplicates.append((*key, first_ack[key], o.invoke.index))
-            else:
-                first_ack[key] = o.invoke.index
-            acked[key] = (o.output["data"], o.invoke.index)
-        elif o.f == "recover":
-            last_recover[o.ledger] = (o.invoke.index, o.complete.index, o.output["last_entry"])
+    for index, ledger, entry, data in sorted(adds):  # invocation order: the last ack counts
+        key = (ledger, entry)
+        if key in first_ack:
+            duplicates.append((*key, first_ack[key], index))
+        else:
+            first_ack[key] = index
+        acked[key] = (data, index)
     final: dict[tuple[int, int], tuple[str, int]] = {}  # the last final read that found it
     answered: set[tuple[int, int]] = set()  # a final read answered, found or not
     first_final: dict[tuple[int, int], tuple[str, int]] = {}
     two_payloads: list[tuple[int, int, str, int, str, int]] = []
-    for o in operations:
-        if o.f != "read" or o.status != "ok" or o.ledger not in last_recover:
+    for ledger, entry, index, found in sorted(reads, key=lambda r: r[2]):
+        if ledger not in last_recover or index <= last_recover[ledger][1]:
             continue
-        if o.invoke.index > last_recover[o.ledger][1]:
-            key = (o.ledger, o.output["entry"])
-            answered.add(key)
-            if not o.output.get("found"):
-                continue
-            read = (o.output["data"], o.invoke.index)
-            first = first_final.setdefault(key, read)
-            if first[0] != read[0]:
-                two_payloads.append((*key, *first, *read))
-            final[key] = read
+        key = (ledger, entry)
+        answered.add(key)
+        if found is None:
+            continue
+        read = (found, index)
+        first = first_final.setdefault(key, read)
+        if first[0] != read[0]:
+            two_payloads.append((*key, *first, *read))
+        final[key] = read
 
     anomalies: list[dict[str, Any]] = []
     # ledger -> [acknowledged entries, unread ones at or below the close point, read ones]
