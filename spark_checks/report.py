@@ -18,6 +18,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from linearizability.durability import describe
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -88,7 +90,10 @@ def write_html(summary: dict[str, Any], examples: list[dict[str, Any]], out: Pat
         for label in ("runs", "ops", "operations", "ledgers", "keys")
         if label in summary
     )
-    parts.append("</table><h2>Anomalies</h2>")
+    parts.append("</table>")
+    if "durability" in summary:
+        parts.append(f"<p>{e(describe(summary['durability']))}</p>")
+    parts.append("<h2>Anomalies</h2>")
     found = summary["anomalies"]
     if not any(found.values()):
         parts.append("<p>none</p>")

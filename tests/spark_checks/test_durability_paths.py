@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from linearizability import check_cli
+from linearizability.durability import describe
 from linearizability.gen_cli import generate
 from linearizability.generate import drop_final_reads
 from linearizability.history import Op, validate, write_jsonl
@@ -80,6 +81,8 @@ def test_check_spark_check_and_the_campaign_give_one_durability_verdict(
     assert {k: checked["durability"][k] for k in FIELDS} == expected
     assert {k: summary["durability"][k] for k in FIELDS} == expected
     assert summary["anomalies"]["durability"] == durability["counts"]
+    # the same words on the Spark page as on check's console and the campaign's
+    assert describe(durability) in (out / "index.html").read_text()
 
 
 def test_the_histories_cover_every_reason_and_a_real_loss() -> None:
