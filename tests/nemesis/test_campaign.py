@@ -52,7 +52,10 @@ def test_short_campaign_injects_faults_and_is_valid(
     assert durability["acknowledged"] == result.ops["add:ok"]
     assert durability["final_reads"] >= durability["acknowledged"]
     linearizable = result.checks["linearizable"]
-    assert linearizable["ledgers"] == result.ops["create:ok"]
+    # Every created ledger is checked. A create whose answer was lost (a timeout under
+    # load) may still have made a ledger, which the final phase recovers and the check
+    # counts too: at least, not exactly, the created ones.
+    assert linearizable["ledgers"] >= result.ops["create:ok"]
     assert linearizable["valid"], linearizable["anomalies"][:5]
     assert result.valid is True
 
@@ -116,7 +119,9 @@ def test_short_namespace_campaign_with_partitions_and_zookeeper_faults_is_valid(
     assert not list((tmp_path / "registry").rglob("*.json"))  # torn down
     # The expiry was real: the bookie cut from ZooKeeper lost its session, then registered again.
     expired = next(w["target"] for w in result.windows if w["kind"] == "expire")
-    log = (tmp_path / "run" / "logs" / f"{expired}.log").read_text()
+    # Its whole log: the run keeps only the last 200 lines, and how much a bookie logs
+    # after the expiry (retries while a later partition cuts it off) is timing.
+    log = Path(backend.services[str(expired)].log).read_text()
     assert "ZooKeeper session lost" in log
     assert "as writable" in log.split("ZooKeeper session lost")[-1]
 
@@ -157,8 +162,11 @@ def test_kill_writer_kills_a_writer_process_and_its_ledgers_are_recovered(tmp_pa
     # kill -9 of the process that writes: its adds in flight get unknown outcomes,
     # its ledger stays open until another client recovers it, and nothing it had
     # acknowledged is lost; the workload starts a new writer process each time.
+    # Seed 34 kills at 4.3 s and 10.5 s: each killed process has had seconds to start
+    # (its log line comes after its imports; a kill 1.1 s in, as seed 2 had, could beat
+    # it on a loaded machine) and the next one is running when the second kill comes.
     spec = RunSpec(
-        seed=2,
+        seed=34,
         duration=15.0,
         faults=("kill-writer",),
         bookies=4,
