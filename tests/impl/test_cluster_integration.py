@@ -61,7 +61,12 @@ def test_10000_entries_e3_wq2_aq2_on_4_bookies_read_back_close_reopen_lac(
                 assert ids == list(range(start, start + 1000))
             assert h.last_entry == 9_999
             # Bookies know the LAC piggybacked on the adds: it lags by the adds in flight.
-            assert await h.read_lac() == 8_999
+            lac = await h.read_lac()
+            if len(h.writer.metadata.segments) == 1:
+                assert lac == 8_999
+            else:  # an add outlived its 5 s timeout (a loaded machine): an ensemble change,
+                # and a new segment's start proves the entries before it
+                assert 8_999 <= lac < 9_999
             assert await h.read(0, 9_999) == payload
             await h.close()
             r = await bk.open_ledger(h.ledger_id, PW, recovery=False)
@@ -97,7 +102,10 @@ def test_sigkill_of_a_bookie_during_writes_changes_the_ensemble_and_loses_nothin
             await asyncio.gather(*(one(i) for i in range(3000)))
             assert sorted(acked) == list(range(3000))
             segments = h.writer.metadata.segments
-            assert len(segments) == 2
+            # At least the victim's replacement (on a loaded machine an add to a live
+            # bookie may also outlive its 5 s timeout and change the ensemble again).
+            assert len(segments) >= 2
+            assert victim in segments[0].ensemble
             assert victim not in segments[-1].ensemble
             await h.close()
             r = await bk.open_ledger(h.ledger_id, PW, recovery=False)
