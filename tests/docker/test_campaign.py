@@ -15,6 +15,7 @@ from nemesis.docker_engine import DockerEngine, missing_packages
 from nemesis.runner import RunSpec, run_once
 from nemesis.workload import WorkloadSpec
 from tests.docker.hostnet import host_network
+from tests.nemesis.test_planted import caught
 
 CAN_START = os.geteuid() == 0 and not missing_packages()
 pytestmark = [
@@ -89,14 +90,14 @@ def test_power_losses_on_docker_drop_only_what_bookies_never_acknowledged(
 
 @dataclass(frozen=True)
 class DockerExercise:
-    """The campaign that gives one planted bug its chance on Docker, and what catches it."""
+    """The campaign that gives one planted bug its chance on Docker. Any anomaly of the
+    bug's family (``tests.nemesis.test_planted.FAMILIES``), in any check, catches it:
+    which kinds of the family a run shows is a matter of timing."""
 
     faults: tuple[str, ...]
     duration: float
     workload: WorkloadSpec
     seeds: tuple[int, ...]  # tried in turn until one run catches the bug
-    check: str  # the check that must catch it, with ``anomaly``
-    anomaly: str
     bookies: int = 5
     fault_length: tuple[float, float] = (1.0, 6.0)
     repairs: bool = False  # the bug needs AutoRecovery to repair: ledgers must be marked
@@ -116,8 +117,6 @@ PLANTED_ON_DOCKER = {
         duration=15.0,
         workload=SHORT_LEDGERS,
         seeds=(3,),
-        check="durability",
-        anomaly="lost-write",
         bookies=4,
         converge_timeout=30.0,
     ),
@@ -127,8 +126,6 @@ PLANTED_ON_DOCKER = {
         duration=10.0,
         workload=SHORT_LEDGERS,
         seeds=(1,),
-        check="durability",
-        anomaly="lost-write",
     ),
     # Kills of 8-12 s outlive a bookie's 4 s session, so AutoRecovery repairs; seed 4 kills
     # two bookies and no ZooKeeper server (seed 1 killed only ZooKeeper servers).
@@ -137,8 +134,6 @@ PLANTED_ON_DOCKER = {
         duration=40.0,
         workload=WorkloadSpec(),
         seeds=(4,),
-        check="replication",
-        anomaly="under-replicated",
         bookies=4,
         fault_length=(8.0, 12.0),
         repairs=True,
@@ -150,8 +145,6 @@ PLANTED_ON_DOCKER = {
         duration=30.0,
         workload=WorkloadSpec(entries_per_ledger=100_000),
         seeds=(1, 2, 3),
-        check="durability",
-        anomaly="lost-write",
     ),
 }
 
@@ -161,7 +154,7 @@ def test_a_planted_bug_is_caught_on_docker(
     tmp_path: Path, engine: DockerEngine, plant: str
 ) -> None:
     ex = PLANTED_ON_DOCKER[plant]
-    found: list[tuple[int, int]] = []
+    found: list[tuple[int, list[str], dict[str, object]]] = []
     for seed in ex.seeds:
         spec = RunSpec(
             seed=seed,
@@ -180,9 +173,9 @@ def test_a_planted_bug_is_caught_on_docker(
         assert not engine.status().running
         if ex.repairs:
             assert max(n for _, n in result.under_replicated) > 0  # the auditor marked ledgers
-        caught = result.checks[ex.check]["counts"].get(ex.anomaly, 0)
-        found.append((seed, caught))
-        if caught:
+        kinds = sorted(caught(result, plant))
+        found.append((seed, kinds, {k: c.get("counts") for k, c in result.checks.items()}))
+        if kinds:
             assert result.valid is False
             break
-    assert any(n for _, n in found), found  # (seed, anomalies) per run
+    assert any(family for _, family, _ in found), found  # (seed, family kinds, counts) per run
