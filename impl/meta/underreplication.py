@@ -317,7 +317,10 @@ class UnderreplicationManager:
         delete that failed while ZooKeeper was out of reach, leaves an ephemeral node
         that outlives the reconnect and would keep every worker off that ledger, or
         every copy off that bookie, for as long as the session lives."""
-        session = self.zk.client_id[0]
+        client_id = self.zk.client_id
+        if client_id is None:  # no session (disconnected): nothing to find; a later round looks
+            return 0
+        session = client_id[0]
         paths = [f"{self.base}/locks/{c}" for c in _children(self.zk, f"{self.base}/locks")]
         for pool in _children(self.zk, f"{self.base}/slots"):
             top = f"{self.base}/slots/{pool}"

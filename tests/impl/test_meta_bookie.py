@@ -20,6 +20,7 @@ from impl.core.digest import DigestType
 from impl.core.metadata import LedgerMetadata, LedgerState, Segment
 from impl.meta.layout import ledger_path
 from impl.meta.store import MetadataConflictError, ZkMetadataStore, connect
+from impl.meta.underreplication import UnderreplicationManager
 from tests.impl.conftest import MakeCluster
 
 MD = LedgerMetadata(3, 2, 2, (Segment(0, ("a:1", "b:1", "c:1")),), DigestType.CRC32C, "h")
@@ -161,3 +162,24 @@ def test_shell_says_clearly_when_zookeeper_is_unreachable(
     zk = f"127.0.0.1:{free_port()}"
     assert shell_main(["listbookies", "--zk", zk, "--zk-timeout", "1"]) == 1
     assert "cannot connect to ZooKeeper" in capsys.readouterr().err
+
+
+@pytest.mark.zookeeper
+def test_release_leaked_frees_this_sessions_locks_and_nothing_while_disconnected(
+    zk_connect: str,
+) -> None:
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=30)
+    try:
+        urm = UnderreplicationManager(zk, "/release-leaked")
+        urm.ensure_layout()
+        assert urm.try_lock(7, "worker-1")  # a lock left over from a failed release
+        assert urm.release_leaked() == 1
+        assert urm.try_lock(7, "worker-1")
+    finally:
+        zk.stop()
+    # A worker's round may run while ZooKeeper is out of reach: no session, nothing of
+    # its own to find (it raised TypeError on the missing session id).
+    assert zk.client_id is None
+    assert urm.release_leaked() == 0
+    zk.close()
