@@ -159,6 +159,7 @@ def op_from_json(obj: object, *, line: int | None = None, source: str | None = N
             and type(t) is int
             and t >= 0
             and ((type(process) is int and process >= 0) or process == NEMESIS)
+            and type(typ) is str
             and typ in _TYPE_SET
             and type(f) is str
             and f
@@ -188,7 +189,7 @@ def op_from_json(obj: object, *, line: int | None = None, source: str | None = N
         raise bad(f"time must be a non-negative integer (nanoseconds), got {t!r}")
     if not ((type(process) is int and process >= 0) or process == NEMESIS):
         raise bad(f"process must be a non-negative integer or {NEMESIS!r}, got {process!r}")
-    if typ not in _TYPE_SET:
+    if typ not in OP_TYPES:  # a tuple: an unhashable value compares, a set would raise
         raise bad(f"unknown type {typ!r}; the types are {', '.join(OP_TYPES)}")
     if type(f) is not str or not f:
         raise bad(f"f must be a non-empty string, got {f!r}")

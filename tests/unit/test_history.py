@@ -154,6 +154,7 @@ def _op(
     ("lines", "line", "message"),
     [
         ([_op(0, 1, "begin")], 1, "unknown type 'begin'"),
+        ([{**_op(0, 1, "invoke"), "type": ["ok"]}], 1, "unknown type ['ok']"),
         ([_op(0, 1, "ok")], 1, "completion without invocation"),
         (
             [_op(0, 1, "invoke"), _op(1, 1, "invoke", "read")],
