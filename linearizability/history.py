@@ -73,12 +73,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self, TypeAlias
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-_loads: Callable[[str], Any]
+_loads: Callable[[str | bytes], Any]
 try:  # orjson parses a line about 3x faster; million-op histories are read line by line
     from orjson import loads as _orjson_loads
 
@@ -288,9 +288,23 @@ def _check_header(obj: Mapping[str, JSON], line: int, source: str) -> None:
         )
 
 
-def _parse_slow(raw: str, n: int, source: str) -> object:
-    """A line orjson refused: blank (None), or the standard parser decides and
-    words the error (it also takes NaN and integers beyond 64 bits)."""
+def _not_utf8(n: int, source: str, detail: str = "") -> HistoryError:
+    return HistoryError(
+        f"not UTF-8 text{detail}; expected JSON Lines: one JSON object per line",
+        line=n,
+        source=source,
+    )
+
+
+def _parse_slow(raw: str | bytes, n: int, source: str) -> object:
+    """A line orjson refused: blank (None), not UTF-8, or the standard parser
+    decides and words the error (it also takes NaN and integers beyond 64 bits)."""
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            byte = e.object[e.start : e.start + 1].hex()
+            raise _not_utf8(n, source, f" (byte 0x{byte} at byte {e.start + 1})") from None
     text = raw.strip()
     if not text:
         return None
@@ -302,27 +316,43 @@ def _parse_slow(raw: str, n: int, source: str) -> object:
         ) from None
 
 
-def iter_jsonl(stream: IO[str], *, source: str = "history", check: bool = True) -> Iterator[Op]:
-    """Read ops from a text stream of JSON Lines; validates unless ``check`` is false."""
+def iter_jsonl(
+    stream: Iterable[str | bytes], *, source: str = "history", check: bool = True
+) -> Iterator[Op]:
+    """Read ops from a stream of JSON Lines, text or bytes (UTF-8); validates
+    unless ``check`` is false. Every error is a :class:`HistoryError` naming
+    ``source`` and the line."""
     validate_op = Validator(source).check if check else None
     loads = _loads
-    for n, raw in enumerate(stream, start=1):
-        try:
-            obj = loads(raw)  # JSON allows the surrounding whitespace and newline
-        except ValueError:
-            obj = _parse_slow(raw, n, source)
-            if obj is None:
+    n = 0
+    try:
+        for n, raw in enumerate(stream, start=1):
+            try:
+                obj = loads(raw)  # JSON allows the surrounding whitespace and newline
+            except ValueError:
+                obj = _parse_slow(raw, n, source)
+                if obj is None:
+                    continue
+            if n == 1 and isinstance(obj, Mapping) and "format" in obj:
+                _check_header(obj, n, source)
                 continue
-        if n == 1 and isinstance(obj, Mapping) and "format" in obj:
-            _check_header(obj, n, source)
-            continue
-        op = op_from_json(obj, line=n, source=source)
-        yield validate_op(op, n) if validate_op is not None else op
+            op = op_from_json(obj, line=n, source=source)
+            yield validate_op(op, n) if validate_op is not None else op
+    except UnicodeDecodeError:  # a text stream's decoder met bytes that are not UTF-8
+        raise _not_utf8(n + 1, source, " (at or after this line)") from None
 
 
 def read_jsonl(path: str | Path, *, check: bool = True) -> Iterator[Op]:
-    """Stream the ops of a JSON Lines file."""
-    with open(path, encoding="utf-8") as stream:
+    """Stream the ops of a JSON Lines file (UTF-8).
+
+    Read as bytes: orjson takes them as they are (and checks the UTF-8), so a
+    byte that is not UTF-8 is reported on its own line, not where a text
+    decoder's buffer happened to end."""
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 - closed below, after the generator ends
+    except OSError as e:
+        raise HistoryError(f"cannot read: {e.strerror or e}", source=str(path)) from None
+    with stream:
         yield from iter_jsonl(stream, source=str(path), check=check)
 
 
@@ -425,34 +455,76 @@ def _parquet_files(path: Path) -> list[Path]:
         if not files:
             raise HistoryError("no .parquet files in this directory", source=str(path))
         return files
+    if not path.exists():
+        raise HistoryError("no such file or directory", source=str(path))
     return [path]
+
+
+def _arrow_error(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _parquet_batches(file: Path, columns: list[str]) -> Iterator[Any]:
+    """The record batches of one Parquet file; a file that is not Parquet, or
+    breaks off, is a :class:`HistoryError` naming it."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(str(file))
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise HistoryError(
+            f"not a readable Parquet file ({_arrow_error(e)})", source=str(file)
+        ) from None
+    meta = pf.schema_arrow.metadata or {}
+    version = meta.get(b"version")
+    if version is not None and version != str(FORMAT_VERSION).encode():
+        raise HistoryError(
+            f"history format version {version.decode(errors='replace')} is not {FORMAT_VERSION}",
+            source=str(file),
+        )
+    missing = [c for c in columns if c not in pf.schema_arrow.names]
+    if missing:
+        raise HistoryError(f"missing column(s) {missing}", source=str(file))
+    batches = pf.iter_batches(columns=columns)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (OSError, ValueError) as e:
+            raise HistoryError(
+                f"cannot read this Parquet file ({_arrow_error(e)})", source=str(file)
+            ) from None
+        yield batch
+
+
+def _value(text: object, row: int, source: str) -> JSON:
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise HistoryError(
+            f"value must be JSON text (a string column), got {text!r}", line=row, source=source
+        )
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise HistoryError(f"value is not valid JSON: {e}", line=row, source=source) from None
 
 
 def read_parquet(path: str | Path, *, check: bool = True) -> Iterator[Op]:
     """Stream the ops of a Parquet file, or of a directory of them in name order."""
-    import pyarrow.parquet as pq
-
     files = _parquet_files(Path(path))
     validator = Validator(str(path)) if check else None
     row = 0
     for file in files:
-        pf = pq.ParquetFile(str(file))
-        meta = pf.schema_arrow.metadata or {}
-        version = meta.get(b"version")
-        if version is not None and version != str(FORMAT_VERSION).encode():
-            raise HistoryError(
-                f"history format version {version.decode()} is not {FORMAT_VERSION}",
-                source=str(file),
-            )
-        missing = [c for c in FIELDS if c not in pf.schema_arrow.names]
-        if missing:
-            raise HistoryError(f"missing column(s) {missing}", source=str(file))
-        for batch in pf.iter_batches(columns=list(FIELDS)):
+        file_row = 0  # errors in one file's rows name the file and the row in it
+        for batch in _parquet_batches(file, list(FIELDS)):
             cols = batch.to_pydict()
             for i in range(batch.num_rows):
                 row += 1
+                file_row += 1
                 process = cols["process"][i]
-                text = cols["value"][i]
                 obj = {
                     "index": cols["index"][i],
                     "time": cols["time"][i],
@@ -460,9 +532,9 @@ def read_parquet(path: str | Path, *, check: bool = True) -> Iterator[Op]:
                     "type": cols["type"][i],
                     "f": cols["f"][i],
                     "ledger": cols["ledger"][i],
-                    "value": None if text is None else json.loads(text),
+                    "value": _value(cols["value"][i], file_row, str(file)),
                 }
-                op = op_from_json(obj, line=row, source=str(file))
+                op = op_from_json(obj, line=file_row, source=str(file))
                 yield validator.check(op, row) if validator is not None else op
 
 
@@ -479,6 +551,24 @@ def write_history(ops: Iterable[Op], path: str | Path) -> int:
     if Path(path).suffix == ".parquet":
         return write_parquet(ops, path)
     return write_jsonl(ops, path)
+
+
+def nonempty(ops: Iterable[Op], source: str, *, hint: str = "") -> Iterator[Op]:
+    """Yield ``ops``; raise :class:`HistoryError` at the end if there was none.
+
+    An empty history proves nothing: a pipeline that lost its history must
+    not pass as valid. ``hint`` is appended to the message (say how to accept
+    an empty history where that is intended)."""
+    empty = True
+    for op in ops:
+        empty = False
+        yield op
+    if empty:
+        raise HistoryError(
+            "no operations: expected a history of at least one operation "
+            f"(the file is empty, or has only the header line){hint}",
+            source=source,
+        )
 
 
 # ---------------------------------------------------------------- pairing

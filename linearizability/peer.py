@@ -57,45 +57,66 @@ def _op_type(text: str, line: int, source: str) -> OpType:
     raise HistoryError(f"unknown type {text!r}", line=line, source=source)
 
 
+def _lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 file; a file that cannot be read, or a
+    line that is not UTF-8, is a :class:`HistoryError` naming file and line."""
+    source = str(path)
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 - closed below, after the generator ends
+    except OSError as e:
+        raise HistoryError(f"cannot read: {e.strerror or e}", source=source) from None
+    with stream:
+        for n, raw in enumerate(stream, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                byte = raw[e.start : e.start + 1].hex()
+                raise HistoryError(
+                    f"not UTF-8 text (byte 0x{byte} at byte {e.start + 1}); expected "
+                    "a Jepsen log or EDN maps, one per line",
+                    line=n,
+                    source=source,
+                ) from None
+            yield n, text
+
+
 def read_jepsen_log(path: str | Path) -> Iterator[Op]:
     """Ops of a Jepsen cas-register log; lines that are not operations are skipped."""
     source = str(path)
     index = 0
-    with open(path, encoding="utf-8") as stream:
-        for n, raw in enumerate(stream, start=1):
-            m = _JEPSEN_LINE.match(raw)
-            if m is None:
-                continue
-            typ = _op_type(m["type"], n, source)
-            value = _edn_value(m["value"], f"{source} line {n}") if m["value"] else None
-            yield Op(index, n, int(m["process"]), typ, m["f"], None, value)
-            index += 1
+    for n, raw in _lines(path):
+        m = _JEPSEN_LINE.match(raw)
+        if m is None:
+            continue
+        typ = _op_type(m["type"], n, source)
+        value = _edn_value(m["value"], f"{source} line {n}") if m["value"] else None
+        yield Op(index, n, int(m["process"]), typ, m["f"], None, value)
+        index += 1
 
 
 def read_edn_kv(path: str | Path) -> Iterator[Op]:
     """Ops of a key-value history written as one EDN map per line."""
     source = str(path)
     index = 0
-    with open(path, encoding="utf-8") as stream:
-        for n, raw in enumerate(stream, start=1):
-            text = raw.strip()
-            if not text:
-                continue
-            if not (text.startswith("{") and text.endswith("}")):
-                raise HistoryError("expected an EDN map {...}", line=n, source=source)
-            fields = {
-                m["k"]: _edn_value(m["v"], f"{source} line {n}") for m in _EDN_PAIR.finditer(text)
-            }
-            missing = [k for k in ("process", "type", "f") if k not in fields]
-            if missing:
-                raise HistoryError(f"missing {missing}", line=n, source=source)
-            process, f = fields["process"], fields["f"]
-            if type(process) is not int or not isinstance(f, str):
-                raise HistoryError("bad :process or :f", line=n, source=source)
-            typ = _op_type(str(fields["type"]), n, source)
-            value = {"key": fields.get("key"), "value": fields.get("value")}
-            yield Op(index, n, process, typ, f, None, value)
-            index += 1
+    for n, raw in _lines(path):
+        text = raw.strip()
+        if not text:
+            continue
+        if not (text.startswith("{") and text.endswith("}")):
+            raise HistoryError("expected an EDN map {...}", line=n, source=source)
+        fields = {
+            m["k"]: _edn_value(m["v"], f"{source} line {n}") for m in _EDN_PAIR.finditer(text)
+        }
+        missing = [k for k in ("process", "type", "f") if k not in fields]
+        if missing:
+            raise HistoryError(f"missing {missing}", line=n, source=source)
+        process, f = fields["process"], fields["f"]
+        if type(process) is not int or not isinstance(f, str):
+            raise HistoryError("bad :process or :f", line=n, source=source)
+        typ = _op_type(str(fields["type"]), n, source)
+        value = {"key": fields.get("key"), "value": fields.get("value")}
+        yield Op(index, n, process, typ, f, None, value)
+        index += 1
 
 
 def sniff(path: str | Path) -> str:
@@ -103,14 +124,17 @@ def sniff(path: str | Path) -> str:
     p = Path(path)
     if p.is_dir() or p.suffix == ".parquet":
         return "bkref"
-    with open(p, encoding="utf-8", errors="replace") as stream:
-        for raw in stream:
-            text = raw.strip()
-            if not text:
-                continue
-            if _JEPSEN_LINE.match(text) or text.startswith("INFO"):
-                return "jepsen-log"
-            if text.startswith("{:"):
-                return "edn"
-            return "bkref"
+    try:
+        with open(p, encoding="utf-8", errors="replace") as stream:
+            for raw in stream:
+                text = raw.strip()
+                if not text:
+                    continue
+                if _JEPSEN_LINE.match(text) or text.startswith("INFO"):
+                    return "jepsen-log"
+                if text.startswith("{:"):
+                    return "edn"
+                return "bkref"
+    except OSError as e:
+        raise HistoryError(f"cannot read: {e.strerror or e}", source=str(path)) from None
     return "bkref"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from linearizability import wgl
-from linearizability.history import pair
+from linearizability.history import HistoryError, Op, pair
 from linearizability.peer import read_edn_kv, read_jepsen_log, sniff
 
 PEER = Path(__file__).resolve().parents[1] / "data" / "peer-histories"
@@ -53,3 +55,22 @@ def test_parallel_workers_reach_the_same_verdicts() -> None:
         ops = pair(read_edn_kv(PEER / name))
         result = wgl.check("kv", ops, budget=120, jobs=2, parallel_min_ops=0)
         assert result.verdict == ("valid" if name.endswith("ok.txt") else "invalid")
+
+
+@pytest.mark.parametrize(
+    ("reader", "good"),
+    [
+        (read_jepsen_log, b"INFO  jepsen.util - 1 :invoke :read nil\n"),
+        (read_edn_kv, b'{:process 1, :type :invoke, :f :get, :key "a", :value nil}\n'),
+    ],
+)
+def test_a_line_that_is_not_utf8_or_a_missing_file_is_a_history_error(
+    tmp_path: Path, reader: Callable[[Path], Iterator[Op]], good: bytes
+) -> None:
+    path = tmp_path / "h.log"
+    path.write_bytes(good + b"\xff\xfe\n")
+    where = re.escape(str(path))
+    with pytest.raises(HistoryError, match=rf"^{where} line 2: not UTF-8 text \(byte 0xff"):
+        list(reader(path))
+    with pytest.raises(HistoryError, match=r"(?i)no such file"):
+        list(reader(tmp_path / "none.log"))

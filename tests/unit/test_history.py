@@ -16,6 +16,8 @@ from linearizability.history import (
     Op,
     OpType,
     Recorder,
+    iter_jsonl,
+    nonempty,
     pair,
     read_history,
     read_jsonl,
@@ -216,3 +218,54 @@ def test_recorder_assigns_increasing_index_and_time(tmp_path: Path) -> None:
     assert ops[2].type == "ok"
     with pytest.raises(ValueError, match="not invoke"):
         rec.complete(inv, "invoke")
+
+
+def test_bytes_that_are_not_utf8_name_their_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    good = _lines(_op(0, 1, "invoke"), _op(1, 1, "ok")).encode()
+    path.write_bytes(good + b'{"index": 2, "f": "\xff"}\n' + good)
+    with pytest.raises(HistoryError) as info:
+        list(read_jsonl(path))
+    assert info.value.line == 3
+    assert str(info.value).startswith(f"{path} line 3: not UTF-8 text (byte 0xff")
+
+
+def test_a_text_stream_that_is_not_utf8_is_a_history_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"\x80" * 10)
+    with path.open(encoding="utf-8") as stream, pytest.raises(HistoryError, match="not UTF-8"):
+        list(iter_jsonl(stream, source="s"))
+
+
+def test_a_missing_file_is_a_history_error(tmp_path: Path) -> None:
+    for name in ("none.jsonl", "none.parquet"):
+        with pytest.raises(HistoryError, match=f"(?i){name}: .*no such file or directory"):
+            list(read_history(tmp_path / name))
+
+
+def test_a_file_that_is_not_parquet_is_a_history_error(tmp_path: Path) -> None:
+    path = tmp_path / "h.parquet"
+    path.write_bytes(b"PAR1 not really")
+    with pytest.raises(HistoryError, match=r"h.parquet: not a readable Parquet file \("):
+        list(read_history(path))
+
+
+def test_a_parquet_value_that_is_not_json_names_file_and_row(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ops = [Op(0, 0, 1, "invoke", "add", 1, {"entry": 0, "data": "a"})]
+    write_parquet(ops, tmp_path / "a.parquet")
+    table = pq.read_table(tmp_path / "a.parquet")
+    table = table.set_column(6, "value", pa.array(["{not json"], pa.string()))
+    pq.write_table(table, tmp_path / "b.parquet")
+    with pytest.raises(HistoryError, match=r"b.parquet line 1: value is not valid JSON"):
+        list(read_history(tmp_path / "b.parquet"))
+
+
+def test_nonempty_passes_ops_through_and_rejects_an_empty_history() -> None:
+    ops = [Op(0, 0, 1, "invoke", "add", 1, None)]
+    assert list(nonempty(ops, "h")) == ops
+    with pytest.raises(HistoryError, match=r"^h: no operations: .*; say so") as info:
+        list(nonempty([], "h", hint="; say so"))
+    assert info.value.line is None
