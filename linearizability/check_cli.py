@@ -2,9 +2,11 @@
 
     bkref check HISTORY... [--model ledger|register|cas-register|kv]
                 [--engine auto|fast|search] [--html OUT] [--json] [--budget S] [--jobs N]
+                [--allow-empty]
 
 Exit status: 0 linearizable, 1 not linearizable, 2 unknown (out of time) or
-bad input.
+bad input: a file that cannot be read or parsed, an argument out of range, or
+a history without operations (unless --allow-empty).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from linearizability.ledger_checker import LedgerCheckResult, check_ledgers
 from linearizability.models import MODELS, describe_ledger_op, to_ledger_op
 from linearizability.peer import read_edn_kv, read_jepsen_log, sniff
 from linearizability.timeline import Bar, Section, render
+from spec.cli_args import positive_float, positive_int
 
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
 SHOW = 20  # anomalies printed per file
@@ -50,7 +53,11 @@ def _parser() -> argparse.ArgumentParser:
             "leaves the verdict valid. Anomalies use Jepsen's names (lost-write,\n"
             "stale-read, ...) and give the history indices of the invocations that prove them."
         ),
-        epilog="exit status: 0 linearizable, 1 not linearizable, 2 unknown or bad input",
+        epilog=(
+            "exit status: 0 linearizable, 1 not linearizable, 2 unknown or bad input (a file "
+            "that cannot be read or parsed, an argument out of range, or a history with no "
+            "operations unless --allow-empty: a pipeline that lost its history must not pass)"
+        ),
     )
     p.add_argument("history", nargs="+", type=Path, help="history file(s) or Parquet directories")
     p.add_argument(
@@ -68,13 +75,44 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--html", type=Path, metavar="OUT", help="write an HTML timeline to OUT")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument(
-        "--budget", type=float, default=None, metavar="S", help="give up after S seconds: unknown"
+        "--budget",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="give up after S seconds (> 0): unknown",
     )
     p.add_argument(
-        "--jobs", type=int, default=None, help="worker processes for the search (default: CPUs)"
+        "--jobs",
+        type=positive_int,
+        default=None,
+        help="worker processes for the search (>= 1; default: CPUs)",
     )
     p.add_argument("--no-validate", action="store_true", help="skip format validation (faster)")
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="accept a history without operations as valid (by default it is bad input, exit 2)",
+    )
     return p
+
+
+def _check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors that argparse's types cannot see; exits 2 before any file is read."""
+    if args.engine == "fast" and args.model not in (None, "ledger"):
+        p.error(f"--engine fast checks the ledger model only, not {args.model}")
+    if args.html is not None and (args.html.is_dir() or not args.html.parent.is_dir()):
+        p.error(f"--html {args.html}: expected a file in an existing directory")
+
+
+def _require_ops(path: Path, fmt: str) -> None:
+    """A history without one operation is bad input: it proves nothing, and a
+    pipeline that lost its history must not pass. Reads up to the first op."""
+    if next(iter(_read(path, fmt, False)), None) is None:
+        raise HistoryError(
+            "no operations: expected a history of at least one operation (the file is "
+            "empty, or has only the header line); --allow-empty accepts it",
+            source=str(path),
+        )
 
 
 class _Progress:
@@ -312,7 +350,9 @@ def _print_durability(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check_arguments(parser, args)
     progress = _Progress(quiet=args.json)
     reports: list[dict[str, Any]] = []
     sections: list[Section] = []
@@ -326,14 +366,23 @@ def main(argv: list[str]) -> int:
             model = args.model or default
             fast = model == "ledger" and args.engine != "search"
             if args.engine == "fast" and model != "ledger":
-                raise HistoryError(f"--engine fast checks the ledger model only, not {model}")
+                raise HistoryError(
+                    f"--engine fast checks the ledger model only, not {model}", source=str(path)
+                )
             durability = Durability() if model == "ledger" else None
-            if durability is not None and fast:
-                report, secs = _check_ledger_file(path, fmt, args, progress, durability)
-            else:
-                report, secs = _check_search_file(path, fmt, model, args, progress, durability)
-            if durability is not None:
-                _add_durability(report, durability)
+            try:
+                if not args.allow_empty:
+                    _require_ops(path, fmt)
+                if durability is not None and fast:
+                    report, secs = _check_ledger_file(path, fmt, args, progress, durability)
+                else:
+                    report, secs = _check_search_file(path, fmt, model, args, progress, durability)
+                if durability is not None:
+                    _add_durability(report, durability)
+            except HistoryError as e:  # the models' errors name the index, not the file
+                if e.source is not None:
+                    raise
+                raise HistoryError(e.reason, line=e.line, source=str(path)) from None
             reports.append(report)
             sections += [
                 replace(s, title=f"{path.name}: {s.title}") if len(args.history) > 1 else s

@@ -37,6 +37,7 @@ from linearizability.generate import (
 )
 from linearizability.history import JSON, Op, OpType, Process, write_history
 from linearizability.ledger_checker import ANOMALY_KINDS
+from spec.cli_args import positive_int
 
 Event = tuple[Process, OpType, str, int | None, JSON]
 BATCH: Final = 64  # ledgers simulated and interleaved together
@@ -114,8 +115,10 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         epilog=f"anomaly kinds: {', '.join(ANOMALY_KINDS)}",
     )
-    p.add_argument("--ops", type=int, required=True, help="about this many history lines")
-    p.add_argument("--ledgers", type=int, default=10, help="ledgers (default 10)")
+    p.add_argument(
+        "--ops", type=positive_int, required=True, help="about this many history lines (>= 1)"
+    )
+    p.add_argument("--ledgers", type=positive_int, default=10, help="ledgers (>= 1; default 10)")
     p.add_argument("--anomaly", choices=ANOMALY_KINDS, help="plant one anomaly of this kind")
     p.add_argument("--seed", type=int, default=0, help="the seed of the whole history")
     p.add_argument("--out", type=Path, required=True, help="*.parquet for Parquet, else JSON Lines")
@@ -129,9 +132,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    if args.ops < 1 or args.ledgers < 1:
-        print("bkref gen-history: --ops and --ledgers must be positive", file=sys.stderr)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # usage errors (printed by argparse): 2; --help: 0
+        return e.code if isinstance(e.code, int) else 2
+    if args.out.is_dir() or not args.out.parent.is_dir():
+        print(
+            f"bkref gen-history: --out {args.out}: expected a file in an existing directory",
+            file=sys.stderr,
+        )
         return 2
     started = time.monotonic()
     try:
