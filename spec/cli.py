@@ -15,6 +15,7 @@ import sys
 from typing import Any, NoReturn
 
 from spec.checker import Result, WalkResult, check, print_progress_header, walk
+from spec.cli_args import positive_int
 from spec.config import MUTANTS, Config
 from spec.configs import CONFIGS, MUTANT_CONFIGS
 from spec.trace import dumps, format_trace, trace_json
@@ -44,15 +45,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--config", help="a config name from `bkref spec list`")
     c.add_argument("--mutant", help="switch on a mutant (without --config: its own config)")
-    c.add_argument("--walk", type=int, metavar="N", help="random walks of N actions in all")
+    c.add_argument(
+        "--walk", type=positive_int, metavar="N", help="random walks of N (>= 1) actions in all"
+    )
     c.add_argument("--seed", type=int, default=0, help="seed of the random walks (default 0)")
-    c.add_argument("--max-states", type=int, metavar="N", help="stop the BFS after N states")
+    c.add_argument(
+        "--max-states", type=positive_int, metavar="N", help="stop the BFS after N (>= 1) states"
+    )
     c.add_argument(
         "--workers",
-        type=int,
+        type=positive_int,
         default=1,
         metavar="N",
-        help="processes expanding each large BFS layer (default 1; same result for every N)",
+        help="processes expanding each large BFS layer (>= 1; default 1; same result for every N)",
     )
     c.add_argument("--no-symmetry", action="store_true", help="do not identify bookie renamings")
     c.add_argument("--no-liveness", action="store_true", help="skip the config's liveness goal")
