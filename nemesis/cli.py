@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import signal
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -16,6 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from impl.cli.args import int_range, non_negative_int, positive_float, positive_int
 from impl.cluster.local import LocalCluster
 from impl.core.planted import PLANTS
 from linearizability.durability import describe
@@ -75,17 +78,38 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument(
-        "--time", type=float, default=60.0, help="seconds of faults per run (default 60)"
+        "--time",
+        type=positive_float,
+        default=60.0,
+        help="seconds of faults per run (> 0; default 60)",
     )
-    p.add_argument("--seed", type=int, default=None, help="seed of the first run (default: random)")
-    p.add_argument("--runs", type=int, default=1, help="runs, seeds seed, seed+1, ... (default 1)")
-    p.add_argument("--bookies", type=int, default=5, help="bookies in the cluster (default 5)")
-    p.add_argument("--writers", type=int, default=3, help="concurrent writers (default 3)")
-    p.add_argument("--readers", type=int, default=2, help="concurrent readers (default 2)")
-    p.add_argument("--in-flight", type=int, default=8, help="adds in flight per writer (default 8)")
+    p.add_argument(
+        "--seed",
+        type=non_negative_int,
+        default=None,
+        help="seed of the first run (>= 0; default: random)",
+    )
+    p.add_argument(
+        "--runs", type=positive_int, default=1, help="runs, seeds seed, seed+1, ... (default 1)"
+    )
+    p.add_argument(
+        "--bookies", type=int_range(3), default=5, help="bookies in the cluster (>= 3; default 5)"
+    )
+    p.add_argument(
+        "--writers", type=positive_int, default=3, help="concurrent writers (>= 1; default 3)"
+    )
+    p.add_argument(
+        "--readers", type=non_negative_int, default=2, help="concurrent readers (default 2)"
+    )
+    p.add_argument(
+        "--in-flight",
+        type=positive_int,
+        default=8,
+        help="adds in flight per writer (>= 1; default 8)",
+    )
     p.add_argument(
         "--entries-per-ledger",
-        type=int,
+        type=positive_int,
         default=150,
         help="adds a writer makes before it closes or abandons its ledger (default 150); "
         "longer ledgers stay open longer, which widens the window of faults on open ledgers",
@@ -154,14 +178,14 @@ def _choose_backend(requested: str, console: Console) -> str | None:
     if requested == "docker":
         if os.geteuid() != 0 or docker_missing():
             why = "not root" if os.geteuid() != 0 else "run `make docker-setup`"
-            console.print(f"bkref campaign: --backend docker is not possible here: {why}")
+            _bad(f"--backend docker is not possible here: {why}")
             return None
         return "docker"
     ok, why = namespaces_supported()
     if ok:
         return "netns"
     if requested == "netns":
-        console.print(f"bkref campaign: --backend netns is not possible here: {why}")
+        _bad(f"--backend netns is not possible here: {why}")
         return None
     console.print(
         f"[yellow]network namespaces are not available ({why}); falling back to the local "
@@ -173,20 +197,34 @@ def _choose_backend(requested: str, console: Console) -> str | None:
 def _quorum(text: str | None, faults: tuple[str, ...]) -> tuple[int, int, int]:
     if text is None:
         return (3, 3, 2) if VICTIM_KINDS & set(faults) else (3, 2, 2)
-    e, wq, aq = (int(x) for x in text.split(","))
+    try:
+        e, wq, aq = (int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"--quorum wants E,Wq,Aq (three integers), got {text!r}") from None
     if not e >= wq >= aq >= 1:
-        raise ValueError(f"need E >= Wq >= Aq >= 1, got {text}")
+        raise ValueError(f"--quorum: need E >= Wq >= Aq >= 1, got {text}")
     return e, wq, aq
 
 
 def _fault_length(text: str) -> tuple[float, float]:
     parts = text.split(",")
-    if len(parts) != 2:
-        raise ValueError(f"--fault-length wants MIN,MAX in seconds, got {text!r}")
-    low, high = float(parts[0]), float(parts[1])
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        low, high = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise ValueError(f"--fault-length wants MIN,MAX in seconds, got {text!r}") from None
     if not 0 < low <= high:
         raise ValueError(f"--fault-length needs 0 < MIN <= MAX, got {text}")
+    if not math.isfinite(high):
+        raise ValueError(f"--fault-length needs finite seconds, got {text}")
     return low, high
+
+
+def _bad(message: str) -> int:
+    """A usage error: one line on stderr (not through rich, which wraps), exit 2."""
+    print(f"bkref campaign: {message}", file=sys.stderr)
+    return 2
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -198,9 +236,22 @@ def main(argv: list[str]) -> int:
     console = Console(stderr=True, highlight=False)
     if args.action == "cleanup":
         return _cleanup(args.out, console)
-    if args.runs < 1 or args.bookies < 3 or args.time <= 0:
-        console.print("bkref campaign: need --runs >= 1, --bookies >= 3 and --time > 0")
-        return 2
+    # Every argument is checked before the backend is chosen (that may create a
+    # network namespace) and before anything starts.
+    try:
+        chosen = (
+            expand_kinds([f for f in args.faults.split(",") if f])
+            if args.faults is not None
+            else None
+        )
+        quorum = _quorum(args.quorum, ()) if args.quorum is not None else None
+        fault_length = _fault_length(args.fault_length)
+    except ValueError as err:
+        return _bad(f"bad arguments: {err}")
+    if quorum is not None and quorum[0] > args.bookies:
+        return _bad(f"--quorum {args.quorum}: the ensemble is larger than --bookies {args.bookies}")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        return _bad(f"--out {args.out}: not a directory")
     backend_name = _choose_backend(args.backend, console)
     if backend_name is None:
         return 2
@@ -211,15 +262,8 @@ def main(argv: list[str]) -> int:
         if args.no_lazyfs
         else LAZYFS_DEFAULT_FAULTS
     )
-    try:
-        faults = expand_kinds(
-            [f for f in args.faults.split(",") if f] if args.faults is not None else default
-        )
-        e, wq, aq = _quorum(args.quorum, faults)
-        fault_length = _fault_length(args.fault_length)
-    except ValueError as err:
-        console.print(f"bkref campaign: bad arguments: {err}")
-        return 2
+    faults = chosen if chosen is not None else expand_kinds(default)
+    e, wq, aq = quorum if quorum is not None else _quorum(None, faults)
     supported = (
         netns_fault_kinds(lazyfs=not args.no_lazyfs)
         if backend_name == "netns"
@@ -229,11 +273,10 @@ def main(argv: list[str]) -> int:
     )
     unsupported = sorted(set(faults) - supported)
     if unsupported:
-        console.print(
-            f"bkref campaign: the {backend_name} backend cannot inject {unsupported}; it "
+        return _bad(
+            f"the {backend_name} backend cannot inject {unsupported}; it "
             f"supports {sorted(supported)}"
         )
-        return 2
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     out: Path = args.out or Path("out") / time.strftime("campaign-%Y%m%d-%H%M%S")
     out = out.resolve()
