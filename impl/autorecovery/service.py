@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="not beside a bookie: copy to any bookie that fits the placement rules",
     )
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING, ERROR")
     args = p.parse_args(argv)
     config = load_for_cli("bkref autorecovery", args.config, args.log_level)
     if config is None:

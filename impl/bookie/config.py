@@ -1,13 +1,16 @@
 """Bookie configuration: a TOML file with BookKeeper's parameter names and defaults.
 
-Unknown keys are rejected (a typo must not silently fall back to a default).
-Times keep BookKeeper's units: ``*MSec``/``flushInterval``/``gcWaitTime`` in
+Unknown keys are rejected (a typo must not silently fall back to a default),
+and so are values of the wrong type or out of range, and a file with no
+parameters at all (an empty or truncated file is a mistake, not "all
+defaults"). Times keep BookKeeper's units: ``*MSec``/``flushInterval``/``gcWaitTime`` in
 milliseconds, compaction intervals in seconds.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -19,6 +22,42 @@ from impl.storage.bookie_storage import StorageConfig
 
 class ConfigError(ValueError):
     pass
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_FRACTIONS = frozenset(
+    {
+        "minorCompactionThreshold",
+        "majorCompactionThreshold",
+        "diskUsageThreshold",
+        "diskUsageLwmThreshold",
+    }
+)
+
+
+def _check_value(name: str, kind: str, value: object) -> str | None:
+    """Why ``value`` is not a valid ``name`` of type ``kind`` (the field's
+    annotation), or None. Numbers are finite and never negative."""
+    if kind == "bool":
+        return None if type(value) is bool else "must be true or false"
+    if kind == "str":
+        return None if type(value) is str and value else "must be a non-empty string"
+    if kind == "list[str]":
+        ok = type(value) is list and value and all(type(x) is str and x for x in value)
+        return None if ok else "must be a list of non-empty strings"
+    if kind == "int":
+        if type(value) is not int:
+            return "must be an integer"
+    elif type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
+        return "must be a number"
+    assert isinstance(value, int | float)
+    if name == "bookiePort" and not 1 <= value <= 65535:
+        return "must be a port from 1 to 65535"
+    if name in _FRACTIONS and not 0 <= value <= 1:
+        return "must be a fraction from 0 to 1"
+    if name == "auditorLedgerVerificationPercentage" and not 0 <= value <= 100:
+        return "must be a percentage from 0 to 100"
+    return "must not be negative" if value < 0 else None
 
 
 @dataclass(frozen=True)
@@ -87,6 +126,10 @@ class BookieConfig:
             )
         if "ledgerDirectories" in d and isinstance(d["ledgerDirectories"], str):
             d = {**d, "ledgerDirectories": [d["ledgerDirectories"]]}
+        for name, value in d.items():
+            why = _check_value(name, str(known[name].type), value)
+            if why is not None:
+                raise ConfigError(f"{source}: {name} {why}, got {value!r}")
         cfg = BookieConfig(**d)
         if len(cfg.ledgerDirectories) != 1:
             raise ConfigError(
@@ -103,8 +146,19 @@ class BookieConfig:
         try:
             with path.open("rb") as f:
                 d = tomllib.load(f)
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise ConfigError(f"cannot read bookie config {path}: {e}") from e
+        except OSError as e:
+            raise ConfigError(f"cannot read bookie config {path}: {e.strerror or e}") from e
+        except UnicodeDecodeError:
+            raise ConfigError(
+                f"cannot read bookie config {path}: not UTF-8 text; expected TOML"
+            ) from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"cannot read bookie config {path}: not valid TOML: {e}") from e
+        if not d:
+            raise ConfigError(
+                f"{path}: no parameters; expected a TOML bookie config (bookiePort, "
+                "journalDirectory, ledgerDirectories, zkServers, ...)"
+            )
         return BookieConfig.from_dict(d, str(path))
 
     def to_toml(self) -> str:
@@ -128,7 +182,15 @@ def _q(s: str) -> str:
 
 def load_for_cli(prog: str, path: Path, log_level: str) -> BookieConfig | None:
     """Set up logging and load ``path`` for a command; None (error printed) if unusable."""
-    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if log_level.upper() not in LOG_LEVELS:
+        print(
+            f"{prog}: --log-level {log_level}: expected one of {', '.join(LOG_LEVELS)}",
+            file=sys.stderr,
+        )
+        return None
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         return BookieConfig.load(path)
     except ConfigError as e:

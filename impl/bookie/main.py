@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
         help="do not serve: append what this (stopped) bookie stores to FILE as JSON Lines "
         "(bookie, ledger, entry, digest), the input of replication audits, and exit",
     )
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING, ERROR")
     args = p.parse_args(argv)
     config = load_for_cli("bkref bookie", args.config, args.log_level)
     if config is None:
@@ -55,6 +55,12 @@ def main(argv: list[str]) -> int:
     if args.dump is not None:
         from impl.bookie.dump import dump
 
+        if args.dump.is_dir() or not args.dump.parent.is_dir():
+            print(
+                f"bkref bookie: --dump {args.dump}: expected a file in an existing directory",
+                file=sys.stderr,
+            )
+            return 2
         n = dump(config, args.dump)
         print(f"{config.bookie_id}: {n} entries dumped to {args.dump}")
         return 0

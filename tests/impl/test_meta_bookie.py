@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import tomllib
 from pathlib import Path
@@ -129,6 +130,37 @@ def test_config_rejects_unknown_parameters_and_keeps_bookkeeper_defaults(tmp_pat
     assert (c.majorCompactionThreshold, c.majorCompactionInterval) == (0.8, 86400)
     assert c.journalSyncData
     assert BookieConfig.from_dict(tomllib.loads(c.to_toml())) == c
+
+
+@pytest.mark.parametrize(
+    ("params", "said"),
+    [
+        ({"bookiePort": "x"}, "bookiePort must be an integer, got 'x'"),
+        ({"bookiePort": 70000}, "bookiePort must be a port from 1 to 65535"),
+        ({"zkTimeout": True}, "zkTimeout must be an integer, got True"),
+        ({"gcWaitTime": -1}, "gcWaitTime must not be negative"),
+        ({"journalMaxGroupWaitMSec": float("nan")}, "journalMaxGroupWaitMSec must be a number"),
+        ({"diskUsageThreshold": 1.5}, "diskUsageThreshold must be a fraction from 0 to 1"),
+        ({"journalSyncData": 1}, "journalSyncData must be true or false"),
+        ({"zkServers": ""}, "zkServers must be a non-empty string"),
+        ({"ledgerDirectories": [1]}, "ledgerDirectories must be a list of non-empty strings"),
+    ],
+)
+def test_config_rejects_values_of_the_wrong_type_or_range(
+    params: dict[str, object], said: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"b.toml: {said}")):
+        BookieConfig.from_dict(params, "b.toml")
+
+
+def test_an_empty_or_binary_config_file_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "b.toml"
+    p.write_text("")
+    with pytest.raises(ConfigError, match="no parameters"):
+        BookieConfig.load(p)
+    p.write_bytes(b"bookiePort = 1\n\xff\n")
+    with pytest.raises(ConfigError, match="not UTF-8 text; expected TOML"):
+        BookieConfig.load(p)
 
 
 @pytest.mark.zookeeper
