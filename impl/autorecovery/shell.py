@@ -13,6 +13,7 @@ from typing import Any
 from impl.autorecovery.auditor import check_replicas
 from impl.autorecovery.replicator import LedgerRepair, recover_bookie
 from impl.autorecovery.status import cluster_status
+from impl.cli.args import int_range, non_negative_int, positive_float
 from impl.client.client import BookKeeper
 from impl.meta.underreplication import UnderreplicationManager
 
@@ -51,9 +52,10 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:  # noqa: ANN
     )
     cl.add_argument(
         "--percentage",
-        type=int,
+        type=int_range(0, 100),
         default=100,
-        help="percent of each replica's entries to read besides its first and last (100)",
+        help="percent (0 to 100) of each replica's entries to read besides its first and "
+        "last (100)",
     )
     d = sub.add_parser(
         "lostbookierecoverydelay",
@@ -61,7 +63,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:  # noqa: ANN
         help="get or set the seconds the auditor waits after losing one bookie",
     )
     d.add_argument("action", choices=["get", "set"])
-    d.add_argument("seconds", type=int, nargs="?")
+    d.add_argument("seconds", type=non_negative_int, nargs="?")
     r = sub.add_parser(
         "recover",
         parents=[common],
@@ -75,14 +77,16 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:  # noqa: ANN
         help="move every replica off BOOKIE, wait until none is left, then delete its cookie",
     )
     dc.add_argument("bookie")
-    dc.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait (3600)")
+    dc.add_argument(
+        "--timeout", type=positive_float, default=3600.0, help="seconds (> 0) to wait (3600)"
+    )
     st = sub.add_parser(
         "status",
         parents=[common],
         help="replica health: cluster totals, --ledger L, --per-ledger or --bookies",
     )
     g = st.add_mutually_exclusive_group()
-    g.add_argument("--ledger", type=int, help="one ledger's health, replicas and task")
+    g.add_argument("--ledger", type=non_negative_int, help="one ledger's health, replicas and task")
     g.add_argument("--per-ledger", action="store_true", help="every ledger's health")
     g.add_argument("--bookies", action="store_true", help="ledgers and entries per bookie")
 

@@ -12,6 +12,7 @@ import sys
 from kazoo.exceptions import KazooException
 
 from impl.autorecovery import shell as ar_shell
+from impl.cli.args import non_negative_int, positive_float, positive_int
 from impl.client.client import BKError, BookKeeper
 from impl.core.digest import DigestType
 from impl.meta.store import NoSuchLedgerError
@@ -30,18 +31,23 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--root", default="/ledgers", help="zkLedgersRootPath")
     common.add_argument("--json", action="store_true", help="machine-readable output")
     common.add_argument(
-        "--zk-timeout", type=float, default=15.0, help="seconds to wait for ZooKeeper (default 15)"
+        "--zk-timeout",
+        type=positive_float,
+        default=15.0,
+        help="seconds (> 0) to wait for ZooKeeper (default 15)",
     )
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("listbookies", parents=[common], help="registered bookies (rw and ro)")
     sub.add_parser("listledgers", parents=[common], help="every ledger id")
     m = sub.add_parser("ledgermetadata", parents=[common], help="one ledger's metadata")
-    m.add_argument("ledger", type=int)
+    m.add_argument("ledger", type=non_negative_int)
     r = sub.add_parser("readledger", parents=[common], help="read a ledger's entries")
-    r.add_argument("ledger", type=int)
+    r.add_argument("ledger", type=non_negative_int)
     r.add_argument("--password", default="", help="the ledger's password")
-    r.add_argument("--first", type=int, default=0)
-    r.add_argument("--last", type=int, default=None)
+    r.add_argument("--first", type=non_negative_int, default=0, help="first entry (default 0)")
+    r.add_argument(
+        "--last", type=non_negative_int, default=None, help="last entry (default: the last)"
+    )
     r.add_argument(
         "--no-recovery",
         action="store_true",
@@ -52,10 +58,10 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common],
         help="write a ledger, read it back, close it; say whether all matched",
     )
-    t.add_argument("--ensemble", "-e", type=int, default=3)
-    t.add_argument("--write-quorum", "-w", type=int, default=2)
-    t.add_argument("--ack-quorum", "-a", type=int, default=2)
-    t.add_argument("--entries", "-n", type=int, default=100)
+    t.add_argument("--ensemble", "-e", type=positive_int, default=3, help="E (default 3)")
+    t.add_argument("--write-quorum", "-w", type=positive_int, default=2, help="Wq <= E (default 2)")
+    t.add_argument("--ack-quorum", "-a", type=positive_int, default=2, help="Aq <= Wq (default 2)")
+    t.add_argument("--entries", "-n", type=non_negative_int, default=100, help="(default 100)")
     ar_shell.add_parsers(sub, common)
     return p
 
@@ -152,7 +158,15 @@ def _command_first(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(_command_first(argv))
+    parser = _parser()
+    args = parser.parse_args(_command_first(argv))
+    if args.cmd == "simpletest" and not args.ensemble >= args.write_quorum >= args.ack_quorum:
+        parser.error(
+            f"simpletest needs E >= Wq >= Aq, got -e {args.ensemble} -w {args.write_quorum} "
+            f"-a {args.ack_quorum}"
+        )
+    if args.cmd == "lostbookierecoverydelay" and args.action == "set" and args.seconds is None:
+        parser.error("lostbookierecoverydelay set needs SECONDS (>= 0)")
     try:
         return asyncio.run(_run(args))
     except NoSuchLedgerError as e:

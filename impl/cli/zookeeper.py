@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from impl.cli.args import positive_float, positive_int
 from impl.cluster.zookeeper import ZooKeeperEnsemble, ZooKeeperError
 
 
@@ -19,13 +20,20 @@ def _parser() -> argparse.ArgumentParser:
             "ensemble serves and prints its connection string; `stop` stops the servers "
             "it started, by PID."
         ),
+        epilog="exit status: 0 done, 1 ZooKeeper failed, 2 bad arguments or no usable "
+        "state in --dir (nothing started there, or its state file cannot be read)",
     )
     sub = p.add_subparsers(dest="action", required=True)
     start = sub.add_parser("start", help="start a standalone server or an ensemble")
     start.add_argument("--dir", type=Path, required=True, help="directory for configs, data, logs")
-    start.add_argument("--size", type=int, default=1, help="servers in the ensemble (default 1)")
     start.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for it to serve"
+        "--size", type=positive_int, default=1, help="servers in the ensemble (default 1)"
+    )
+    start.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=60.0,
+        help="seconds (> 0) to wait for it to serve (default 60)",
     )
     status = sub.add_parser("status", help="show every server with its address, PID and mode")
     status.add_argument("--dir", type=Path, required=True)
@@ -35,13 +43,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _bad(message: str) -> int:
+    print(f"bkref zookeeper: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.dir.exists() and not args.dir.is_dir():
+        return _bad(f"--dir {args.dir}: not a directory")
     try:
         if args.action == "start":
-            if args.size < 1:
-                print("bkref zookeeper: --size must be at least 1", file=sys.stderr)
-                return 2
             ensemble = ZooKeeperEnsemble(directory=args.dir, size=args.size)
             try:
                 ensemble.start(timeout=args.timeout)
@@ -50,7 +62,10 @@ def main(argv: list[str]) -> int:
                 raise
             print(ensemble.connection_string)
             return 0
-        ensemble = ZooKeeperEnsemble.load(args.dir)
+        try:
+            ensemble = ZooKeeperEnsemble.load(args.dir)
+        except ZooKeeperError as e:  # nothing there, or a state file it cannot read
+            return _bad(str(e))
         if args.action == "stop":
             ensemble.stop()
             print(f"stopped {len(ensemble.servers)} ZooKeeper server(s) in {args.dir}")

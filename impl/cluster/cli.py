@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from impl.bookie.config import BookieConfig, ConfigError
+from impl.cli.args import positive_float, positive_int
 from impl.cluster.local import ClusterError, LocalCluster
 from impl.cluster.zookeeper import ZooKeeperError
 
@@ -19,12 +21,16 @@ def _parser() -> argparse.ArgumentParser:
             "port under --dir. `up` returns once every bookie is registered; `down` stops every "
             "process it started, by PID."
         ),
+        epilog="exit status: 0 done (status: every process runs), 1 a start or stop failed "
+        "(status: a process is down), 2 bad arguments or no usable state in --dir",
     )
     sub = p.add_subparsers(dest="action", required=True)
     up = sub.add_parser("up", help="start ZooKeeper and the bookies")
-    up.add_argument("--bookies", type=int, default=3)
+    up.add_argument("--bookies", type=positive_int, default=3, help="bookies (default 3)")
     up.add_argument("--dir", type=Path, required=True)
-    up.add_argument("--timeout", type=float, default=90.0)
+    up.add_argument(
+        "--timeout", type=positive_float, default=90.0, help="seconds (> 0) to wait (default 90)"
+    )
     up.add_argument(
         "--autorecovery",
         action="store_true",
@@ -46,23 +52,40 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _overrides(pairs: list[str]) -> dict[str, object]:
+    """``--set KEY=VALUE`` pairs, each checked as a bookie config parameter;
+    ConfigError names the bad one."""
     import tomllib
 
     out: dict[str, object] = {}
     for pair in pairs:
-        key, _, value = pair.partition("=")
-        out.update(tomllib.loads(f"{key} = {value}"))
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE (a TOML value)")
+        try:
+            parsed = tomllib.loads(f"{key} = {value}")
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"--set {pair!r}: not a TOML key and value ({e})") from None
+        BookieConfig.from_dict(parsed, f"--set {pair!r}")  # a known name, of the right type
+        out.update(parsed)
     return out
+
+
+def _bad(message: str) -> int:
+    print(f"bkref cluster: {message}", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.dir.exists() and not args.dir.is_dir():
+        return _bad(f"--dir {args.dir}: not a directory")
     try:
         if args.action == "up":
-            if args.bookies < 1:
-                print("bkref cluster: --bookies must be at least 1", file=sys.stderr)
-                return 2
-            cluster = LocalCluster(args.dir, _overrides(args.set), autorecovery=args.autorecovery)
+            try:
+                overrides = _overrides(args.set)
+            except ConfigError as e:
+                return _bad(str(e))
+            cluster = LocalCluster(args.dir, overrides, autorecovery=args.autorecovery)
             try:
                 cluster.up(args.bookies, timeout=args.timeout)
             except BaseException:
@@ -70,7 +93,10 @@ def main(argv: list[str]) -> int:
                 raise
             print(cluster.zk_hosts)
             return 0
-        cluster = LocalCluster.load(args.dir)
+        try:
+            cluster = LocalCluster.load(args.dir)
+        except (ClusterError, ZooKeeperError) as e:  # nothing there, or unreadable state
+            return _bad(str(e))
         if args.action == "status":
             rows = cluster.status()
             if args.json:

@@ -288,22 +288,39 @@ class LocalCluster:
     def load(cls, directory: Path) -> LocalCluster:
         path = Path(directory).resolve() / STATE_FILE
         try:
-            state = json.loads(path.read_text())
+            state = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ClusterError(
                 f"no cluster was started in {directory} ({path} is missing)"
             ) from None
-        c = cls(
-            Path(directory),
-            dict(state["bookie_overrides"]),
-            zk_root=state["zk_root"],
-            autorecovery=bool(state.get("autorecovery", False)),
-        )
-        c._zk_hosts = state["zk_hosts"]
-        if state["has_zookeeper"]:
+        except (OSError, ValueError) as e:
+            why = (
+                "not UTF-8 text"
+                if isinstance(e, UnicodeDecodeError)
+                else f"not JSON ({e})"
+                if isinstance(e, ValueError)
+                else f"cannot read it: {e.strerror or e}"
+            )
+            raise ClusterError(
+                f"{path}: {why}; expected the cluster's state bkref writes"
+            ) from None
+        try:
+            c = cls(
+                Path(directory),
+                dict(state["bookie_overrides"]),
+                zk_root=state["zk_root"],
+                autorecovery=bool(state.get("autorecovery", False)),
+            )
+            c._zk_hosts = state["zk_hosts"]
+            has_zookeeper = state["has_zookeeper"]
+            bookies = [BookieProcess(**raw) for raw in state["bookies"]]
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ClusterError(
+                f"{path}: not a cluster state file bkref wrote ({type(e).__name__}: {e})"
+            ) from None
+        if has_zookeeper:
             c.zookeeper = ZooKeeperEnsemble.load(c.directory / "zookeeper")
-        for raw in state["bookies"]:
-            b = BookieProcess(**raw)
+        for b in bookies:
             if b.pid is not None and not (pid_alive(b.pid) and _is_ours(b)):
                 b.pid = None
             c.bookies.append(b)

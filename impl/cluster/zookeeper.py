@@ -352,20 +352,36 @@ class ZooKeeperEnsemble:
         """The ensemble recorded in ``directory`` by an earlier :meth:`start`."""
         path = Path(directory).resolve() / STATE_FILE
         try:
-            state = json.loads(path.read_text())
+            state = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ZooKeeperError(
                 f"no ZooKeeper was started in {directory} ({path} does not exist)"
             ) from None
-        ensemble = cls(
-            directory=Path(directory),
-            size=int(state["size"]),
-            host=str(state["host"]),
-            placement=[(str(ns), str(ip)) for ns, ip in state.get("placement") or []] or None,
-            settings=ZooKeeperSettings(**state["settings"]),
-        )
-        for raw in state["servers"]:
-            server = ZooKeeperServer(**raw)
+        except (OSError, ValueError) as e:
+            why = (
+                "not UTF-8 text"
+                if isinstance(e, UnicodeDecodeError)
+                else f"not JSON ({e})"
+                if isinstance(e, ValueError)
+                else f"cannot read it: {e.strerror or e}"
+            )
+            raise ZooKeeperError(
+                f"{path}: {why}; expected the ensemble's state bkref writes"
+            ) from None
+        try:
+            ensemble = cls(
+                directory=Path(directory),
+                size=int(state["size"]),
+                host=str(state["host"]),
+                placement=[(str(ns), str(ip)) for ns, ip in state.get("placement") or []] or None,
+                settings=ZooKeeperSettings(**state["settings"]),
+            )
+            servers = [ZooKeeperServer(**raw) for raw in state["servers"]]
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ZooKeeperError(
+                f"{path}: not a ZooKeeper state file bkref wrote ({type(e).__name__}: {e})"
+            ) from None
+        for server in servers:
             if server.pid is not None and not (
                 pid_alive(server.pid) and runs_with(server.pid, server.config_path)
             ):
