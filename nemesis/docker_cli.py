@@ -52,6 +52,9 @@ def _build(engine: DockerEngine) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.dir.exists() and not args.dir.is_dir():
+        print(f"bkref docker: --dir {args.dir}: not a directory", file=sys.stderr)
+        return 2
     engine = DockerEngine(args.dir)
     try:
         if args.command == "build":
