@@ -20,6 +20,10 @@ converted to Parquet on the way in. The jobs run on ``local[*]`` unless
 Results go to DIR (default ``out/spark-check``): Parquet tables, summary.json
 and index.html (:mod:`spark_checks.report`). Exit status: 0 valid, 1 anomalies
 found, 2 could not run (bad input, Spark failed, or a search ran out of time).
+Bad input is found before Spark starts where that is cheap (see
+:func:`spark_checks.load.check_input`): a missing or unreadable path, a file
+that is not Parquet or UTF-8 JSON Lines, an empty history (no operations;
+``--allow-empty`` accepts it), numbers out of range.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from linearizability.durability import describe
 from linearizability.history import HistoryError
+from spec.cli_args import positive_float, positive_int
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -177,7 +182,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="bkref spark-check",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
-        epilog="exit status: 0 valid, 1 anomalies found, 2 could not run",
+        epilog="exit status: 0 valid, 1 anomalies found, 2 could not run: bad input (an "
+        "unreadable or malformed history, or one with no operations unless --allow-empty), "
+        "Spark failed, or a search ran out of time",
     )
     p.add_argument("path", type=Path, help="history: Parquet file/directory or JSON Lines")
     p.add_argument("--master", default=None, help="Spark master URL (default local[*])")
@@ -190,8 +197,17 @@ def _parser() -> argparse.ArgumentParser:
         "others: the generic search per key",
     )
     p.add_argument("--dumps", type=Path, help="bookie dumps for the replication audit")
-    p.add_argument("--budget", type=float, help="seconds per key for the generic search")
-    p.add_argument("--partitions", type=int, help="shuffle partitions (default: 2 per core)")
+    p.add_argument(
+        "--budget", type=positive_float, help="seconds (> 0) per key for the generic search"
+    )
+    p.add_argument(
+        "--partitions", type=positive_int, help="shuffle partitions (default: 2 per core)"
+    )
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="accept a history without operations (by default: bad input, exit 2)",
+    )
     p.add_argument("--verbose", action="store_true", help="Spark's warnings on stderr")
     p.add_argument("--progress-bar", action="store_true", help="Spark's console progress bar")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -307,9 +323,23 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Bad input found without Spark: raises HistoryError or ValueError."""
+    from spark_checks import load
+
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {args.out}: not a directory")
+    if args.dumps is not None:
+        from spark_checks import replication
+
+        replication.check_dumps(args.dumps)
+    load.check_input(args.path, allow_empty=args.allow_empty)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        _check_arguments(args)
         return run(args)
     except (HistoryError, OSError, ValueError) as e:
         print(f"bkref spark-check: {e}", file=sys.stderr)

@@ -33,6 +33,10 @@ from linearizability.history import (
     read_jsonl,
 )
 
+NO_OPERATIONS = (
+    "no operations: expected a history of at least one operation ({why}); --allow-empty accepts it"
+)
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -83,6 +87,51 @@ def _jsonl_files(path: Path) -> list[tuple[Path, str]]:
         return [(path, "")]
     files = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
     return [(f, str(f.parent.relative_to(path)) if f.parent != path else f.stem) for f in files]
+
+
+def _parquet_rows(file: Path) -> int:
+    """The row count in a Parquet file's footer, after checking the format's
+    columns are there; a file that is not Parquet is a HistoryError."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_metadata(str(file))
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise HistoryError(f"not a readable Parquet file ({first})", source=str(file)) from None
+    names = set(meta.schema.to_arrow_schema().names)
+    missing = [c for c in FIELDS if c not in names]
+    if missing:
+        raise HistoryError(f"missing column(s) {missing}", source=str(file))
+    return int(meta.num_rows)
+
+
+def check_input(path: Path, *, allow_empty: bool = False) -> None:
+    """What can be checked in a second, before Spark starts: the path exists;
+    a Parquet file's footer (every file of a directory) is readable and names
+    the format's columns; each JSON Lines file is UTF-8 and its first
+    operation parses and is valid. A history without operations is an error
+    unless ``allow_empty``. Raises :class:`HistoryError` naming the file (and
+    the line). The rest of a JSON Lines file is checked as it is converted."""
+    if not path.exists():
+        raise HistoryError("no such file or directory", source=str(path))
+    if path.is_dir():
+        parquet = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+    else:
+        parquet = [path] if path.suffix == ".parquet" else []
+    if parquet:
+        rows = sum(_parquet_rows(f) for f in parquet)
+        if rows == 0 and not allow_empty:
+            raise HistoryError(NO_OPERATIONS.format(why="no Parquet rows"), source=str(path))
+        return
+    files = _jsonl_files(path)
+    if not files:
+        raise HistoryError("no .parquet or .jsonl history here", source=str(path))
+    for f, _ in files:
+        first = next(read_jsonl(f), None)  # reads up to the first operation
+        if first is None and not allow_empty:
+            why = "the file is empty, or has only the header line"
+            raise HistoryError(NO_OPERATIONS.format(why=why), source=str(f))
 
 
 def read_ops(spark: SparkSession, path: Path, *, workdir: Path | None = None) -> DataFrame:

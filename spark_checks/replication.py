@@ -53,10 +53,23 @@ class DumpError(ValueError):
     """The dump directory is missing a table or a column."""
 
 
+def _candidates(root: Path, name: str) -> tuple[Path, ...]:
+    return (root / f"{name}.parquet", root / name, root / f"{name}.jsonl")
+
+
+def check_dumps(root: Path) -> None:
+    """Before Spark starts: ``root`` is a directory with both tables."""
+    if not root.is_dir():
+        raise DumpError(f"--dumps {root}: not a directory")
+    for name in ("entries", "ledgers"):
+        if not any(c.exists() for c in _candidates(root, name)):
+            raise DumpError(f"{root}: no {name}.jsonl or {name}.parquet")
+
+
 def _table(spark: SparkSession, root: Path, name: str, schema: str) -> DataFrame:
     from pyspark.sql import functions as sf
 
-    for candidate in (root / f"{name}.parquet", root / name, root / f"{name}.jsonl"):
+    for candidate in _candidates(root, name):
         if not candidate.exists():
             continue
         if candidate.suffix == ".jsonl":
