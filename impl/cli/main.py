@@ -9,12 +9,20 @@ package can add a subcommand by declaring an entry point in the same group.
 
 Each subcommand is a callable ``main(argv: list[str]) -> int`` whose module
 docstring's first line is its one-line help.
+
+The dispatcher is the last line of defence for exit statuses: exit 1 means
+"anomalies found" to the checkers' callers, so an exception that escapes a
+subcommand (a bug in bkref, or bad input it failed to word) must not end in a
+traceback and exit 1. It prints one line, ``bkref CMD: internal error: TYPE:
+MESSAGE``, and exits 2; ``BKREF_TRACEBACK=1`` prints the traceback as well.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 
@@ -68,8 +76,25 @@ def main(argv: list[str] | None = None) -> int:
         known = ", ".join(sorted(commands))
         print(f"bkref: unknown command {name!r}; the commands are: {known}", file=sys.stderr)
         return 2
-    run: Subcommand = commands[name].load()
-    return run(rest)
+    try:
+        run: Subcommand = commands[name].load()
+        return run(rest)
+    except Exception as e:  # SystemExit (argparse's usage errors) and Ctrl-C pass through
+        return _internal_error(name, e)
+
+
+def _internal_error(name: str, e: Exception) -> int:
+    text = str(e).strip()
+    message = f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+    if os.environ.get("BKREF_TRACEBACK", "") not in ("", "0"):
+        traceback.print_exc()
+        print(f"bkref {name}: internal error: {message}", file=sys.stderr)
+    else:
+        print(
+            f"bkref {name}: internal error: {message} (set BKREF_TRACEBACK=1 for the traceback)",
+            file=sys.stderr,
+        )
+    return 2
 
 
 if __name__ == "__main__":

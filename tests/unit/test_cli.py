@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from importlib.metadata import EntryPoint
 
 import pytest
 
-from impl.cli.main import main
+from impl.cli import main as cli_main
+from impl.cli.main import GROUP, main
 
 
 def test_help_lists_registered_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -38,3 +40,26 @@ def test_dispatch_imports_only_the_chosen_area() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip().splitlines()[-1] == "False False"
+
+
+def _crash(argv: list[str]) -> int:
+    raise RuntimeError("kaput\nsecond line")
+
+
+@pytest.mark.parametrize("trace", ["", "1"])
+def test_an_exception_in_a_subcommand_is_one_line_and_exit_2(
+    trace: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crash = EntryPoint(name="crash", value=f"{__name__}:_crash", group=GROUP)
+    monkeypatch.setattr(cli_main, "_commands", lambda: {"crash": crash})
+    monkeypatch.setenv("BKREF_TRACEBACK", trace)
+    assert main(["crash", "x"]) == 2
+    err = capsys.readouterr().err
+    if trace:
+        assert "Traceback" in err
+        assert err.splitlines()[-1] == "bkref crash: internal error: RuntimeError: kaput"
+    else:
+        assert err == (
+            "bkref crash: internal error: RuntimeError: kaput "
+            "(set BKREF_TRACEBACK=1 for the traceback)\n"
+        )
