@@ -405,6 +405,53 @@ def test_malformed_and_oversized_frames_get_errors_and_the_bookie_still_serves(
     assert json.loads(out.stdout)["matched"] is True
 
 
+def test_many_idle_and_half_sent_connections_do_not_stop_a_bookie_serving(
+    make_cluster: MakeCluster,
+) -> None:
+    """Hundreds of connections that never send a frame, or stop in the middle of
+    one (a length prefix cut short, a length with no body), plus garbage on
+    others: the bookie still takes an add and serves a read meanwhile, on a
+    ledger whose every add needs it (E = Wq = Aq = 3 on 3 bookies)."""
+    cluster = make_cluster(3)
+    victim = cluster.bookies[0]
+    host, port = victim.bookie_id.split(":")
+    rng = random.Random(5)
+    stalled: list[socket.socket] = []
+    try:
+        for i in range(300):
+            s = socket.create_connection((host, int(port)), timeout=10)
+            if i % 3 == 1:
+                s.sendall(b"\x00\x00")  # half a length prefix
+            elif i % 3 == 2:
+                s.sendall(struct.pack(">I", 64) + rng.randbytes(10))  # a frame cut short
+            stalled.append(s)
+        for _ in range(50):  # garbage, on connections closed at once
+            with socket.create_connection((host, int(port)), timeout=10) as s:
+                s.sendall(rng.randbytes(rng.randint(1, 300)))
+
+        async def go() -> None:
+            async with BookKeeper(cluster.zk_hosts) as bk:
+                h = await bk.create_ledger(3, 3, 3, PW)
+                assert victim.bookie_id in h.writer.ensemble
+                payload = [b"after the idle ones %d" % i for i in range(20)]
+                await h.add_many(payload)
+            conn = BookieConnection(victim.bookie_id)
+            digest = Digest(DigestType.CRC32C, PW)
+            for e, want in enumerate(payload):
+                resp = await conn.request(functools.partial(_read_req, h.ledger_id, e))
+                assert isinstance(resp, ReadResponse)
+                assert resp.status is Status.OK, e
+                assert digest.verify(resp.body, h.ledger_id, e).data == want
+            await conn.close()
+
+        asyncio.run(go())
+    finally:
+        for s in stalled:
+            s.close()
+    assert victim.pid is not None
+    assert pid_alive(victim.pid)
+
+
 def test_a_wiped_data_dir_makes_the_bookie_refuse_to_start(make_cluster: MakeCluster) -> None:
     cluster = make_cluster(3)
     b = cluster.bookies[1]
