@@ -114,5 +114,5 @@ def main(argv: list[str]) -> int:
         pass
     except BKError as e:
         print(f"bkref autorecovery: {e}", file=sys.stderr)
-        return 1
+        return 2
     return 0

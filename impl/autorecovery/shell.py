@@ -215,7 +215,7 @@ async def _decommission(
                 "The bookie stays marked as decommissioning; run the command again to wait more.",
                 file=sys.stderr,
             )
-            return 1
+            return 2
         if not args.json:
             print(f"waiting: {len(left)} ledgers still use {args.bookie}", flush=True)
         await asyncio.sleep(2.0)

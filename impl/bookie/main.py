@@ -74,7 +74,7 @@ def main(argv: list[str]) -> int:
     except Exception as e:
         print(f"bkref bookie: cannot start {config.bookie_id}: {e}", file=sys.stderr)
         bookie.close()
-        return 1
+        return 2
 
     async def run() -> None:
         loop = cancel_on_signals()
@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
         pass
     except OSError as e:
         print(f"bkref bookie: cannot serve on port {config.bookiePort}: {e}", file=sys.stderr)
-        return 1
+        return 2
     finally:
         bookie.close()
     return 0

@@ -10,17 +10,23 @@ package can add a subcommand by declaring an entry point in the same group.
 Each subcommand is a callable ``main(argv: list[str]) -> int`` whose module
 docstring's first line is its one-line help.
 
-The dispatcher is the last line of defence for exit statuses: exit 1 means
-"anomalies found" to the checkers' callers, so an exception that escapes a
-subcommand (a bug in bkref, or bad input it failed to word) must not end in a
-traceback and exit 1. It prints one line, ``bkref CMD: internal error: TYPE:
-MESSAGE``, and exits 2; ``BKREF_TRACEBACK=1`` prints the traceback as well.
+Exit statuses, the same for every command: 0 done (valid); 1 the command ran
+and found something wrong (a checker's anomalies, a cluster process down, no
+auditor elected); 2 it could not do what was asked (bad input, a server that
+failed or could not be reached, an internal error). The dispatcher is the last
+line of defence: an exception that escapes a subcommand (a bug in bkref, or bad
+input it failed to word) must not end in a traceback and exit 1. It prints one
+line, ``bkref CMD: internal error: TYPE: MESSAGE``, and exits 2;
+``BKREF_TRACEBACK=1`` prints the traceback as well. A reader that closes the
+pipe early (``bkref check ... | head``) ends the command quietly, as SIGPIPE
+would (status 141).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -79,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run: Subcommand = commands[name].load()
         return run(rest)
+    except BrokenPipeError:
+        # The reader is gone: flushing stdout at exit would raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except Exception as e:  # SystemExit (argparse's usage errors) and Ctrl-C pass through
         return _internal_error(name, e)
 

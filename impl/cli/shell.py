@@ -171,17 +171,17 @@ def main(argv: list[str]) -> int:
         return asyncio.run(_run(args))
     except NoSuchLedgerError as e:
         print(f"bkref shell: {e}", file=sys.stderr)
-        return 1
+        return 2
     except BKError as e:
         print(f"bkref shell {args.cmd}: {e}", file=sys.stderr)
-        return 1
+        return 2
     except RuntimeError as e:
         print(f"bkref shell {args.cmd}: {e}", file=sys.stderr)
-        return 1
+        return 2
     except KazooException as e:
         print(
             f"bkref shell {args.cmd}: ZooKeeper failed mid-operation ({e!r}); the "
             "operation may or may not have happened",
             file=sys.stderr,
         )
-        return 1
+        return 2

@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
             "ensemble serves and prints its connection string; `stop` stops the servers "
             "it started, by PID."
         ),
-        epilog="exit status: 0 done, 1 ZooKeeper failed, 2 bad arguments or no usable "
+        epilog="exit status: 0 done, 2 ZooKeeper failed, bad arguments or no usable "
         "state in --dir (nothing started there, or its state file cannot be read)",
     )
     sub = p.add_subparsers(dest="action", required=True)
@@ -88,4 +88,4 @@ def main(argv: list[str]) -> int:
         return 0
     except ZooKeeperError as e:
         print(f"bkref zookeeper: {e}", file=sys.stderr)
-        return 1
+        return 2

@@ -21,8 +21,8 @@ def _parser() -> argparse.ArgumentParser:
             "port under --dir. `up` returns once every bookie is registered; `down` stops every "
             "process it started, by PID."
         ),
-        epilog="exit status: 0 done (status: every process runs), 1 a start or stop failed "
-        "(status: a process is down), 2 bad arguments or no usable state in --dir",
+        epilog="exit status: 0 done (status: every process runs), 1 status: a process is "
+        "down, 2 a start or stop failed, bad arguments or no usable state in --dir",
     )
     sub = p.add_subparsers(dest="action", required=True)
     up = sub.add_parser("up", help="start ZooKeeper and the bookies")
@@ -112,4 +112,4 @@ def main(argv: list[str]) -> int:
         return 0
     except (ClusterError, ZooKeeperError) as e:
         print(f"bkref cluster: {e}", file=sys.stderr)
-        return 1
+        return 2

@@ -182,7 +182,7 @@ def test_shell_commands_against_a_real_cluster(
     assert shell_main(["readledger", str(ledger), "--password", "simpletest", *zk]) == 0
     entries = json.loads(capsys.readouterr().out)["entries"]
     assert [e["data"] for e in entries] == [f"simpletest entry {i}" for i in range(20)]
-    assert shell_main(["ledgermetadata", "999999", *zk]) == 1
+    assert shell_main(["ledgermetadata", "999999", *zk]) == 2
     assert "does not exist" in capsys.readouterr().err
 
 
@@ -192,7 +192,7 @@ def test_shell_says_clearly_when_zookeeper_is_unreachable(
     from impl.cluster.zookeeper import free_port
 
     zk = f"127.0.0.1:{free_port()}"
-    assert shell_main(["listbookies", "--zk", zk, "--zk-timeout", "1"]) == 1
+    assert shell_main(["listbookies", "--zk", zk, "--zk-timeout", "1"]) == 2
     assert "cannot connect to ZooKeeper" in capsys.readouterr().err
 
 

@@ -63,3 +63,17 @@ def test_an_exception_in_a_subcommand_is_one_line_and_exit_2(
             "bkref crash: internal error: RuntimeError: kaput "
             "(set BKREF_TRACEBACK=1 for the traceback)\n"
         )
+
+
+def test_a_reader_that_closed_the_pipe_ends_the_command_quietly() -> None:
+    # `bkref ... | head`: the reader is gone before the command writes. Not an internal
+    # error, not exit 1 (anomalies): the status SIGPIPE would give, and nothing on stderr.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "impl.cli.main", "spec", "list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err.decode()) == (141, "")
