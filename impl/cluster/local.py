@@ -9,7 +9,6 @@ only when the PID still runs our command line.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,7 +21,15 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from impl.bookie.config import BookieConfig
-from impl.cluster.process import log_tail, pid_alive, runs_with, stop_pid, write_state
+from impl.cluster.process import (
+    StateFileError,
+    log_tail,
+    pid_alive,
+    read_state,
+    runs_with,
+    stop_pid,
+    write_state,
+)
 from impl.cluster.zookeeper import ZooKeeperEnsemble, free_port
 from impl.meta import layout
 
@@ -288,22 +295,13 @@ class LocalCluster:
     def load(cls, directory: Path) -> LocalCluster:
         path = Path(directory).resolve() / STATE_FILE
         try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ClusterError(
-                f"no cluster was started in {directory} ({path} is missing)"
-            ) from None
-        except (OSError, ValueError) as e:
-            why = (
-                "not UTF-8 text"
-                if isinstance(e, UnicodeDecodeError)
-                else f"not JSON ({e})"
-                if isinstance(e, ValueError)
-                else f"cannot read it: {e.strerror or e}"
+            state = read_state(
+                path,
+                f"no cluster was started in {directory} ({path} is missing)",
+                "the cluster's state bkref writes",
             )
-            raise ClusterError(
-                f"{path}: {why}; expected the cluster's state bkref writes"
-            ) from None
+        except StateFileError as e:
+            raise ClusterError(str(e)) from None
         try:
             c = cls(
                 Path(directory),

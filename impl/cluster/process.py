@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def pid_alive(pid: int) -> bool:
@@ -85,6 +86,32 @@ def write_state(path: Path, state: object) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(state, indent=2) + "\n")
     tmp.replace(path)
+
+
+def read_state(path: Path, missing: str, what: str) -> dict[str, Any]:
+    """A state file that :func:`write_state` wrote: a JSON object. Raises
+    :class:`StateFileError`: ``missing`` when there is none; otherwise what is
+    wrong with it, and that it should hold ``what``."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StateFileError(missing) from None
+    except (OSError, ValueError) as e:
+        why = (
+            "not UTF-8 text"
+            if isinstance(e, UnicodeDecodeError)
+            else f"not JSON ({e})"
+            if isinstance(e, ValueError)
+            else f"cannot read it: {e.strerror or e}"
+        )
+        raise StateFileError(f"{path}: {why}; expected {what}") from None
+    if not isinstance(state, dict):
+        raise StateFileError(f"{path}: not a JSON object; expected {what}")
+    return state
+
+
+class StateFileError(Exception):
+    """A state file is missing or unreadable; the message says which and why."""
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:

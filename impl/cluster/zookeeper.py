@@ -12,7 +12,6 @@ campaigns want session expiry and leader election to happen in seconds.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -26,7 +25,15 @@ from types import TracebackType
 from typing import Self
 
 from impl.cluster.netns import run_in_netns
-from impl.cluster.process import log_tail, pid_alive, runs_with, stop_pid, write_state
+from impl.cluster.process import (
+    StateFileError,
+    log_tail,
+    pid_alive,
+    read_state,
+    runs_with,
+    stop_pid,
+    write_state,
+)
 
 STATE_FILE = "zookeeper.json"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -352,22 +359,13 @@ class ZooKeeperEnsemble:
         """The ensemble recorded in ``directory`` by an earlier :meth:`start`."""
         path = Path(directory).resolve() / STATE_FILE
         try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ZooKeeperError(
-                f"no ZooKeeper was started in {directory} ({path} does not exist)"
-            ) from None
-        except (OSError, ValueError) as e:
-            why = (
-                "not UTF-8 text"
-                if isinstance(e, UnicodeDecodeError)
-                else f"not JSON ({e})"
-                if isinstance(e, ValueError)
-                else f"cannot read it: {e.strerror or e}"
+            state = read_state(
+                path,
+                f"no ZooKeeper was started in {directory} ({path} does not exist)",
+                "the ensemble's state bkref writes",
             )
-            raise ZooKeeperError(
-                f"{path}: {why}; expected the ensemble's state bkref writes"
-            ) from None
+        except StateFileError as e:
+            raise ZooKeeperError(str(e)) from None
         try:
             ensemble = cls(
                 directory=Path(directory),
