@@ -22,6 +22,11 @@ MUTANTS: dict[str, str] = {
         "recovery starts at LAC + 1 even when LAC is -1 in a ledger of several segments, "
         "and changes the ensemble from there, writing an earlier first entry (BOOKKEEPER-2615)"
     ),
+    "recovery-reads-from-new-ensemble": (
+        "recovery reads, and counts negatives, in the ensemble its own write-back "
+        "changed: a replacement that never had the entry answers NoSuchEntry and the "
+        "ledger is closed before an acknowledged entry (BOOKKEEPER-581)"
+    ),
     "acks-before-ensemble-change-lands": (
         "the writer confirms entries acknowledged by the new ensemble before the "
         "ensemble-change metadata write lands (BOOKKEEPER-1591)"

@@ -166,6 +166,20 @@ MUTANT_CONFIGS: dict[str, Config] = {
         description="the writer's ledger has two segments (e0 confirmed, then an "
         "ensemble change), one message loss during recovery",
     ),
+    "recovery-reads-from-new-ensemble": replace(
+        _M,
+        name="m-581",
+        bookies=3,
+        ensemble=2,
+        write_quorum=2,
+        ack_quorum=1,
+        entries=2,
+        pipeline=2,
+        writer_ledger_created=True,
+        losses=1,
+        description="E=Wq=2, Aq=1: two entries, both adds in flight at once, one message "
+        "loss (a write-back that forces a recovery ensemble change)",
+    ),
     "acks-before-ensemble-change-lands": replace(
         _M,
         name="m-1591",

@@ -127,6 +127,9 @@ class State(NamedTuple):
     rc_requested: int  # 1 when a replication worker asked for recovery (grace period over)
     rc_version: int  # metadata version after marking IN_RECOVERY
     rc_segments: Segments  # its copy of the segments, changed locally by recovery ensemble changes
+    # The segments as they were when recovery began: what it reads from (BOOKKEEPER-581);
+    # a replacement its own write-back brought in never had the entries it reads.
+    rc_read_segments: Segments
     rc_base: int  # index of the last segment when recovery started
     rc_fenced: int  # bookies that answered the fencing LAC read
     rc_max_lac: int  # highest LAC among those answers
@@ -387,6 +390,7 @@ def initial_state(cfg: Config) -> State:
         rc_requested=0,
         rc_version=0,
         rc_segments=(),
+        rc_read_segments=(),
         rc_base=0,
         rc_fenced=0,
         rc_max_lac=-1,
@@ -760,13 +764,23 @@ def recovery_client_starts_recovery(cfg: Config, s: State) -> State | None:
         rc_phase=RC_FENCING,
         rc_version=version,
         rc_segments=segs,
+        rc_read_segments=segs,
         rc_base=len(segs) - 1,
         msgs=send(s.msgs, *fences),
     )
 
 
-def _read_requests(cfg: Config, s: State, segs: Segments, e: int) -> tuple[Msg, ...]:
+def _read_segments(cfg: Config, s: State) -> Segments:
+    """The segments recovery reads from and counts negatives in: as they were when it
+    began, not as its own ensemble changes made them (the mutant reads the latter)."""
+    if "recovery-reads-from-new-ensemble" in cfg.mutants:
+        return s.rc_segments
+    return s.rc_read_segments
+
+
+def _read_requests(cfg: Config, s: State, e: int) -> tuple[Msg, ...]:
     fence = 0 if "recovery-reads-without-fencing" in cfg.mutants else 1
+    segs = _read_segments(cfg, s)
     return tuple((READ, b, e, fence, 0) for b in bookies_of(write_set(cfg, segs, e)))
 
 
@@ -799,7 +813,7 @@ def recovery_client_completes_fencing(cfg: Config, s: State) -> State | None:
         rc_phase=RC_READING,
         rc_reading=start,
         rc_lac=start - 1,
-        msgs=send(s.msgs, *_read_requests(cfg, s, s.rc_segments, start)),
+        msgs=send(s.msgs, *_read_requests(cfg, s, start)),
     )
 
 
@@ -809,27 +823,27 @@ def recovery_client_receives_read_response(
     """The recovery client decides about the entry it reads.
 
     Key points: one positive answer makes the entry recoverable: it is
-    written back with recovery adds to its write set in the last ensemble and
-    the next entry is read. Negatives decide only with quorum coverage of
-    the write set (Wq - Aq + 1): then the previous entry is the last.
-    Answers for other entries are dropped.
+    written back with recovery adds to its write set in the last ensemble
+    (with the recovery's own ensemble changes) and the next entry is read.
+    Negatives decide only with quorum coverage of the write set (Wq - Aq + 1)
+    in the segments as they were when recovery began: then the previous entry
+    is the last. Answers for other entries are dropped.
     """
     msgs = s.msgs
     if s.rc_phase != RC_READING or e != s.rc_reading:
         return s
-    segs = s.rc_segments
     if found:
-        ws = last_ensemble_write_set(cfg, segs, e)
+        ws = last_ensemble_write_set(cfg, s.rc_segments, e)
         adds = tuple((ADD, x, e, s.rc_lac, 1) for x in bookies_of(ws))
         nxt = e + 1
         return s._replace(
             rc_sent=set_at(s.rc_sent, e, ws),
             rc_reading=nxt,
             rc_negative=0,
-            msgs=send(msgs, *adds, *_read_requests(cfg, s, segs, nxt)),
+            msgs=send(msgs, *adds, *_read_requests(cfg, s, nxt)),
         )
     neg = s.rc_negative | bit(b)
-    count = popcount(neg & write_set(cfg, segs, e))
+    count = popcount(neg & write_set(cfg, _read_segments(cfg, s), e))
     if "negative-read-without-coverage" in cfg.mutants:
         decided = count >= 1
     else:
@@ -851,7 +865,7 @@ def recovery_client_retries_request(cfg: Config, s: State, b: int) -> State | No
         return s._replace(msgs=send(s.msgs, (FENCE, b, -1, 0, 0)))
     if s.rc_phase == RC_READING:
         e = s.rc_reading
-        if not write_set(cfg, s.rc_segments, e) & bit(b) & ~s.rc_negative:
+        if not write_set(cfg, _read_segments(cfg, s), e) & bit(b) & ~s.rc_negative:
             return None
         if in_flight(s.msgs, READ, b, e):
             return None
@@ -1283,6 +1297,8 @@ def drop_dead_requests(cfg: Config, s: State) -> State:
         s = s._replace(w_segments=(), w_change=None, w_acks=zero, w_sent=zero)
     if phase >= RC_READING and (s.rc_fenced or s.rc_max_lac != -1):
         s = s._replace(rc_fenced=0, rc_max_lac=-1)  # fencing answers are used up
+    if phase >= RC_WRITING and s.rc_read_segments:
+        s = s._replace(rc_read_segments=())  # reading is over
     if phase == RC_CLOSED and s.rc_segments:
         zero = (0,) * (cfg.entries + 1)
         s = s._replace(rc_segments=(), rc_reading=0, rc_lac=-1, rc_acks=zero, rc_sent=zero)
@@ -1423,7 +1439,7 @@ def next_states(cfg: Config, s: State) -> list[Step]:
             emit(recovery_client_completes_fencing)
             _emit_retries(emit, up, ensemble_mask(s.rc_segments[-1][1]) & ~s.rc_fenced)
         elif phase == RC_READING:
-            ws = write_set(cfg, s.rc_segments, s.rc_reading)
+            ws = write_set(cfg, _read_segments(cfg, s), s.rc_reading)
             _emit_retries(emit, up, ws & ~s.rc_negative)
         if phase in (RC_READING, RC_WRITING):
             if phase == RC_WRITING:

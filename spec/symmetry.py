@@ -52,6 +52,7 @@ def rename(s: State, perm: tuple[int, ...]) -> State:
         w_acks=tuple(mm(x, perm) for x in s.w_acks),
         w_sent=tuple(mm(x, perm) for x in s.w_sent),
         rc_segments=_remap_segments(s.rc_segments, perm),
+        rc_read_segments=_remap_segments(s.rc_read_segments, perm),
         rc_fenced=mm(s.rc_fenced, perm),
         rc_negative=mm(s.rc_negative, perm),
         rc_acks=tuple(mm(x, perm) for x in s.rc_acks),
@@ -92,6 +93,7 @@ def canonical(s: State) -> State:
         s.w_segments,
         s.w_change or (),
         s.rc_segments,
+        s.rc_read_segments,
     )
     for segs in views:
         for _f, ens in segs:

@@ -55,6 +55,7 @@ def describe(s: State) -> dict[str, str]:
     out["writer.acks"] = " ".join(f"e{e}:{_bookies(a)}" for e, a in enumerate(s.w_acks))
     out["recovery.phase"] = RC_NAMES[s.rc_phase] + (" (requested)" if s.rc_requested else "")
     out["recovery.segments"] = _segments(s.rc_segments)
+    out["recovery.read_segments"] = _segments(s.rc_read_segments)
     out["recovery.fenced"] = _bookies(s.rc_fenced) + f" max lac {s.rc_max_lac}"
     out["recovery.reading"] = f"e{s.rc_reading} negatives {_bookies(s.rc_negative)}"
     out["recovery.last"] = str(s.rc_last)
