@@ -113,8 +113,8 @@ test: setup
 crosshair: setup
 	$(VENV)/bin/crosshair check --analysis_kind=PEP316 --per_condition_timeout=10 spec/quorum.py
 
-# Exhaustive checks of the full named configs (a, b, c): a and b take 5-8 minutes each with
-# both cores at moderate load (2.4M and 3.3M states); not part of `verify`.
+# Exhaustive checks of the full named configs (a, b, c): a and b take 1-2 minutes each with
+# both cores at low load (0.9M and 1.7M states); not part of `verify`.
 spec-check: setup
 	for c in a b c c-workers a-dup; do $(VENV)/bin/bkref spec check --workers 2 --config $$c || exit 1; done
 

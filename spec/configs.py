@@ -19,8 +19,9 @@ _A = Config(
     ensemble=3,
     write_quorum=3,
     ack_quorum=2,
-    # 2,353,396 distinct states (17,996,984 explored), depth 28: 6.0 min with --workers 2
-    # at load 7 on 2 shared cores (267 CPU seconds; 4.6 min at load 5.5; was 29 min).
+    # 918,134 distinct states (6,499,562 explored), depth 27: 57 s with --workers 2 at
+    # load 2 (2,353,396 before recovery read from the segments it began with: reads and
+    # fences no longer reach its own replacement).
     entries=2,
     losses=1,
 )
@@ -31,8 +32,8 @@ _B = Config(
     ensemble=4,
     write_quorum=3,
     ack_quorum=2,
-    # 3,285,013 distinct states (22,182,789 explored), depth 31: 7.6 min with --workers 2
-    # at load 7 on 2 shared cores (344 CPU seconds; 25 min with one process at load 12).
+    # 1,719,280 distinct states (10,696,381 explored), depth 30: 100 s with --workers 2 at
+    # load 2 (193 CPU seconds; 3,285,013 states before the recovery read view).
     entries=2,
     crashes=1,
     restarts=False,
