@@ -19,9 +19,9 @@ _A = Config(
     ensemble=3,
     write_quorum=3,
     ack_quorum=2,
-    # 918,134 distinct states (6,499,562 explored), depth 27: 57 s with --workers 2 at
-    # load 2 (2,353,396 before recovery read from the segments it began with: reads and
-    # fences no longer reach its own replacement).
+    # 1,371,783 distinct states (9,838,622 explored), depth 27: 122 s with --workers 2 at
+    # load 4 (918,134 before the writer ignored fenced answers that no longer concern it,
+    # took a recovery's close at its own LAC as its own, and could resend after the CAS).
     entries=2,
     losses=1,
 )
@@ -32,8 +32,8 @@ _B = Config(
     ensemble=4,
     write_quorum=3,
     ack_quorum=2,
-    # 1,719,280 distinct states (10,696,381 explored), depth 30: 100 s with --workers 2 at
-    # load 2 (193 CPU seconds; 3,285,013 states before the recovery read view).
+    # 2,369,273 distinct states (14,857,553 explored), depth 30: 248 s with --workers 2 at
+    # load 4 (1,719,280 before the writer's answers and close followed BookKeeper).
     entries=2,
     crashes=1,
     restarts=False,

@@ -465,11 +465,16 @@ def writer_receives_add_response(cfg: Config, s: State, b: int, e: int, ok: int)
     Key points: a success counts only from a bookie of the entry's current
     write set; the LAC advances over the contiguous prefix at Aq, but not
     while an ensemble change waits for its CAS (acks are held). A fenced
-    answer means a recovery has begun: the writer withdraws.
+    answer means a recovery has begun: the writer withdraws, unless the
+    answer no longer concerns it: the entry is already confirmed, or the
+    bookie is not in the entry's write set in the metadata the writer wrote
+    (replaced since). BookKeeper ignores such errors too (PendingAddOp).
     """
     if s.w_status != W_OPEN:
         return s  # a late answer to a writer that is done
     if not ok:
+        if e <= s.w_lac or not write_set(cfg, s.w_segments, e) & bit(b):
+            return s
         return s._replace(w_status=W_WITHDRAWN)
     view = _writer_view(s)
     if not write_set(cfg, view, e) & bit(b):
@@ -517,7 +522,9 @@ def writer_resends_add(cfg: Config, s: State, e: int, b: int) -> State | None:
     """The writer sends a pending entry to a bookie that joined its write set.
 
     Key points: after an ensemble change, unconfirmed entries go to the
-    replacement bookie (its acks count, but are held until the CAS lands).
+    replacement bookie. BookKeeper sends them once the change's CAS has
+    landed; the spec also lets them go while it is in flight (their acks are
+    held until it lands), which is what BOOKKEEPER-1591 got wrong.
     """
     if s.w_status != W_OPEN or not s.w_lac < e < s.w_next:
         return None
@@ -561,12 +568,16 @@ def writer_closes_ledger(cfg: Config, s: State) -> State | None:
     """The writer closes its ledger by CAS: CLOSED, last entry = its LAC.
 
     Key points: only if the ledger is still OPEN in the store; otherwise the
-    writer learns it is being recovered and withdraws.
+    writer learns it is being recovered and withdraws, or, if a recovery
+    already closed it at the writer's own LAC, takes that close as its own
+    (BookKeeper's close succeeds on a ledger closed at the same last entry).
     """
     if s.w_status != W_OPEN or s.w_change is not None:
         return None
     wl = cfg.writer_ledger
     if s.meta_status[wl] != OPEN:
+        if s.meta_status[wl] == CLOSED and s.meta_last[wl] == s.w_lac:
+            return s._replace(w_status=W_CLOSED, w_version=s.meta_version[wl])
         return s._replace(w_status=W_WITHDRAWN)
     version = s.meta_version[wl] + 1
     return s._replace(
@@ -1421,9 +1432,9 @@ def next_states(cfg: Config, s: State) -> list[Step]:
                 emit(writer_closes_ledger)
             else:
                 emit(writer_completes_ensemble_change)
-                for e in range(s.w_lac + 1, s.w_next):
-                    for b in s.w_change[-1][1]:
-                        emit(writer_resends_add, e, b)
+            for e in range(s.w_lac + 1, s.w_next):
+                for b in _writer_view(s)[-1][1]:
+                    emit(writer_resends_add, e, b)
             if s.w_change is None:
                 last_ens = s.w_segments[-1][1]
                 for failed in last_ens:

@@ -99,6 +99,19 @@ class LedgerWriter:
     def ensemble(self) -> tuple[str, ...]:
         return self.metadata.last_segment.ensemble
 
+    # Read-only views for observers (the refinement harness maps them to the spec's
+    # w_change, w_acks and w_sent); nothing here changes the writer.
+
+    @property
+    def proposed(self) -> LedgerMetadata | None:
+        """The metadata of the ensemble change or close whose CAS is outstanding."""
+        return self._proposed
+
+    def pending_replicas(self) -> dict[int, tuple[frozenset[int], frozenset[int]]]:
+        """Per unconfirmed entry: the ensemble indexes that acknowledged it, and those it
+        was sent to and not yet answered by with an error."""
+        return {e: (frozenset(p.acked), frozenset(p.sent)) for e, p in self._pending.items()}
+
     # ------------------------------------------------------------ events
 
     def add(self, data: bytes) -> int:
@@ -294,20 +307,30 @@ class LedgerWriter:
             self._fail_all(WriterState.FAILED, Status.IO_ERROR, message)
 
     def close(self) -> None:
-        """Fix the last entry at the LAC by a metadata CAS. Await pending adds first."""
+        """Fix the last entry at the LAC by a metadata CAS.
+
+        Adds still pending fail first, as BookKeeper's close fails them: the ledger ends
+        at the LAC, and an entry the application was never told of is not part of it.
+        (The client shell waits for its adds before closing, so it never hits this.)
+        """
         if self.state is WriterState.CLOSED:
             self._actions.append(CloseCompleted(True, self.lac, self.length))
             return
-        if self._pending:
-            raise LocalProtocolError(
-                f"writer of ledger {self.ledger_id}: close with {len(self._pending)} adds in "
-                "flight; wait for their completions first"
-            )
         if self.state is not WriterState.OPEN:
             self._actions.append(
                 CloseCompleted(False, self.lac, self.length, self.error or self.state.value)
             )
             return
+        for entry in sorted(self._pending):
+            self._actions.append(
+                AddCompleted(
+                    entry,
+                    Status.IO_ERROR,
+                    f"ledger {self.ledger_id} was closed at entry {self.lac} while entry "
+                    f"{entry} was in flight; it is not part of the ledger",
+                )
+            )
+        self._pending.clear()
         self.state = WriterState.CLOSING
         self._proposed = self.metadata.closed(self.lac, self.length)
         self._actions.append(WriteMetadata(self._proposed, self.version, "close"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
@@ -10,7 +9,6 @@ from impl.core.actions import (
     Action,
     AddCompleted,
     CloseCompleted,
-    LocalProtocolError,
     NeedReplacement,
     RecoveryCompleted,
     SendAdd,
@@ -216,12 +214,23 @@ def test_a_bookie_that_never_answers_is_replaced_after_the_add_timeout() -> None
     assert [c.entry_id for c in drv.completed] == [0, 1]
 
 
-def test_close_with_adds_in_flight_is_a_local_error() -> None:
+def test_close_with_adds_in_flight_fails_them_and_closes_at_the_lac() -> None:
+    # BookKeeper's close fails pending adds and closes at the LAC (the spec's
+    # writer_closes_ledger): an unacknowledged entry is not part of the ledger.
     _cluster, store, digest = _setup(3, 2, 2, 3)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     w.add(b"a")
-    with pytest.raises(LocalProtocolError, match="in flight"):
-        w.close()
+    w.take_actions()
+    w.close()
+    actions = w.take_actions()
+    failed = [a for a in actions if isinstance(a, AddCompleted)]
+    assert [(a.entry_id, a.status) for a in failed] == [(0, Status.IO_ERROR)]
+    (cas,) = [a for a in actions if isinstance(a, WriteMetadata)]
+    assert cas.metadata.is_closed
+    assert cas.metadata.last_entry == -1
+    w.on_add_response(store.metadata.last_segment.ensemble[0], 0, Status.OK)
+    assert w.lac == -1  # a late ack changes nothing
+    assert not w.take_actions()
 
 
 @settings(max_examples=200, deadline=None)
