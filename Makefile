@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo
 
-.PHONY: crosshair spec-check campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup docker-images docker-smoke docker-campaign docker-planted
+.PHONY: crosshair spec-check refine campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup docker-images docker-smoke docker-campaign docker-planted
 
 help:
 	@echo "make campaign  the main job: a fault campaign on a local cluster, its checks and report"
@@ -23,6 +23,8 @@ help:
 	@echo "make zookeeper-demo  start a private 3-node ZooKeeper ensemble, show it, stop it"
 	@echo "make test      fast test suite (no slow tests)"
 	@echo "make bench     benchmarks; results go to BENCHMARKS.md"
+	@echo "make spec-check  exhaustive model checks of the full spec configs (minutes)"
+	@echo "make refine    the spec held against bkref step by step, every config it runs (minutes)"
 	@echo "make docker-setup  install Debian's docker.io and debootstrap (the Docker backend)"
 	@echo "make docker-images  build the node image bkref-node:latest in the private engine"
 	@echo "make docker-smoke  the Docker tests (engine, image, a short campaign), or why not"
@@ -117,6 +119,15 @@ crosshair: setup
 # both cores at low load (0.9M and 1.7M states); not part of `verify`.
 spec-check: setup
 	for c in a b c c-workers a-dup; do $(VENV)/bin/bkref spec check --workers 2 --config $$c || exit 1; done
+
+# The refinement machine (refine/, docs/refine.md), long: every config bkref's driver runs,
+# REFINE_EXAMPLES examples each, then each planted bug it can exercise. `make verify` runs
+# short versions of both (tests/refine/).
+REFINE_EXAMPLES ?= 2000
+refine: setup
+	$(VENV)/bin/bkref refine --examples $(REFINE_EXAMPLES)
+	$(VENV)/bin/bkref refine --config a-short --examples 2000 --plant recovery-reads-without-fence; \
+	  test $$? -eq 1 || { echo "make refine: the planted bug was not caught"; exit 1; }
 
 verify: lint typecheck contracts crosshair bench-smoke docker-smoke
 	$(VENV)/bin/pytest -q -m 'not docker'

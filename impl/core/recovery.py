@@ -69,7 +69,13 @@ class _WriteBack:
 
 class LedgerRecovery:
     def __init__(
-        self, ledger_id: int, metadata: LedgerMetadata, version: int, digest: Digest
+        self,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        version: int,
+        digest: Digest,
+        *,
+        plants: frozenset[str] | None = None,
     ) -> None:
         self.ledger_id = ledger_id
         self.metadata = metadata
@@ -98,7 +104,9 @@ class LedgerRecovery:
         self._unreplaceable: set[str] = set()
         self._no_spare_reason = ""
         # PLANTED BUG switch (test-only, impl/core/planted.py): recovery reads without fence.
-        self._fence = not planted("recovery-reads-without-fence")
+        # ``plants`` None: as BKREF_PLANT says (the shells); a set: exactly those (harnesses).
+        unfenced = "recovery-reads-without-fence"
+        self._fence = not (planted(unfenced) if plants is None else unfenced in plants)
 
     def take_actions(self) -> list[Action]:
         out, self._actions = self._actions, []
@@ -107,6 +115,37 @@ class LedgerRecovery:
     @property
     def ensemble(self) -> tuple[str, ...]:
         return self.metadata.last_segment.ensemble
+
+    # Read-only views for observers (the refinement harness maps them to the spec's
+    # rc_* variables); nothing here changes the recovery.
+
+    @property
+    def read_metadata(self) -> LedgerMetadata:
+        """The segments recovery fences and reads from: as they were when it began."""
+        return self._read_md
+
+    @property
+    def recovered_from(self) -> int:
+        """The entry before the first one recovery may write back (LC, or the entry
+        before the last segment); -1 until fencing is complete."""
+        return self._lc
+
+    @property
+    def reading(self) -> int:
+        """The entry being read (-1 before reading, -2 once the end is found)."""
+        return self._reading
+
+    def fencing_answers(self) -> dict[int, int]:
+        """Ensemble index (of the read metadata's last segment) -> the LAC it reported."""
+        return dict(self._lac_answers)
+
+    def read_negatives(self) -> frozenset[int]:
+        """Ensemble indexes that answered "no such entry" for the entry being read."""
+        return frozenset(self._read.negatives)
+
+    def writeback_acks(self) -> dict[int, frozenset[int]]:
+        """Per written-back entry: the ensemble indexes that acknowledged it."""
+        return {e: frozenset(w.acked) for e, w in self._writebacks.items()}
 
     # ------------------------------------------------------------ events
 

@@ -115,6 +115,12 @@ CASES = [
     case("spec-workers-0", "spec check --workers 0 --config x", "argument --workers"),
     case("spec-walk-0", "spec check --walk 0 --config x", "argument --walk: expected"),
     case("spec-unknown-config", "spec check --config nonesuch", "unknown config 'nonesuch'"),
+    # ---------------------------------------------------------------- refine
+    case("refine-no-config", "refine --config nope", "no config 'nope'"),
+    case("refine-unsupported", "refine --config c", "config c cannot run yet"),
+    case("refine-plant", "refine --plant nope", "unknown planted bug(s) ['nope']"),
+    case("refine-examples", "refine --examples 0", "argument --examples"),
+    case("refine-plant-spec", "refine --driver spec --plant ack-before-fsync", "needs --driver"),
     # ---------------------------------------------------------------- campaign
     *(
         case(f"campaign{arg.replace(' ', '')}", f"campaign {arg} --out {OWN}", said, OWN)

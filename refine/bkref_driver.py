@@ -1,0 +1,560 @@
+"""bkref's own implementation as a refinement driver: real bookies, writer and recovery.
+
+Per example, in this process:
+
+- ledger metadata in a real ZooKeeper, through ``impl.meta.store``, under a
+  fresh root znode (removed after the example);
+- per bookie, a ``BookieCore`` over ``BookieStorage`` on real files in a
+  temporary directory (journal with fsync, entry logs, index); a crash
+  abandons the storage as a killed process would and a restart replays it;
+- the writer (``LedgerWriter``) and the recovery client (``LedgerRecovery``),
+  the sans-I/O cores that bkref's client runs;
+- the network is this harness: every request a core sends stays in flight
+  here until a spec step delivers, loses or duplicates it.
+
+A spec step is performed by the calls that make the implementation take it
+(:meth:`BkrefDriver.perform`, one branch per action). Steps the implementation
+takes by itself in the same call are reported as follow-ups; steps it has no
+way to take are refused with the reason. ``refine.bkref_abstraction`` maps the
+state back to the spec's variables.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+from impl.core.actions import (
+    Action,
+    AddCompleted,
+    CloseCompleted,
+    NeedReplacement,
+    RecoveryCompleted,
+    SendAdd,
+    SendRead,
+    SendReadLac,
+    WriteMetadata,
+)
+from impl.core.bookie import BookieCore, JournalRecord
+from impl.core.digest import Digest, DigestType, master_key, password_hash, peek_header
+from impl.core.frames import (
+    AddRequest,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    Status,
+)
+from impl.core.metadata import LedgerMetadata, Segment
+from impl.core.planted import PLANTS
+from impl.core.recovery import LedgerRecovery, RecoveryPhase
+from impl.core.writer import LedgerWriter
+from impl.meta.store import MetadataConflictError, ZkMetadataStore
+from impl.storage.bookie_storage import BookieStorage, StorageConfig
+from refine.driver import ImplementationError, Performed
+from spec import protocol as sp
+from spec.config import Config
+from spec.protocol import Label, Msg, State
+
+PASSWORD = b"refine"
+# Group commit off: each add is journaled and fsynced on its own, at once.
+STORAGE = StorageConfig(journal_max_group_wait_ms=0.0, journal_flush_when_queue_empty=True)
+PERSIST_TIMEOUT = 30.0
+
+
+class CannotTakeStepError(Exception):
+    """The implementation has no way to take this spec step now (the reason)."""
+
+
+@dataclass
+class Bookie:
+    """One bookie: its real storage and core while up, its directory always."""
+
+    name: str
+    directory: Path
+    up: int = sp.UP
+    storage: BookieStorage | None = None
+    core: BookieCore | None = None
+    # What survived the last crash, read back from disk: ledger -> (entries, fenced, LAC).
+    on_disk: dict[int, tuple[frozenset[int], bool, int]] = field(default_factory=dict)
+
+    def open(self) -> None:
+        self.storage = BookieStorage(
+            self.directory / "journal", self.directory / "ledgers", STORAGE
+        )
+        self.core = BookieCore(self.storage.ledger_infos())
+        self.up = sp.UP
+
+    def persist(self, records: tuple[JournalRecord, ...]) -> None:
+        """Journal ``records`` and wait until they are durable (the reply waits for it)."""
+        if not records:
+            return
+        assert self.storage is not None
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def durable(err: BaseException | None) -> None:
+            if err is not None:
+                errors.append(err)
+            done.set()
+
+        self.storage.persist(records, durable)
+        if not done.wait(PERSIST_TIMEOUT):
+            raise ImplementationError(f"bookie {self.name}: journal did not sync in time")
+        if errors:
+            raise ImplementationError(f"bookie {self.name}: journal write failed: {errors[0]}")
+
+    def crash(self) -> None:
+        """Stop as a killed process: the journal's writes end, nothing is checkpointed;
+        then read back what the disk kept, for the abstraction while the bookie is down."""
+        assert self.storage is not None
+        self.storage.abandon()
+        self.storage, self.core = None, None
+        survivor = BookieStorage(self.directory / "journal", self.directory / "ledgers", STORAGE)
+        try:
+            self.on_disk = {
+                lid: (frozenset(ix.entries), ix.fenced, ix.lac)
+                for lid, ix in survivor.index.ledgers.items()
+            }
+        finally:
+            survivor.close()
+        self.up = sp.DOWN
+
+
+@dataclass
+class InFlight:
+    """A request a core sent: the spec's message and the implementation's action."""
+
+    msg: Msg
+    action: SendAdd | SendRead | SendReadLac
+    sender: str  # "writer" or "recovery"
+
+
+class BkrefDriver:
+    """Drives bkref's bookie, writer and recovery cores through spec steps."""
+
+    name = "bkref"
+
+    def __init__(
+        self, zk: KazooClient, workdir: Path | None = None, plants: frozenset[str] = frozenset()
+    ) -> None:
+        unknown = plants - set(PLANTS)
+        if unknown:
+            raise ValueError(f"unknown planted bug(s) {sorted(unknown)}; known: {list(PLANTS)}")
+        self.zk, self.workdir, self.plants = zk, workdir, plants
+        self.cfg: Config | None = None
+
+    # ------------------------------------------------------------ what it can run
+
+    def unsupported(self, cfg: Config) -> list[str]:
+        return self.unsupported_reasons(cfg)
+
+    @staticmethod
+    def unsupported_reasons(cfg: Config) -> list[str]:
+        why = []
+        if cfg.entries > 1:
+            why.append(
+                "more than one entry: bkref's recovery reads its LC entry itself to learn the "
+                "ledger's length, which the spec's does not (D3 of "
+                "docs/notes/refinement-research.md, not yet settled)"
+            )
+        if cfg.autorecovery:
+            why.append("AutoRecovery (auditor and worker cores are not driven yet)")
+        if cfg.closed_ledgers:
+            why.append("closed ledgers in the initial state")
+        if not cfg.writer:
+            why.append("configs without the writer's ledger")
+        if cfg.writer_ledger_created or cfg.two_segments:
+            why.append("a writer's ledger that exists in the initial state")
+        if cfg.wipes:
+            why.append("wiped-disk restarts (the cookie check is not driven yet)")
+        if cfg.mutants:
+            why.append("spec mutants (run the correct spec against a planted implementation)")
+        return why
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self, cfg: Config) -> None:
+        why = self.unsupported(cfg)
+        if why:
+            raise ImplementationError(f"config {cfg.name} is not supported: {'; '.join(why)}")
+        self.cfg = cfg
+        self.root = f"/refine-{uuid.uuid4().hex[:12]}"
+        self.store = ZkMetadataStore(self.zk, self.root)
+        self.store.ensure_layout()
+        self.dir = Path(tempfile.mkdtemp(prefix="bkref-refine-", dir=self.workdir))
+        self.bookies = [Bookie(f"b{i}", self.dir / f"b{i}") for i in range(cfg.bookies)]
+        for b in self.bookies:
+            b.open()
+        self.index = {b.name: i for i, b in enumerate(self.bookies)}
+        self.digest = Digest(DigestType.CRC32C, PASSWORD)
+        self.key = master_key(PASSWORD)
+        self.ledger_id = -1
+        self.writer: LedgerWriter | None = None
+        self.recovery: LedgerRecovery | None = None
+        self.recovery_close: WriteMetadata | None = None  # the close CAS recovery asked for
+        self.writer_cas: WriteMetadata | None = None  # the ensemble-change CAS in flight
+        self.last_request: dict[tuple[int, int], SendRead | SendReadLac] = {}
+        self.inflight: list[InFlight] = []
+        self.used = [0] * 6  # faults injected, per budget slot
+        self._request_id = 0
+
+    def stop(self) -> None:
+        for b in getattr(self, "bookies", []):
+            if b.storage is not None:
+                b.storage.close()
+                b.storage = None
+        if getattr(self, "dir", None) is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        if getattr(self, "root", None):
+            self.zk.delete(self.root, recursive=True)
+            self.root = ""
+
+    # ------------------------------------------------------------ the network
+
+    def _post(self, sender: str, actions: list[Action]) -> list[Action]:
+        """Put the requests among ``actions`` in flight; return the others."""
+        rest: list[Action] = []
+        for a in actions:
+            b = self.index.get(getattr(a, "bookie", ""), -1)
+            if isinstance(a, SendAdd):
+                lac = peek_header(a.body).lac
+                msg = (sp.ADD, b, a.entry_id, lac, 1 if a.recovery else 0)
+            elif isinstance(a, SendReadLac):
+                # An unfenced LAC read (only a planted bug sends one) has no spec message
+                # of its own: it goes as the fencing read it should have been.
+                msg = (sp.FENCE, b, -1, 0, 0)
+                self.last_request[(b, -1)] = a
+            elif isinstance(a, SendRead):
+                msg = (sp.READ, b, a.entry_id, 1 if a.fence else 0, 0)
+                self.last_request[(b, a.entry_id)] = a
+            else:
+                rest.append(a)
+                continue
+            if b < 0:
+                raise ImplementationError(f"{sender} sent to an unknown bookie: {a}")
+            self.inflight.append(InFlight(msg, a, sender))
+        return rest
+
+    def _take(self, m: Msg) -> InFlight:
+        for i, f in enumerate(self.inflight):
+            if f.msg == m:
+                return self.inflight.pop(i)
+        raise CannotTakeStepError(f"no such request in flight: {sp.format_label(('', (m,)))}")
+
+    def _next_id(self) -> int:
+        self._request_id += 1
+        return self._request_id
+
+    def _deliver(self, f: InFlight) -> ReadLacResponse | ReadResponse | Status:
+        """Hand ``f`` to its bookie: decide, persist (fsync) the records, answer."""
+        node = self.bookies[f.msg[1]]
+        core = node.core
+        assert core is not None
+        a = f.action
+        if isinstance(a, SendAdd):
+            d = core.handle(
+                AddRequest(self._next_id(), a.ledger_id, a.entry_id, self.key, a.body, a.recovery)
+            )
+            node.persist(d.records)
+            assert d.reply is not None
+            return d.reply.status
+        if isinstance(a, SendReadLac):
+            d = core.handle(
+                ReadLacRequest(self._next_id(), a.ledger_id, a.fence, self.key if a.fence else b"")
+            )
+            node.persist(d.records)
+            assert isinstance(d.reply, ReadLacResponse)
+            return d.reply
+        d = core.handle(
+            ReadRequest(
+                self._next_id(), a.ledger_id, a.entry_id, a.fence, self.key if a.fence else b""
+            )
+        )
+        node.persist(d.records)
+        if d.read is None:
+            assert isinstance(d.reply, ReadResponse)
+            return d.reply
+        assert node.storage is not None
+        return core.read_result(d.read, node.storage.read_entry(a.ledger_id, a.entry_id))
+
+    # ------------------------------------------------------------ spec steps
+
+    def perform(self, label: Label) -> Performed:
+        name, args = label
+        handler: Callable[..., tuple[Label, ...]] | None = getattr(self, "_" + name, None)
+        if handler is None:
+            return Performed(refused=f"{name} is not driven by the {self.name} adapter")
+        try:
+            return Performed(followups=handler(*args))
+        except CannotTakeStepError as e:
+            return Performed(refused=str(e))
+
+    # writer
+
+    def _writer_creates_ledger(self, ens: tuple[int, ...]) -> tuple[Label, ...]:
+        cfg = self._cfg()
+        names = tuple(self.bookies[b].name for b in ens)
+        md = LedgerMetadata(
+            cfg.ensemble,
+            cfg.write_quorum,
+            cfg.ack_quorum,
+            (Segment(0, names),),
+            DigestType.CRC32C,
+            password_hash(PASSWORD),
+            password=PASSWORD,
+        )
+        self.ledger_id, version = self.store.create_ledger(md)
+        self.writer = LedgerWriter(self.ledger_id, md, version, self.digest)
+        return ()
+
+    def _writer_sends_add(self) -> tuple[Label, ...]:
+        w = self._writer()
+        w.add(f"entry {w.next_entry}".encode())
+        self._writer_actions()
+        return ()
+
+    def _writer_changes_ensemble(self, failed: int, new: int) -> tuple[Label, ...]:
+        w = self._writer()
+        w.on_bookie_failed(self.bookies[failed].name)
+        need = [a for a in self._post("writer", w.take_actions()) if isinstance(a, NeedReplacement)]
+        if len(need) != 1:
+            raise ImplementationError(f"the writer asked for {len(need)} replacements, not 1")
+        w.replace(need[0].failed, self.bookies[new].name)
+        cas = [a for a in self._post("writer", w.take_actions()) if isinstance(a, WriteMetadata)]
+        if len(cas) != 1:
+            raise ImplementationError(f"the writer asked for {len(cas)} metadata writes, not 1")
+        self.writer_cas = cas[0]
+        return ()
+
+    def _writer_completes_ensemble_change(self) -> tuple[Label, ...]:
+        if self.writer_cas is None:
+            raise CannotTakeStepError("the writer has no ensemble change in flight")
+        w = self._writer()
+        before = self._sent_by("writer")
+        self._cas(self.writer_cas, w.on_metadata_written, w.on_metadata_conflict)
+        self.writer_cas = None
+        self._writer_actions()
+        return self._resends(before, "writer")
+
+    def _writer_resends_add(self, e: int, b: int) -> tuple[Label, ...]:
+        raise CannotTakeStepError("the writer re-sends only once its ensemble change landed (D1)")
+
+    def _writer_closes_ledger(self) -> tuple[Label, ...]:
+        w = self._writer()
+        w.close()
+        self._writer_actions()
+        return ()
+
+    def _writer_actions(self) -> None:
+        """Post the writer's sends and run its metadata writes (a close, or a retry after a
+        conflict) at once: the spec's close and CAS steps are one step each."""
+        w = self._writer()
+        for a in self._post("writer", w.take_actions()):
+            if isinstance(a, AddCompleted | CloseCompleted):
+                continue  # to the application
+            if isinstance(a, WriteMetadata):
+                self._cas(a, w.on_metadata_written, w.on_metadata_conflict)
+                self._writer_actions()
+                continue
+            raise ImplementationError(f"the writer asked for {a}, which no spec step is here")
+
+    # bookies and network
+
+    def _bookie_handles_add(self, m: Msg, reply_lost: int) -> tuple[Label, ...]:
+        f = self._take(m)
+        status = self._deliver(f)
+        assert isinstance(status, Status)
+        if reply_lost:
+            self.used[sp.B_LOSS] += 1
+            return ()
+        if f.sender == "writer":
+            self._writer().on_add_response(f.action.bookie, m[2], status)
+            self._writer_actions()
+            return ()
+        rc = self._recovery()
+        rc.on_add_response(f.action.bookie, m[2], status)
+        return self._recovery_actions()
+
+    def _bookie_handles_fencing_lac_read(self, m: Msg, reply_lost: int) -> tuple[Label, ...]:
+        f = self._take(m)
+        reply = self._deliver(f)
+        assert isinstance(reply, ReadLacResponse)
+        if reply_lost:
+            self.used[sp.B_LOSS] += 1
+            return ()
+        rc = self._recovery()
+        was = rc.phase
+        rc.on_read_lac_response(f.action.bookie, reply.status, reply.lac)
+        follow = self._recovery_actions()
+        if was is RecoveryPhase.FENCING and rc.phase is not RecoveryPhase.FENCING:
+            follow = (("recovery_client_completes_fencing", ()), *follow)
+        return follow
+
+    def _bookie_handles_recovery_read(self, m: Msg, reply_lost: int) -> tuple[Label, ...]:
+        f = self._take(m)
+        reply = self._deliver(f)
+        assert isinstance(reply, ReadResponse)
+        if reply_lost:
+            self.used[sp.B_LOSS] += 1
+            return ()
+        self._recovery().on_read_response(f.action.bookie, m[2], reply.status, reply.body)
+        return self._recovery_actions()
+
+    def _bookie_crashes(self, b: int) -> tuple[Label, ...]:
+        self.bookies[b].crash()
+        self.inflight = [f for f in self.inflight if f.msg[1] != b]
+        self.used[sp.B_CRASH] += 1
+        return ()
+
+    def _bookie_restarts(self, b: int) -> tuple[Label, ...]:
+        self.bookies[b].open()
+        return ()
+
+    def _network_loses_message(self, m: Msg) -> tuple[Label, ...]:
+        self._take(m)
+        self.used[sp.B_LOSS] += 1
+        return ()
+
+    def _network_duplicates_message(self, m: Msg) -> tuple[Label, ...]:
+        f = self._take(m)
+        self.inflight += [f, InFlight(f.msg, f.action, f.sender)]
+        self.used[sp.B_DUP] += 1
+        return ()
+
+    # recovery client
+
+    def _recovery_client_starts_recovery(self) -> tuple[Label, ...]:
+        md, version = self.store.read_ledger(self.ledger_id)
+        rc = LedgerRecovery(
+            self.ledger_id,
+            md,
+            version,
+            Digest(md.digest_type, md.password),
+            plants=self.plants,
+        )
+        self.recovery = rc
+        rc.start()
+        for _ in range(10):  # a conflict (the writer changed its ensemble) starts over
+            marks = [
+                a for a in self._post("recovery", rc.take_actions()) if isinstance(a, WriteMetadata)
+            ]
+            if not marks:
+                break
+            self._cas(marks[0], rc.on_metadata_written, rc.on_metadata_conflict)
+        return ()
+
+    def _recovery_client_completes_fencing(self) -> tuple[Label, ...]:
+        raise CannotTakeStepError("recovery starts reading as soon as fencing covers the ensemble")
+
+    def _recovery_client_retries_request(self, b: int) -> tuple[Label, ...]:
+        rc = self._recovery()
+        key = (b, -1) if rc.phase is RecoveryPhase.FENCING else (b, rc.reading)
+        req = self.last_request.get(key)
+        if req is None:
+            raise CannotTakeStepError(f"recovery sent nothing to b{b} for {key[1]}")
+        self._post("recovery", [req])
+        return ()
+
+    def _recovery_client_changes_ensemble(self, failed: int, new: int) -> tuple[Label, ...]:
+        # The spec's timeout: a write-back to ``failed`` unanswered and no longer in flight.
+        # bkref's recovery learns of it as an error answer for that entry, as its client
+        # shell reports a lost connection.
+        rc = self._recovery()
+        name = self.bookies[failed].name
+        waiting = [
+            e
+            for e, acked in sorted(rc.writeback_acks().items())
+            if name in (ens := rc.metadata.ensemble_for(e))
+            and ens.index(name) in rc.quorum.write_set(e)
+            and ens.index(name) not in acked
+            and not any(f.msg[:3] == (sp.ADD, failed, e) and f.msg[4] for f in self.inflight)
+        ]
+        if not waiting:
+            raise CannotTakeStepError(f"no write-back to b{failed} is unanswered")
+        before = self._sent_by("recovery")
+        rc.on_add_response(name, waiting[0], Status.IO_ERROR)
+        for a in self._post("recovery", rc.take_actions()):
+            if not isinstance(a, NeedReplacement):
+                raise ImplementationError(f"recovery asked for {a} instead of a replacement")
+            rc.replace(a.failed, self.bookies[new].name)
+        self._recovery_actions()
+        after = self._sent_by("recovery")
+        for m in before:
+            after.remove(m)
+        return tuple(("recovery_client_resends_add", (m[2], m[1])) for m in after if m[0] == sp.ADD)
+
+    def _recovery_client_closes_ledger(self) -> tuple[Label, ...]:
+        if self.recovery_close is None:
+            raise CannotTakeStepError("the recovery client has not asked to close")
+        rc = self._recovery()
+        cas, self.recovery_close = self.recovery_close, None
+        self._cas(cas, rc.on_metadata_written, rc.on_metadata_conflict)
+        return self._recovery_actions()
+
+    def _recovery_actions(self) -> tuple[Label, ...]:
+        """Post recovery's requests, hold its close CAS for the spec's close step."""
+        rc = self._recovery()
+        for a in self._post("recovery", rc.take_actions()):
+            if isinstance(a, WriteMetadata):
+                self.recovery_close = a
+            elif isinstance(a, RecoveryCompleted):
+                if not a.ok:
+                    raise ImplementationError(f"recovery failed: {a.message}")
+            else:
+                raise ImplementationError(f"recovery asked for {a}, which no spec step is")
+        return ()
+
+    # ------------------------------------------------------------ helpers
+
+    def _cas(
+        self,
+        w: WriteMetadata,
+        written: Callable[[int], None],
+        conflict: Callable[[LedgerMetadata, int], None],
+    ) -> None:
+        try:
+            version = self.store.write_ledger(self.ledger_id, w.metadata, w.expected_version)
+        except MetadataConflictError as e:
+            if e.current is None:
+                raise ImplementationError(f"ledger {self.ledger_id} vanished") from e
+            conflict(e.current, e.version)
+        else:
+            written(version)
+
+    def _sent_by(self, sender: str) -> list[Msg]:
+        return [f.msg for f in self.inflight if f.sender == sender]
+
+    def _resends(self, before: list[Msg], sender: str) -> tuple[Label, ...]:
+        after = self._sent_by(sender)
+        for m in before:
+            after.remove(m)
+        return tuple(("writer_resends_add", (m[2], m[1])) for m in after)
+
+    def _cfg(self) -> Config:
+        assert self.cfg is not None
+        return self.cfg
+
+    def _writer(self) -> LedgerWriter:
+        if self.writer is None:
+            raise CannotTakeStepError("no writer yet")
+        return self.writer
+
+    def _recovery(self) -> LedgerRecovery:
+        if self.recovery is None:
+            raise CannotTakeStepError("no recovery client yet")
+        return self.recovery
+
+    # ------------------------------------------------------------ observation
+
+    def abstract(self) -> State:
+        from refine.bkref_abstraction import abstract
+
+        return abstract(self)

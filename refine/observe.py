@@ -1,0 +1,62 @@
+"""How the machine compares an implementation's abstract state with the spec's.
+
+Two states are compared after :func:`project`, which keeps every variable a
+guard or an invariant reads and forgets the rest:
+
+1. ``spec.protocol.drop_dead_requests``: requests whose delivery can change
+   nothing (the spec's own bisimulation quotient, argued at
+   ``spec.protocol.dead_request``), and what a finished writer or recovery
+   client no longer reads;
+2. ``w_version`` and ``rc_version``: written by the spec, read by no guard and
+   no invariant (the metadata's version, ``meta_version``, is compared);
+3. the writer's acks and sends of confirmed entries (``e <= w_lac``): no guard
+   reads them (timeouts and resends look at ``w_lac < e < w_next`` only), and
+   an implementation forgets them once an entry is confirmed, as bkref's does;
+4. the writer's sends and acks outside the entry's write set in its current
+   view: a replaced bookie's send or ack counts for nothing (``write_set`` masks
+   every read of them).
+
+Each removal keeps the guards' and invariants' verdicts, so a projected match
+is a match for every decision the spec makes.
+"""
+
+from __future__ import annotations
+
+from spec.config import Config
+from spec.protocol import State, drop_dead_requests, write_set
+from spec.trace import describe
+
+
+def project(cfg: Config, s: State) -> State:
+    """``s`` without what no guard or invariant reads (see the module docstring)."""
+    s = drop_dead_requests(cfg, s)
+    view = s.w_change if s.w_change is not None else s.w_segments
+    acks, sent = list(s.w_acks), list(s.w_sent)
+    for e in range(len(acks)):
+        if e <= s.w_lac or not view:
+            acks[e] = sent[e] = 0
+        else:
+            ws = write_set(cfg, view, e)
+            acks[e] &= ws
+            sent[e] &= ws
+    return s._replace(w_version=0, rc_version=0, w_acks=tuple(acks), w_sent=tuple(sent))
+
+
+def differences(cfg: Config, spec: State, impl: State) -> list[tuple[str, str, str]]:
+    """(variable, spec's value, implementation's value) for each projected difference.
+
+    Named as ``spec.trace.describe`` names them; a field it does not show is
+    named by the ``State`` field itself.
+    """
+    ps, pi = project(cfg, spec), project(cfg, impl)
+    a, b = describe(ps), describe(pi)
+    out = [
+        (k, a.get(k, "-"), b.get(k, "-")) for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)
+    ]
+    if not out:
+        out = [
+            (name, repr(x), repr(y))
+            for name, x, y in zip(State._fields, ps, pi, strict=True)
+            if x != y
+        ]
+    return out
