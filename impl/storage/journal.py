@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from impl.core.planted import active as planted
+from impl.storage.disk import OS_DISK, Disk
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +42,6 @@ def journal_ids(directory: Path) -> list[int]:
     return sorted(int(p.stem.split("-")[1]) for p in directory.glob("journal-*.txn"))
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class Journal:
     def __init__(
         self,
@@ -60,8 +53,10 @@ class Journal:
         buffered_threshold: int = 512 * 1024,
         max_size: int = 2048 * 1024 * 1024,
         flush_when_queue_empty: bool = False,
+        disk: Disk = OS_DISK,
     ) -> None:
         self.directory = directory
+        self._disk = disk
         self.sync_data = sync_data
         self.max_group_wait = max_group_wait_ms / 1000.0
         self.buffered_threshold = buffered_threshold
@@ -82,10 +77,10 @@ class Journal:
         self._thread.start()
 
     def _open(self, journal_id: int) -> int:
-        fd = os.open(
+        fd = self._disk.open(
             journal_path(self.directory, journal_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
         )
-        fsync_dir(self.directory)
+        self._disk.fsync_dir(self.directory)
         return fd
 
     def append(self, data: bytes, callback: Callback) -> None:
@@ -100,7 +95,7 @@ class Journal:
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join()
-        os.close(self._fd)
+        self._disk.close(self._fd)
 
     def _run(self) -> None:
         stop = False
@@ -138,10 +133,10 @@ class Journal:
             data = b"".join(d for d, _ in batch)
             view = memoryview(data)
             while view:
-                n = os.write(self._fd, view)
+                n = self._disk.write(self._fd, view)
                 view = view[n:]
             if self.sync_data and not self._ack_before_fsync:  # the plant syncs only on roll
-                os.fdatasync(self._fd)
+                self._disk.fdatasync(self._fd)
             self._size += len(data)
             with self._mark_lock:
                 self._mark = LogMark(self._id, self._size)
@@ -156,8 +151,8 @@ class Journal:
             cb(err)
 
     def _roll(self) -> None:
-        os.fsync(self._fd)
-        os.close(self._fd)
+        self._disk.fsync(self._fd)
+        self._disk.close(self._fd)
         self._id += 1
         self._fd = self._open(self._id)
         self._size = 0
