@@ -64,6 +64,9 @@ class GcReport:
 
 
 class BookieStorage:
+    """``disk``: how files are changed (a ``CrashDisk`` lets a test lose what was not
+    fsynced). ``plants``: the planted bugs to switch on; None reads ``BKREF_PLANT``."""
+
     def __init__(
         self,
         journal_dir: Path,
@@ -71,6 +74,7 @@ class BookieStorage:
         config: StorageConfig | None = None,
         *,
         disk: Disk = OS_DISK,
+        plants: frozenset[str] | None = None,
     ) -> None:
         self.config = config or StorageConfig()
         self.journal_dir = journal_dir
@@ -94,6 +98,7 @@ class BookieStorage:
             max_size=c.journal_max_size,
             flush_when_queue_empty=c.journal_flush_when_queue_empty,
             disk=disk,
+            plants=plants,
         )
         self.checkpoint()
 
