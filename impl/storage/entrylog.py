@@ -47,7 +47,11 @@ class EntryLogger:
         fd = self._disk.open(
             log_path(self.directory, log_id), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644
         )
-        self._disk.fsync_dir(self.directory)
+        try:
+            self._disk.fsync_dir(self.directory)
+        except BaseException:
+            self._disk.close(fd)  # nobody else holds it
+            raise
         return fd
 
     def add(self, ledger_id: int, entry_id: int, body: bytes) -> tuple[int, int]:
@@ -61,9 +65,12 @@ class EntryLogger:
 
     def _roll(self) -> None:
         self.write_buffer()
+        # Create the next log first: if that fails, the current one stays as it was, and
+        # close/abandon do not close its descriptor twice.
+        fd = self._create(self.current + 1)
         self._unsynced.append(self._fd)
         self.current += 1
-        self._fd = self._create(self.current)
+        self._fd = fd
         self._written = 0
 
     def write_buffer(self) -> None:
@@ -76,10 +83,10 @@ class EntryLogger:
         """Write buffered records and fsync every log written since the last flush."""
         self.write_buffer()
         self._disk.fsync(self._fd)
-        for fd in self._unsynced:
+        for fd in list(self._unsynced):
             self._disk.fsync(fd)
+            self._unsynced.remove(fd)  # before the close, so a failure never closes it twice
             self._disk.close(fd)
-        self._unsynced.clear()
 
     def read(self, log_id: int, offset: int) -> tuple[int, int, bytes]:
         """(ledger, entry, body) of the record at ``offset``."""

@@ -82,7 +82,11 @@ class Journal:
         fd = self._disk.open(
             journal_path(self.directory, journal_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
         )
-        self._disk.fsync_dir(self.directory)
+        try:
+            self._disk.fsync_dir(self.directory)
+        except BaseException:
+            self._disk.close(fd)  # nobody else holds it
+            raise
         return fd
 
     def append(self, data: bytes, callback: Callback) -> None:
@@ -154,9 +158,12 @@ class Journal:
 
     def _roll(self) -> None:
         self._disk.fsync(self._fd)
+        # Open the next file before closing this one: if the open fails, the journal keeps
+        # a valid descriptor (and retries the roll) instead of one closed behind its back.
+        fd = self._open(self._id + 1)
         self._disk.close(self._fd)
         self._id += 1
-        self._fd = self._open(self._id)
+        self._fd = fd
         self._size = 0
         with self._mark_lock:
             self._mark = LogMark(self._id, 0)
