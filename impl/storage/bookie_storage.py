@@ -320,6 +320,7 @@ class BookieStorage:
 
     def abandon(self) -> None:
         """Stop as a crash would (tests): journal writes finish, buffered entry-log bytes are
-        lost and nothing is checkpointed."""
+        lost and nothing is checkpointed. The page cache survives a killed process; on a
+        ``CrashDisk``, ``disk.crash()`` afterwards loses what was not fsynced as well."""
         self.journal.close()
         self.entrylog.abandon()
