@@ -71,6 +71,7 @@ class IndexStore:
         self._disk = disk
         self.ledgers: dict[int, LedgerIndex] = {}
         self.dirty: set[int] = set()
+        self._unlinked = False  # index files removed since the directory was last synced
         for p in directory.glob("*.idx"):
             self.ledgers[int(p.stem)] = LedgerIndex.decode(p.read_bytes(), str(p))
         for p in directory.glob("*.idx.tmp"):
@@ -86,7 +87,9 @@ class IndexStore:
         return out
 
     def write(self, encoded: dict[int, bytes]) -> None:
-        """Persist snapshots (outside the lock): temporary file, fsync, rename, fsync dir."""
+        """Persist snapshots (outside the lock): temporary file, fsync, rename, fsync dir.
+        Deletions become durable here too: GC checkpoints before it removes the entry logs
+        a deleted ledger used, so a power loss cannot bring back an index pointing at them."""
         for lg, data in encoded.items():
             tmp = self.directory / f"{lg}.idx.tmp"
             fd = self._disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -96,10 +99,12 @@ class IndexStore:
             finally:
                 self._disk.close(fd)
             self._disk.replace(tmp, self.path(lg))
-        if encoded:
+        if encoded or self._unlinked:
             self._disk.fsync_dir(self.directory)
+            self._unlinked = False
 
     def delete(self, ledger_id: int) -> None:
         self.ledgers.pop(ledger_id, None)
         self.dirty.discard(ledger_id)
         self._disk.unlink(self.path(ledger_id), missing_ok=True)
+        self._unlinked = True

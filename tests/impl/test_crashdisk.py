@@ -377,3 +377,34 @@ def test_power_loss_at_any_step_of_a_checkpoint_keeps_every_acknowledged_record(
         assert {key: s2.read_entry(*key) for key in acked} == acked, f"crash at step {k}"
         assert s2.ledger_infos()[2].fenced
         s2.close()
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.9], ids=["delete", "delete-and-compact"])
+def test_power_loss_at_any_step_of_gc_keeps_live_ledgers_and_deletion_is_all_or_nothing(
+    tmp_path: Path, threshold: float
+) -> None:
+    def _gc(s: BookieStorage) -> object:
+        return s.garbage_collect({2}, {1, 2}, compaction_threshold=threshold)
+
+    # Settled first: nothing is dirty, so GC's own checkpoint writes no index file.
+    steps = _changes(_gc, tmp_path / "count", settle=True)
+    for k in range(steps + 1):
+        disk = CrashDisk(real_sync=False)
+        s, acked = _populate(tmp_path / str(k), disk, settle=True)
+        disk.power_off_after(k)
+        done = k >= steps
+        if done:
+            _gc(s)
+        else:
+            with pytest.raises(PowerLossError):
+                _gc(s)
+        _power_loss(s, disk)
+        s2 = _storage(tmp_path / str(k), disk)
+        live = {key: body for key, body in acked.items() if key[0] == 2}
+        assert {key: s2.read_entry(*key) for key in live} == live, f"crash at step {k}"
+        if done or 1 not in s2.ledger_ids():
+            assert 1 not in s2.ledger_ids(), f"a deleted ledger came back (crash at step {k})"
+        else:  # GC cut short: ledger 1 may stay, but then whole
+            gone = {key: body for key, body in acked.items() if key[0] == 1}
+            assert {key: s2.read_entry(*key) for key in gone} == gone, f"crash at step {k}"
+        s2.close()
