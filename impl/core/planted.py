@@ -61,8 +61,14 @@ def parse(text: str | None) -> frozenset[str]:
     return names
 
 
-def active(name: str) -> bool:
-    """True if the planted bug ``name`` is switched on in this process's environment."""
+def active(name: str, plants: frozenset[str] | None = None) -> bool:
+    """True if the planted bug ``name`` is switched on: in ``plants`` when the caller
+    passes them (an in-process harness), else in this process's environment."""
     if name not in PLANTS:
         raise UnknownPlantError(f"no planted bug {name!r}; known: {', '.join(PLANTS)}")
-    return name in parse(os.environ.get(ENV))
+    if plants is None:
+        return name in parse(os.environ.get(ENV))
+    unknown = sorted(plants - set(PLANTS))
+    if unknown:
+        raise UnknownPlantError(f"unknown planted bug(s) {unknown}; known: {', '.join(PLANTS)}")
+    return name in plants

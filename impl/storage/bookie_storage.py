@@ -21,13 +21,13 @@ from pathlib import Path
 from impl.core.bookie import JournalAdd, JournalFence, JournalMasterKey, JournalRecord, LedgerInfo
 from impl.core.checksum import crc32c
 from impl.core.digest import peek_header
+from impl.storage.disk import OS_DISK, Disk
 from impl.storage.entrylog import EntryLogger, log_ids
 from impl.storage.index import IndexStore, LedgerIndex
 from impl.storage.journal import (
     Callback,
     Journal,
     LogMark,
-    fsync_dir,
     journal_ids,
     journal_path,
 )
@@ -64,18 +64,28 @@ class GcReport:
 
 
 class BookieStorage:
+    """``disk``: how files are changed (a ``CrashDisk`` lets a test lose what was not
+    fsynced). ``plants``: the planted bugs to switch on; None reads ``BKREF_PLANT``."""
+
     def __init__(
-        self, journal_dir: Path, ledger_dir: Path, config: StorageConfig | None = None
+        self,
+        journal_dir: Path,
+        ledger_dir: Path,
+        config: StorageConfig | None = None,
+        *,
+        disk: Disk = OS_DISK,
+        plants: frozenset[str] | None = None,
     ) -> None:
         self.config = config or StorageConfig()
         self.journal_dir = journal_dir
         self.ledger_dir = ledger_dir
+        self.disk = disk
         journal_dir.mkdir(parents=True, exist_ok=True)
         (ledger_dir / "index").mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()  # index and entry-log buffer
         self._maintenance = threading.Lock()  # one checkpoint / GC at a time
-        self.index = IndexStore(ledger_dir / "index")
-        self.entrylog = EntryLogger(ledger_dir, self.config.entry_log_size_limit)
+        self.index = IndexStore(ledger_dir / "index", disk)
+        self.entrylog = EntryLogger(ledger_dir, self.config.entry_log_size_limit, disk)
         self.replay = self._replay()
         ids = journal_ids(journal_dir)
         c = self.config
@@ -87,6 +97,8 @@ class BookieStorage:
             buffered_threshold=c.journal_buffered_writes_threshold,
             max_size=c.journal_max_size,
             flush_when_queue_empty=c.journal_flush_when_queue_empty,
+            disk=disk,
+            plants=plants,
         )
         self.checkpoint()
 
@@ -152,7 +164,7 @@ class BookieStorage:
             self._write_mark(mark)
             for jid in journal_ids(self.journal_dir):
                 if jid < mark.journal_id:
-                    journal_path(self.journal_dir, jid).unlink()
+                    self.disk.unlink(journal_path(self.journal_dir, jid))
             return mark
 
     def _mark_path(self) -> Path:
@@ -161,14 +173,14 @@ class BookieStorage:
     def _write_mark(self, mark: LogMark) -> None:
         data = struct.pack(">QQ", mark.journal_id, mark.offset)
         tmp = self.journal_dir / "lastMark.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = self.disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, data + struct.pack(">I", crc32c(data)))
-            os.fsync(fd)
+            self.disk.write(fd, data + struct.pack(">I", crc32c(data)))
+            self.disk.fsync(fd)
         finally:
-            os.close(fd)
-        os.replace(tmp, self._mark_path())
-        fsync_dir(self.journal_dir)
+            self.disk.close(fd)
+        self.disk.replace(tmp, self._mark_path())
+        self.disk.fsync_dir(self.journal_dir)
 
     def read_mark(self) -> LogMark:
         p = self._mark_path()
@@ -308,6 +320,7 @@ class BookieStorage:
 
     def abandon(self) -> None:
         """Stop as a crash would (tests): journal writes finish, buffered entry-log bytes are
-        lost and nothing is checkpointed."""
+        lost and nothing is checkpointed. The page cache survives a killed process; on a
+        ``CrashDisk``, ``disk.crash()`` afterwards loses what was not fsynced as well."""
         self.journal.close()
         self.entrylog.abandon()

@@ -15,7 +15,7 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from impl.storage.journal import fsync_dir
+from impl.storage.disk import OS_DISK, Disk
 
 _REC = struct.Struct(">IQQ")
 
@@ -29,8 +29,11 @@ def log_ids(directory: Path) -> list[int]:
 
 
 class EntryLogger:
-    def __init__(self, directory: Path, size_limit: int = 1024 * 1024 * 1024) -> None:
+    def __init__(
+        self, directory: Path, size_limit: int = 1024 * 1024 * 1024, disk: Disk = OS_DISK
+    ) -> None:
         self.directory = directory
+        self._disk = disk
         self.size_limit = size_limit
         existing = log_ids(directory)
         self.current = (existing[-1] + 1) if existing else 0
@@ -41,8 +44,14 @@ class EntryLogger:
         self._unsynced: list[int] = []  # fds of rolled logs awaiting fsync
 
     def _create(self, log_id: int) -> int:
-        fd = os.open(log_path(self.directory, log_id), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        fsync_dir(self.directory)
+        fd = self._disk.open(
+            log_path(self.directory, log_id), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644
+        )
+        try:
+            self._disk.fsync_dir(self.directory)
+        except BaseException:
+            self._disk.close(fd)  # nobody else holds it
+            raise
         return fd
 
     def add(self, ledger_id: int, entry_id: int, body: bytes) -> tuple[int, int]:
@@ -56,25 +65,28 @@ class EntryLogger:
 
     def _roll(self) -> None:
         self.write_buffer()
+        # Create the next log first: if that fails, the current one stays as it was, and
+        # close/abandon do not close its descriptor twice.
+        fd = self._create(self.current + 1)
         self._unsynced.append(self._fd)
         self.current += 1
-        self._fd = self._create(self.current)
+        self._fd = fd
         self._written = 0
 
     def write_buffer(self) -> None:
         if self._buf:
-            os.pwrite(self._fd, self._buf, self._written)
+            self._disk.pwrite(self._fd, self._buf, self._written)
             self._written += len(self._buf)
             self._buf.clear()
 
     def flush(self) -> None:
         """Write buffered records and fsync every log written since the last flush."""
         self.write_buffer()
-        os.fsync(self._fd)
-        for fd in self._unsynced:
-            os.fsync(fd)
-            os.close(fd)
-        self._unsynced.clear()
+        self._disk.fsync(self._fd)
+        for fd in list(self._unsynced):
+            self._disk.fsync(fd)
+            self._unsynced.remove(fd)  # before the close, so a failure never closes it twice
+            self._disk.close(fd)
 
     def read(self, log_id: int, offset: int) -> tuple[int, int, bytes]:
         """(ledger, entry, body) of the record at ``offset``."""
@@ -97,7 +109,7 @@ class EntryLogger:
             return self._fd
         fd = self._readers.get(log_id)
         if fd is None:
-            fd = os.open(log_path(self.directory, log_id), os.O_RDONLY)
+            fd = self._disk.open(log_path(self.directory, log_id), os.O_RDONLY, 0)
             self._readers[log_id] = fd
         return fd
 
@@ -119,20 +131,20 @@ class EntryLogger:
             raise ValueError("cannot delete the entry log being written")
         fd = self._readers.pop(log_id, None)
         if fd is not None:
-            os.close(fd)
-        log_path(self.directory, log_id).unlink(missing_ok=True)
-        fsync_dir(self.directory)
+            self._disk.close(fd)
+        self._disk.unlink(log_path(self.directory, log_id), missing_ok=True)
+        self._disk.fsync_dir(self.directory)
 
     def abandon(self) -> None:
         self._buf.clear()
         for fd in [self._fd, *self._unsynced, *self._readers.values()]:
-            os.close(fd)
+            self._disk.close(fd)
         self._readers.clear()
         self._unsynced.clear()
 
     def close(self) -> None:
         self.flush()
-        os.close(self._fd)
+        self._disk.close(self._fd)
         for fd in self._readers.values():
-            os.close(fd)
+            self._disk.close(fd)
         self._readers.clear()

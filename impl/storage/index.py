@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from impl.core.checksum import crc32c
-from impl.storage.journal import fsync_dir
+from impl.storage.disk import OS_DISK, Disk
 
 _MAGIC = b"BKIX"
 _HEAD = struct.Struct(">4sBBqH")  # magic, version, fenced, lac, key length
@@ -66,14 +66,16 @@ class LedgerIndex:
 
 
 class IndexStore:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, disk: Disk = OS_DISK) -> None:
         self.directory = directory
+        self._disk = disk
         self.ledgers: dict[int, LedgerIndex] = {}
         self.dirty: set[int] = set()
+        self._unlinked = False  # index files removed since the directory was last synced
         for p in directory.glob("*.idx"):
             self.ledgers[int(p.stem)] = LedgerIndex.decode(p.read_bytes(), str(p))
         for p in directory.glob("*.idx.tmp"):
-            p.unlink()  # an unfinished flush; the journal still holds its records
+            self._disk.unlink(p)  # an unfinished flush; the journal still holds its records
 
     def path(self, ledger_id: int) -> Path:
         return self.directory / f"{ledger_id}.idx"
@@ -85,20 +87,24 @@ class IndexStore:
         return out
 
     def write(self, encoded: dict[int, bytes]) -> None:
-        """Persist snapshots (outside the lock): temporary file, fsync, rename, fsync dir."""
+        """Persist snapshots (outside the lock): temporary file, fsync, rename, fsync dir.
+        Deletions become durable here too: GC checkpoints before it removes the entry logs
+        a deleted ledger used, so a power loss cannot bring back an index pointing at them."""
         for lg, data in encoded.items():
             tmp = self.directory / f"{lg}.idx.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = self._disk.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                os.write(fd, data)
-                os.fsync(fd)
+                self._disk.write(fd, data)
+                self._disk.fsync(fd)
             finally:
-                os.close(fd)
-            os.replace(tmp, self.path(lg))
-        if encoded:
-            fsync_dir(self.directory)
+                self._disk.close(fd)
+            self._disk.replace(tmp, self.path(lg))
+        if encoded or self._unlinked:
+            self._disk.fsync_dir(self.directory)
+            self._unlinked = False
 
     def delete(self, ledger_id: int) -> None:
         self.ledgers.pop(ledger_id, None)
         self.dirty.discard(ledger_id)
-        self.path(ledger_id).unlink(missing_ok=True)
+        self._disk.unlink(self.path(ledger_id), missing_ok=True)
+        self._unlinked = True

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from impl.core.planted import active as planted
+from impl.storage.disk import OS_DISK, Disk
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +42,6 @@ def journal_ids(directory: Path) -> list[int]:
     return sorted(int(p.stem.split("-")[1]) for p in directory.glob("journal-*.txn"))
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class Journal:
     def __init__(
         self,
@@ -60,15 +53,19 @@ class Journal:
         buffered_threshold: int = 512 * 1024,
         max_size: int = 2048 * 1024 * 1024,
         flush_when_queue_empty: bool = False,
+        disk: Disk = OS_DISK,
+        plants: frozenset[str] | None = None,
     ) -> None:
         self.directory = directory
+        self._disk = disk
         self.sync_data = sync_data
         self.max_group_wait = max_group_wait_ms / 1000.0
         self.buffered_threshold = buffered_threshold
         self.max_size = max_size
         self.flush_when_queue_empty = flush_when_queue_empty
         # PLANTED BUG switch (test-only, impl/core/planted.py): acknowledge before the fsync.
-        self._ack_before_fsync = planted("ack-before-fsync")
+        # ``plants`` None: read BKREF_PLANT, as the bookie process does.
+        self._ack_before_fsync = planted("ack-before-fsync", plants)
         self._queue: queue.Queue[tuple[bytes, Callback, float] | None] = queue.Queue()
         self._id = journal_id
         self._fd = self._open(journal_id)
@@ -82,10 +79,14 @@ class Journal:
         self._thread.start()
 
     def _open(self, journal_id: int) -> int:
-        fd = os.open(
+        fd = self._disk.open(
             journal_path(self.directory, journal_id), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
         )
-        fsync_dir(self.directory)
+        try:
+            self._disk.fsync_dir(self.directory)
+        except BaseException:
+            self._disk.close(fd)  # nobody else holds it
+            raise
         return fd
 
     def append(self, data: bytes, callback: Callback) -> None:
@@ -100,7 +101,7 @@ class Journal:
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join()
-        os.close(self._fd)
+        self._disk.close(self._fd)
 
     def _run(self) -> None:
         stop = False
@@ -138,10 +139,10 @@ class Journal:
             data = b"".join(d for d, _ in batch)
             view = memoryview(data)
             while view:
-                n = os.write(self._fd, view)
+                n = self._disk.write(self._fd, view)
                 view = view[n:]
             if self.sync_data and not self._ack_before_fsync:  # the plant syncs only on roll
-                os.fdatasync(self._fd)
+                self._disk.fdatasync(self._fd)
             self._size += len(data)
             with self._mark_lock:
                 self._mark = LogMark(self._id, self._size)
@@ -156,10 +157,13 @@ class Journal:
             cb(err)
 
     def _roll(self) -> None:
-        os.fsync(self._fd)
-        os.close(self._fd)
+        self._disk.fsync(self._fd)
+        # Open the next file before closing this one: if the open fails, the journal keeps
+        # a valid descriptor (and retries the roll) instead of one closed behind its back.
+        fd = self._open(self._id + 1)
+        self._disk.close(self._fd)
         self._id += 1
-        self._fd = self._open(self._id)
+        self._fd = fd
         self._size = 0
         with self._mark_lock:
             self._mark = LogMark(self._id, 0)
