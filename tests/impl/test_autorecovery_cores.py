@@ -7,6 +7,7 @@ time) and asserts the decisions the core takes as actions.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -28,7 +29,28 @@ from impl.core.audit import (
 from impl.core.digest import DigestType
 from impl.core.metadata import LedgerMetadata, Segment
 from impl.core.planted import UnknownPlantError
-from impl.core.repair import Reason
+from impl.core.repair import Fragment, Reason, Task, replace_replica
+from impl.core.replication import (
+    CAS_ATTEMPTS,
+    PLANT_NO_COPY,
+    PLANT_OPEN_SEGMENT,
+    CasReplica,
+    CompleteTask,
+    Copy,
+    Defer,
+    ReadLedger,
+    ReadOpenLac,
+    RecordFailure,
+    RepairRun,
+    StartRecovery,
+    TryLock,
+    Unlock,
+    Verified,
+    WorkerAction,
+    WorkerConfig,
+    WorkerCore,
+    WorkerPhase,
+)
 
 A, B, C, D, E = "a:1", "b:1", "c:1", "d:1", "e:1"
 ALL = frozenset({A, B, C, D, E})
@@ -243,3 +265,288 @@ def test_the_ledger_check_reads_every_entry_at_100_percent_and_skips_open_segmen
 def test_unknown_plants_are_refused() -> None:
     with pytest.raises(UnknownPlantError):
         AuditorCore("n", AuditorConfig(), 0, frozenset({"no-such-bug"}))
+
+
+# ================================================================== replication worker
+
+RACKS = {B: "r2", C: "r3", D: "r4", E: "r5"}  # writable bookies; A is lost
+LIVE = frozenset(RACKS)
+CLOSED = _md((Segment(0, (A, B, C)),), closed_at=5)
+OPEN = _md((Segment(0, (A, B, C)),))
+
+
+def _task(lid: int = 1, priority: int = 1, replicas: dict[str, Reason] | None = None) -> Task:
+    return Task(lid, replicas or {A: Reason.LOST}, priority, 0)
+
+
+def _locked(
+    task: Task | None = None,
+    *,
+    config: WorkerConfig | None = None,
+    plants: frozenset[str] = frozenset(),
+    now: int = 0,
+) -> WorkerCore:
+    """A worker beside bookie D that took the lock of ``task`` (ledger 1, A lost) at
+    task version 3."""
+    task = task or _task()
+    core = WorkerCore("w1", D, config or WorkerConfig(), now, plants)
+    core.on_tasks([(task, 3)], now, wall_ms=0)
+    assert core.take_actions() == [TryLock(task.ledger_id)]
+    core.on_lock(task.ledger_id, True, (task, 3), now)
+    assert core.locked == task.ledger_id
+    assert core.task_version == 3
+    assert core.take_actions() == [ReadLedger(task.ledger_id, live=True, candidates=True)]
+    return core
+
+
+def _pending(core: WorkerCore) -> tuple[int, str, int] | None:
+    return core.pending  # read through a call: mypy would keep an earlier narrowing
+
+
+def _held(core: WorkerCore) -> tuple[int | None, int | None, WorkerPhase]:
+    return core.locked, core.task_version, core.phase
+
+
+def test_lock_copy_cas_verify_delete_unlock_one_step_at_a_time() -> None:
+    core = _locked()
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    [copy] = core.take_actions()
+    frag = Fragment(1, 0, 0, 5, (A, B, C), 0)
+    assert copy == Copy(CLOSED, frag, D, False, (B, C, D), frozenset({A}))
+    assert core.pending == (0, A, 10)
+    core.on_copied(4, 400)
+    repaired = replace_replica(CLOSED, 0, A, D)
+    assert repaired is not None
+    assert core.take_actions() == [CasReplica(1, 0, A, D, repaired, 10)]
+    assert core.pending == (0, A, 10)  # recorded only once the CAS lands
+    core.on_cas(11)
+    assert _pending(core) is None
+    assert core.take_actions() == [ReadLedger(1)]
+    core.on_ledger(repaired, 11, 0)
+    assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
+    core.on_completed(True)
+    assert core.take_actions() == [Unlock(1)]
+    assert _held(core) == (1, 3, WorkerPhase.UNLOCKING)  # until the shell says it is gone
+    core.on_unlocked(0)
+    assert _held(core) == (None, None, WorkerPhase.IDLE)
+    assert core.take_actions() == []
+    assert core.run is None
+
+
+def test_most_at_risk_first_and_a_busy_lock_or_a_vanished_task_moves_on() -> None:
+    safer, riskier, third = _task(1, priority=2), _task(2, priority=1), _task(3, priority=2)
+    core = WorkerCore("w1", D, WorkerConfig(), 0)
+    core.on_tasks([(safer, 0), (riskier, 0), (third, 0)], 0, wall_ms=0)
+    assert core.take_actions() == [TryLock(2)]
+    core.on_lock(2, False, None, 0)  # another worker holds it
+    assert core.locked is None
+    assert core.take_actions() == [TryLock(1)]
+    core.on_lock(1, True, None, 0)  # completed by another worker meanwhile
+    assert core.take_actions() == [Unlock(1)]
+    assert core.attempted == 0
+    core.on_unlocked(0)
+    assert core.take_actions() == [TryLock(3)]
+
+
+def test_nothing_is_locked_while_autorecovery_is_disabled() -> None:
+    core = WorkerCore("w1", D, WorkerConfig(), 0)
+    core.on_enabled(False)
+    core.on_tasks([(_task(), 0)], 0, wall_ms=0)
+    assert core.take_actions() == []
+    assert core.phase is WorkerPhase.IDLE
+
+
+def test_an_open_ledger_waits_its_grace_period_then_is_fenced() -> None:
+    config = WorkerConfig(grace_period_ms=30_000)
+    core = _locked(config=config)
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [Defer(1, "open or in recovery: grace period started"), Unlock(1)]
+    core.on_unlocked(0)
+
+    def again(now: int, version: int) -> list[WorkerAction]:
+        core.on_tasks([(_task(), 3)], now, wall_ms=now)
+        core.take_actions()
+        core.on_lock(1, True, (_task(), 3), now)
+        core.take_actions()
+        core.on_ledger(OPEN, version, now, live=LIVE, candidates=RACKS)
+        return core.take_actions()
+
+    assert again(29_999, 10) == [Defer(1, "open or in recovery: in its grace period"), Unlock(1)]
+    core.on_unlocked(29_999)
+    # The writer changed the metadata: it is alive, the wait starts over.
+    assert again(31_000, 11) == [Defer(1, "open or in recovery: grace period started"), Unlock(1)]
+    core.on_unlocked(31_000)
+    assert again(61_000, 11) == [StartRecovery(1, b"pw", (A,))]
+    core.on_recovered()
+    assert core.take_actions() == [ReadLedger(1, candidates=True)]
+    core.on_ledger(CLOSED, 13, 61_000, candidates=RACKS)  # the recovery closed it
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
+    assert copy.metadata == CLOSED
+
+
+def test_a_leaving_bookie_in_the_open_segment_waits_for_the_close_without_fencing() -> None:
+    core = _locked(_task(replicas={E: Reason.LEAVING}))
+    md = _md((Segment(0, (B, C, E)), Segment(4, (B, E, C))))  # the writer still adds to E
+    core.on_ledger(md, 10, 0, live=LIVE, candidates=RACKS)
+    [copy] = core.take_actions()  # no grace period, no fence: only the closed segment
+    assert isinstance(copy, Copy)
+    assert (copy.fragment.segment, copy.fragment.bookie, copy.target) == (0, E, D)
+    core.on_copied(2, 200)
+    [cas] = core.take_actions()
+    assert isinstance(cas, CasReplica)
+    core.on_cas(11)
+    core.take_actions()
+    core.on_ledger(cas.metadata, 11, 0)
+    assert core.take_actions() == [Defer(1, "the rest is in the open segment"), Unlock(1)]
+
+
+def test_a_failed_attempt_is_counted_and_the_ledger_backs_off() -> None:
+    core = _locked(config=WorkerConfig(backoff_ms=5_000), now=1_000)
+    core.on_ledger(CLOSED, 10, 1_000, live=LIVE, candidates=RACKS)
+    core.take_actions()
+    core.on_failed("RepairError('no verified copy')", 2_000)
+    assert core.take_actions() == [
+        RecordFailure(1, 3, "RepairError('no verified copy')"),
+        Unlock(1),
+    ]
+    assert core.backoff_until(1) == 7_000
+    core.on_unlocked(2_000)
+    core.on_tasks([(_task(), 4)], 6_999, wall_ms=0)
+    assert core.take_actions() == []  # still backing off
+    core.on_tasks([(_task(), 4)], 7_000, wall_ms=0)
+    assert core.take_actions() == [TryLock(1)]
+    with pytest.raises(LocalProtocolError):
+        core.on_failed("nothing under way", 7_000)
+
+
+def test_a_cas_conflict_retries_on_the_new_metadata_or_gives_up_the_copy() -> None:
+    core = _locked()
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    core.take_actions()
+    core.on_copied(4, 400)
+    core.take_actions()
+    # Someone rewrote the metadata (same segments): the CAS is retried on it.
+    touched = replace(CLOSED, custom=(("k", "v"),))
+    core.on_cas_conflict(touched, 12)
+    retry = replace_replica(touched, 0, A, D)
+    assert retry is not None
+    assert core.take_actions() == [CasReplica(1, 0, A, D, retry, 12)]
+    # And again, now with A already replaced by another bookie: the copy is not recorded.
+    moved = replace_replica(CLOSED, 0, A, E)
+    assert moved is not None
+    core.on_cas_conflict(moved, 13)
+    assert core.take_actions() == [ReadLedger(1)]
+    core.on_ledger(moved, 13, 0)
+    # A is gone from the metadata: nothing left to do, whoever did it.
+    assert core.take_actions() == [
+        RecordFailure(1, 3, "ledger 1 not repaired: segment changed meanwhile; copy not recorded"),
+        Unlock(1),
+    ]
+
+
+def test_a_metadata_that_keeps_changing_fails_the_attempt() -> None:
+    core = _locked()
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    core.take_actions()
+    core.on_copied(4, 400)
+    core.take_actions()
+    for version in range(11, 11 + CAS_ATTEMPTS - 1):
+        core.on_cas_conflict(CLOSED, version)
+        [cas] = core.take_actions()
+        assert isinstance(cas, CasReplica)
+    core.on_cas_conflict(CLOSED, 99)
+    assert core.take_actions() == [
+        RecordFailure(1, 3, "ledger 1: metadata kept changing under the repair"),
+        Unlock(1),
+    ]
+
+
+def test_busy_repair_slots_or_no_room_beside_this_worker_defer_not_fail() -> None:
+    core = _locked()
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    core.take_actions()
+    core.on_copy_busy()
+    assert core.take_actions() == [ReadLedger(1)]
+    core.on_ledger(CLOSED, 10, 0)
+    assert core.take_actions() == [Defer(1, "no free repair slot on b:1, c:1, d:1"), Unlock(1)]
+
+    core = _locked()
+    on_d = _md((Segment(0, (A, B, D)),), closed_at=5)  # the local bookie holds a replica
+    core.on_ledger(on_d, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [ReadLedger(1)]
+    core.on_ledger(on_d, 10, 0)
+    [defer, unlock] = core.take_actions()
+    assert isinstance(defer, Defer)
+    assert defer.why.startswith("local bookie d:1 cannot hold it")
+    assert unlock == Unlock(1)
+
+
+def test_a_replica_missing_entries_is_refilled_in_place_without_a_cas() -> None:
+    core = _locked(_task(replicas={B: Reason.ENTRIES_MISSING}))
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
+    assert copy.in_place
+    assert copy.target == B
+    core.on_copied(1, 100)
+    assert core.take_actions() == [ReadLedger(1)]
+    core.on_ledger(CLOSED, 10, 0)
+    assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
+
+
+def test_a_lost_bookie_back_again_needs_nothing_and_a_deleted_ledger_completes() -> None:
+    core = _locked()
+    core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
+    assert core.bad == {}
+    assert core.take_actions() == [ReadLedger(1)]
+    core.on_ledger(CLOSED, 10, 0)
+    assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
+
+    core = _locked()
+    core.on_ledger(None, -1, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [CompleteTask(1, 3, False)]
+
+
+def test_plant_repair_without_copy_records_the_replica_it_never_copied() -> None:
+    core = _locked(plants=frozenset({PLANT_NO_COPY}))
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    repaired = replace_replica(CLOSED, 0, A, D)
+    assert repaired is not None
+    assert core.take_actions() == [CasReplica(1, 0, A, D, repaired, 10)]
+
+
+def test_plant_open_segment_without_fence_copies_the_open_segment_unfenced() -> None:
+    core = _locked(plants=frozenset({PLANT_OPEN_SEGMENT}))
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    # No grace period, no StartRecovery: the LAC of the live replicas bounds the copy.
+    assert core.take_actions() == [ReadOpenLac(1, (B, C))]
+    core.on_open_lac(7)
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
+    assert copy.fragment == Fragment(1, 0, 0, 7, (A, B, C), 0)
+    assert copy.target == D
+    # Without the plant the same ledger only starts its grace period.
+    core = _locked()
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [Defer(1, "open or in recovery: grace period started"), Unlock(1)]
+
+
+def test_manual_recovery_runs_to_a_target_and_events_out_of_turn_are_refused() -> None:
+    run = RepairRun(1, CLOSED, 10, {A: Reason.LOST}, RACKS, target=E)
+    [copy] = run.take_actions()
+    assert isinstance(copy, Copy)
+    assert copy.target == E
+    with pytest.raises(LocalProtocolError):
+        run.on_cas(11)  # no CAS before the copy
+    run.on_copied(4, 400)
+    run.take_actions()
+    run.on_cas(11)
+    assert run.done
+    assert run.result.complete
+    assert [(f.segment, f.bookie, f.target, f.entries) for f in run.result.fragments] == [
+        (0, A, E, 4)
+    ]
+    core = WorkerCore("w1", D, WorkerConfig(), 0)
+    with pytest.raises(LocalProtocolError):
+        core.on_lock(1, True, (_task(), 3), 0)  # no TryLock asked
