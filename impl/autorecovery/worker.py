@@ -8,7 +8,7 @@ One round (after BookKeeper's ReplicationWorker, with the StarRocks seed's order
 3. With the lock held: if the ledger's open last segment uses a bad bookie, wait
    ``openLedgerRereplicationGracePeriod`` for the writer to change ensembles itself
    (any metadata change restarts the wait: the writer is alive); then fence it by a
-   recovery open, which closes it.
+   recovery open, which closes it. A grace period of 0 fences at the first look.
 4. Copy every immutable fragment on a bad bookie (:mod:`.replicator`), under the
    per-bookie repair slots, and CAS each new replica into the metadata.
 5. Once no segment names a lost or leaving bookie (and in-place refills succeeded),

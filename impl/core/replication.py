@@ -15,7 +15,7 @@ with the StarRocks seed's ordering:
    ledger is IN_RECOVERY), wait ``openLedgerRereplicationGracePeriod`` for the
    writer to change ensembles itself (any metadata change restarts the wait: the
    writer is alive), then fence it by a recovery open (:class:`StartRecovery`),
-   which closes it.
+   which closes it. With a grace period of 0 it fences at once.
 3. Copy every immutable fragment on a bad bookie (:class:`RepairRun`: one
    :class:`Copy`, then one :class:`CasReplica` of the new replica, per fragment).
 4. Re-read the metadata: once no segment names a lost or leaving bookie (and the
@@ -75,7 +75,7 @@ CAS_ATTEMPTS = 20  # metadata CASes of one new replica before the repair gives u
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    grace_period_ms: int = 30000  # openLedgerRereplicationGracePeriod
+    grace_period_ms: int = 30000  # openLedgerRereplicationGracePeriod; 0: fence at once
     backoff_ms: int = 5000  # rwRereplicateBackoffMs
     slots_per_bookie: int = 4  # concurrent repair copies per bookie (the shell's semaphores)
     scheduling: Scheduling = field(default_factory=Scheduling)
@@ -668,14 +668,16 @@ class WorkerCore:
         if unfenced or not (md.state is LedgerState.IN_RECOVERY or needs_fencing(md, lost)):
             self._start_run(lid, md, version, candidates)
             return
-        seen = self._open_seen.get(lid)
-        if seen is None or seen[0] != version:
-            self._open_seen[lid] = (version, self.now_ms)
-            self._defer("open or in recovery: grace period started")
-            return
-        if self.now_ms - seen[1] < self.config.grace_period_ms:
-            self._defer("open or in recovery: in its grace period")
-            return
+        grace = self.config.grace_period_ms
+        if grace > 0:
+            seen = self._open_seen.get(lid)
+            if seen is None or seen[0] != version:
+                self._open_seen[lid] = (version, self.now_ms)
+                self._defer("open or in recovery: grace period started")
+                return
+            if self.now_ms - seen[1] < grace:
+                self._defer("open or in recovery: in its grace period")
+                return
         self.phase = WorkerPhase.RECOVERING
         bad_here = tuple(sorted(set(md.last_segment.ensemble) & set(self._bad)))
         self._actions.append(StartRecovery(lid, md.password, bad_here))

@@ -385,6 +385,15 @@ def test_an_open_ledger_waits_its_grace_period_then_is_fenced() -> None:
     assert copy.metadata == CLOSED
 
 
+def test_a_grace_period_of_zero_fences_at_the_first_sighting() -> None:
+    core = _locked(config=WorkerConfig(grace_period_ms=0))
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [StartRecovery(1, b"pw", (A,))]
+    core = _locked(config=WorkerConfig(grace_period_ms=1))  # any wait: a first look defers
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [Defer(1, "open or in recovery: grace period started"), Unlock(1)]
+
+
 def test_a_leaving_bookie_in_the_open_segment_waits_for_the_close_without_fencing() -> None:
     core = _locked(_task(replicas={E: Reason.LEAVING}))
     md = _md((Segment(0, (B, C, E)), Segment(4, (B, E, C))))  # the writer still adds to E
