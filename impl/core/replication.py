@@ -39,8 +39,11 @@ core                                 spec
 ``Unlock``
 ===================================  =====================================
 
-Today the worker keeps the lock through the fence and copies in the same attempt
-(the spec, and BookKeeper, unlock after it: research note D14).
+``ReadLedger``, ``RecordFailure`` (a task version bump), the ``Unlock`` of a task
+that vanished under the lock and an in-place ``Copy`` (ENTRIES_MISSING, research
+note D11) have no spec counterpart. The worker keeps the lock through the fence and
+copies in the same attempt (the spec, and BookKeeper, unlock after it: D14); it
+retries a CAS that lost to a concurrent change instead of copying again (D10).
 """
 
 from __future__ import annotations

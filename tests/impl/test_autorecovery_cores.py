@@ -559,3 +559,14 @@ def test_manual_recovery_runs_to_a_target_and_events_out_of_turn_are_refused() -
     core = WorkerCore("w1", D, WorkerConfig(), 0)
     with pytest.raises(LocalProtocolError):
         core.on_lock(1, True, (_task(), 3), 0)  # no TryLock asked
+
+
+@pytest.mark.parametrize("plant", ["ack-before-fsync", "recovery-reads-without-fence"])
+def test_plants_of_other_components_change_no_worker_decision(plant: str) -> None:
+    core = _locked(plants=frozenset({plant}))
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [Defer(1, "open or in recovery: grace period started"), Unlock(1)]
+    core = _locked(plants=frozenset({plant}))
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
