@@ -18,6 +18,10 @@
   ``auditorLedgerVerificationPercentage`` percent of the rest) and marks a replica
   that lacks one, or holds a copy whose digest fails, as ENTRIES_MISSING.
 - While AutoRecovery is disabled the auditor keeps watching but publishes nothing.
+
+The decisions (who leads, when to audit, what to mark, which replicas to probe) are
+made by the sans-I/O :mod:`impl.core.audit`; this shell keeps the ZooKeeper watches,
+feeds their news to the core and performs its actions.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -36,23 +42,32 @@ from kazoo.exceptions import KazooException
 
 from impl.client.client import BookKeeper
 from impl.client.connection import BookieUnavailableError
+from impl.core.audit import (
+    AuditAction,
+    AuditorConfig,
+    AuditorCore,
+    AuditView,
+    CheckLedgers,
+    JoinElection,
+    LedgerCheck,
+    Mark,
+    Probe,
+    ReadDelay,
+    ReadLedgers,
+    Verdict,
+)
 from impl.core.digest import Digest, DigestMismatchError
 from impl.core.frames import ReadRequest, ReadResponse, Status
 from impl.core.metadata import LedgerMetadata
-from impl.core.repair import Fragment, Reason, live_replicas, segment_range
+from impl.core.planted import ENV as PLANT_ENV
+from impl.core.planted import parse as parse_plants
 from impl.meta import layout
 from impl.meta.store import NoSuchLedgerError
 from impl.meta.underreplication import UnderreplicationManager
 
+__all__ = ["AuditStats", "Auditor", "AuditorConfig", "check_replicas"]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class AuditorConfig:
-    lost_bookie_recovery_delay: int = 0  # seconds; the znode, when set, wins
-    periodic_check_interval: int = 604800  # seconds; 0 disables
-    periodic_bookie_check_interval: int = 86400  # seconds; 0 disables
-    verification_percentage: int = 0
 
 
 @dataclass
@@ -64,20 +79,32 @@ class AuditStats:
     last_check_s: float = 0.0
 
 
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
 class Auditor:
+    """The shell around :class:`impl.core.audit.AuditorCore`: it keeps the watches, turns
+    them into the core's events and performs the core's actions against ZooKeeper."""
+
     def __init__(
         self, bk: BookKeeper, urm: UnderreplicationManager, node_id: str, config: AuditorConfig
     ) -> None:
         self.bk, self.urm, self.node_id, self.config = bk, urm, node_id, config
+        self.core = AuditorCore(node_id, config, _now_ms(), parse_plants(os.environ.get(PLANT_ENV)))
         self.stats = AuditStats()
-        self.epoch: int | None = None  # set while this node is the auditor
         self._vote: str | None = None
         self._wake = asyncio.Event()
         self._bookies_changed = asyncio.Event()
-        self._trigger = asyncio.Event()
+        self._poked = asyncio.Event()
+        self._inbox: list[Callable[[int], None]] = []  # core events from the watches
+        self._queue: deque[AuditAction] = deque()
         self._rng = random.Random()
-        self._seen: set[str] = set()  # bookies registered at some point of this term
-        self._named: set[str] = set()  # bookies some ledger named at the last audit
+
+    @property
+    def epoch(self) -> int | None:
+        """The election epoch while this node is the auditor, else None."""
+        return self.core.epoch
 
     def _threadsafe(self, event: asyncio.Event) -> Callable[[], None]:
         loop = asyncio.get_running_loop()
@@ -86,6 +113,20 @@ class Auditor:
             loop.call_soon_threadsafe(event.set)
 
         return fire
+
+    def _poster(self) -> Callable[[Callable[[int], None]], None]:
+        """``post(f)`` from kazoo's thread: ``f(now_ms)`` runs on the loop before the next
+        decision (a core event with no I/O to do first)."""
+        loop = asyncio.get_running_loop()
+
+        def deliver(f: Callable[[int], None]) -> None:
+            self._inbox.append(f)
+            self._poked.set()
+
+        def post(f: Callable[[int], None]) -> None:
+            loop.call_soon_threadsafe(deliver, f)
+
+        return post
 
     # ------------------------------------------------------------ election
 
@@ -106,13 +147,17 @@ class Auditor:
         while True:
             self._wake.clear()
             try:
-                if self._vote is None or await asyncio.to_thread(zk.exists, self._vote) is None:
-                    self._vote = await asyncio.to_thread(self.urm.join_election, self.node_id)
-                    log.info("%s: joined the auditor election (%s)", self.node_id, self._vote)
+                vote = self._vote
+                if vote is not None and await asyncio.to_thread(zk.exists, vote) is not None:
+                    mine: int | None = _seq(vote)
+                else:
+                    self.core.on_votes(None, None, _now_ms())
+                    await self._perform_all()
+                    mine = _seq(self._vote) if self._vote is not None else None
                 auditor = await asyncio.to_thread(self.urm.auditor)
-                mine = int(self._vote.rsplit("_", 1)[-1])
-                if auditor is not None and auditor.epoch == mine:
-                    await self._lead(mine)
+                self.core.on_votes(mine, auditor.epoch if auditor else None, _now_ms())
+                if self.core.leading:
+                    await self._lead()
                     continue
             except KazooException as e:
                 # Keep the vote: it lives as long as the session, and the next round checks
@@ -132,13 +177,16 @@ class Auditor:
 
     # ------------------------------------------------------------ leading
 
-    async def _lead(self, epoch: int) -> None:
+    async def _lead(self) -> None:
         zk = self.bk.meta.zk
-        self.epoch = epoch
+        epoch = self.core.epoch
+        assert epoch is not None
         log.info("%s: elected auditor (epoch %d)", self.node_id, epoch)
         changed = self._threadsafe(self._bookies_changed)
-        trigger = self._threadsafe(self._trigger)
+        post = self._poster()
         first_delay_event = [True]
+        self._inbox.clear()
+        self._poked.clear()
 
         def on_bookies(_children: list[str]) -> bool:
             if self.epoch != epoch:
@@ -152,15 +200,13 @@ class Auditor:
             if first_delay_event[0]:
                 first_delay_event[0] = False
             else:
-                trigger()
+                post(self.core.on_trigger)
             return True
 
         def on_enabled(enabled: bool) -> bool:
-            # An audit skipped while disabled runs once enabled, as BookKeeper's does.
             if self.epoch != epoch:
                 return False
-            if enabled:
-                trigger()
+            post(partial(self.core.on_enabled, enabled))
             return True
 
         self.urm.watch_enabled(on_enabled)
@@ -168,69 +214,35 @@ class Auditor:
         zk.ChildrenWatch(layout.readonly(self.urm.root), on_bookies)
         zk.DataWatch(f"{self.urm.base}/lostBookieRecoveryDelay", on_delay)
         try:
-            known = await self._registered()
-            self._seen = set(known)
-            await self.audit()
-            now = time.monotonic()
-            next_check = self._next(now, self.config.periodic_check_interval)
-            next_bookie_check = self._next(now, self.config.periodic_bookie_check_interval)
-            audit_at: float | None = None
+            self.core.on_registered(await self._registered(), _now_ms())
+            self.core.tick(_now_ms())  # the audit of a new auditor
+            await self._perform_all()
             while await self._still_elected():
-                now = time.monotonic()
-                deadline = min(
-                    x for x in (next_check, next_bookie_check, audit_at, now + 1.0) if x is not None
-                )
+                now = _now_ms()
+                due = self.core.next_wakeup_ms
+                deadline = now + 1000 if due is None else min(due, now + 1000)
                 waiters = [
                     asyncio.ensure_future(self._bookies_changed.wait()),
-                    asyncio.ensure_future(self._trigger.wait()),
+                    asyncio.ensure_future(self._poked.wait()),
                 ]
-                await asyncio.wait(waiters, timeout=max(0.0, deadline - now))
+                await asyncio.wait(waiters, timeout=max(0.0, (deadline - now) / 1000))
                 for w in waiters:
                     w.cancel()
-                now = time.monotonic()
+                now = _now_ms()
                 if self._bookies_changed.is_set():
                     self._bookies_changed.clear()
-                    registered = await self._registered()
-                    lost = known - registered
-                    # Every bookie down now that still holds data (the audits say which).
-                    down = (self._seen - registered) & (self._named | lost)
-                    known = registered
-                    self._seen |= registered
-                    if lost:
-                        delay = await asyncio.to_thread(
-                            self.urm.lost_bookie_recovery_delay,
-                            self.config.lost_bookie_recovery_delay,
-                        )
-                        log.info(
-                            "auditor: bookies lost: %s, %d down in all "
-                            "(lostBookieRecoveryDelay %d s)",
-                            sorted(lost),
-                            len(down),
-                            delay,
-                        )
-                        if delay <= 0 or len(down) > 1 or audit_at is not None:
-                            audit_at = now
-                        else:
-                            audit_at = now + delay
-                if self._trigger.is_set():
-                    self._trigger.clear()
-                    audit_at = now
-                if next_bookie_check is not None and now >= next_bookie_check:
-                    audit_at = now
-                    next_bookie_check = self._next(now, self.config.periodic_bookie_check_interval)
-                if audit_at is not None and now >= audit_at:
-                    audit_at = None
-                    await self.audit()
-                if next_check is not None and now >= next_check:
-                    await self.check_ledgers()
-                    next_check = self._next(time.monotonic(), self.config.periodic_check_interval)
+                    self.core.on_registered(await self._registered(), now)
+                    await self._perform_all()  # the delay, if bookies were lost
+                self._poked.clear()
+                inbox, self._inbox = self._inbox, []
+                for event in inbox:
+                    event(now)
+                self.core.tick(now)
+                await self._perform_all()
         finally:
-            self.epoch = None
+            self.core.on_session_lost()
+            self._queue.clear()
             log.info("%s: no longer the auditor (epoch %d)", self.node_id, epoch)
-
-    @staticmethod
-    def _next(now: float, interval: int) -> float | None:
-        return now + interval if interval > 0 else None
 
     async def _registered(self) -> set[str]:
         return {b.bookie_id for b in await asyncio.to_thread(self.bk.meta.bookies)}
@@ -245,32 +257,63 @@ class Auditor:
             out.append((lid, md))
         return out
 
+    # ------------------------------------------------------------ performing actions
+
+    async def _perform_all(self) -> None:
+        """Perform the core's actions in order, and those their answers lead to."""
+        while True:
+            self._queue.extend(self.core.take_actions())
+            if not self._queue:
+                return
+            await self._perform(self._queue.popleft())
+
+    async def _perform(self, action: AuditAction) -> None:
+        if isinstance(action, JoinElection):
+            self._vote = await asyncio.to_thread(self.urm.join_election, action.node_id)
+            log.info("%s: joined the auditor election (%s)", self.node_id, self._vote)
+        elif isinstance(action, ReadDelay):
+            delay = await asyncio.to_thread(
+                self.urm.lost_bookie_recovery_delay, self.config.lost_bookie_recovery_delay
+            )
+            log.info(
+                "auditor: bookies lost: %s, %d down in all (lostBookieRecoveryDelay %d s)",
+                sorted(action.lost),
+                len(action.down),
+                delay,
+            )
+            self.core.on_delay(delay)
+        elif isinstance(action, ReadLedgers):
+            await self.audit()
+        elif isinstance(action, CheckLedgers):
+            await self.check_ledgers()
+            self.core.on_checked(_now_ms())
+        else:  # a Mark outside an audit: the core emits them only in answer to ReadLedgers
+            await asyncio.to_thread(
+                self.urm.mark, action.ledger_id, action.replicas, action.priority
+            )
+
     # ------------------------------------------------------------ the audits
 
     async def audit(self) -> int:
         """Mark every ledger that names a lost or decommissioning bookie; returns how many."""
         if not await asyncio.to_thread(self.urm.is_enabled):
             log.info("auditor: AutoRecovery is disabled; not publishing")
+            self.core.on_ledgers(None)
             return 0
         started = time.monotonic()
         registered = await self._registered()
         leaving = await asyncio.to_thread(self.urm.decommissioning)
+        ledgers = await self._ledgers()
+        self.core.on_ledgers(AuditView(frozenset(registered), frozenset(leaving), ledgers))
         marked = 0
-        named: set[str] = set()
-        for lid, md in await self._ledgers():
-            bad: dict[str, Reason] = {}
-            named |= md.bookies()
-            for b in md.bookies():
-                if b not in registered:
-                    bad[b] = Reason.LOST
-                elif b in leaving:
-                    bad[b] = Reason.LEAVING
-            if bad:
-                await asyncio.to_thread(
-                    self.urm.mark, lid, bad, live_replicas(md, registered - leaving)
-                )
-                marked += 1
-        self._named = named
+        for action in self.core.take_actions():
+            if not isinstance(action, Mark):
+                self._queue.append(action)
+                continue
+            await asyncio.to_thread(
+                self.urm.mark, action.ledger_id, action.replicas, action.priority
+            )
+            marked += 1
         self.stats.audits += 1
         self.stats.marked += marked
         self.stats.last_audit_s = time.monotonic() - started
@@ -298,21 +341,23 @@ class Auditor:
         return marked
 
 
+def _seq(vote: str) -> int:
+    return int(vote.rsplit("_", 1)[-1])
+
+
 CHECK_CONCURRENCY = 64  # reads in flight per replica while checking it
 
 
 async def check_replicas(
     bk: BookKeeper, urm: UnderreplicationManager, percentage: int, rng: random.Random
 ) -> int:
-    """Read from every live replica of every immutable segment its first and last entry,
-    plus ``percentage`` percent of the rest (100: every entry); mark replicas that miss
-    entries or hold corrupt ones as ENTRIES_MISSING. Returns how many ledgers were marked.
+    """Run :class:`impl.core.audit.LedgerCheck` over every ledger: read from every live
+    replica of every immutable segment its first and last entry, plus ``percentage``
+    percent of the rest (100: every entry); mark replicas that miss entries or hold
+    corrupt ones as ENTRIES_MISSING. Returns how many ledgers were marked.
 
     The auditor runs it every ``auditorPeriodicCheckInterval``; ``bkref shell
-    checkledgers`` and the campaigns' convergence run it on demand. With Aq < Wq an
-    acknowledged entry may reach only Aq bookies (the others crashed before their
-    fsync), and the writer's ensemble change starts after the LAC: only this check
-    finds such a gap, and only when it samples the missing entries."""
+    checkledgers`` and the campaigns' convergence run it on demand."""
     registered = {b.bookie_id for b in await asyncio.to_thread(bk.meta.bookies)}
     marked = 0
     for lid in await bk.list_ledgers():
@@ -320,60 +365,48 @@ async def check_replicas(
             md, _ = await asyncio.to_thread(bk.meta.read_ledger, lid)
         except NoSuchLedgerError:
             continue
+        check = LedgerCheck(lid, md, registered, percentage, rng)
         digest = Digest(md.digest_type, md.password)
-        bad: dict[str, Reason] = {}
-        for i, seg in enumerate(md.segments):
-            first, last = segment_range(md, i)
-            if last is None or last < first:
+        actions = deque(check.take_actions())
+        while actions:
+            action = actions.popleft()
+            if isinstance(action, Probe):
+                check.on_probe(action, await _probe(bk, digest, action))
+                actions.extend(check.take_actions())
                 continue
-            for idx, b in enumerate(seg.ensemble):
-                if b not in registered or b in bad:
-                    continue
-                frag = Fragment(lid, i, first, last, seg.ensemble, idx)
-                if not await _fragment_intact(bk, md, digest, frag, percentage=percentage, rng=rng):
-                    bad[b] = Reason.ENTRIES_MISSING
-        if bad:
-            log.warning("ledger check: ledger %d: replicas missing entries: %s", lid, sorted(bad))
-            await asyncio.to_thread(urm.mark, lid, bad, live_replicas(md, registered) - 1)
+            log.warning(
+                "ledger check: ledger %d: replicas missing entries: %s",
+                lid,
+                sorted(action.replicas),
+            )
+            await asyncio.to_thread(urm.mark, action.ledger_id, action.replicas, action.priority)
             marked += 1
     return marked
 
 
-async def _fragment_intact(
-    bk: BookKeeper,
-    md: LedgerMetadata,
-    digest: Digest,
-    frag: Fragment,
-    *,
-    percentage: int,
-    rng: random.Random,
-) -> bool:
-    entries = frag.entries(md)
-    if not entries:
-        return True
-    sample = {entries[0], entries[-1]}
-    if percentage > 0 and len(entries) > 2:
-        k = max(1, len(entries) * percentage // 100)
-        sample.update(rng.sample(entries[1:-1], min(k, len(entries) - 2)))
+async def _probe(bk: BookKeeper, digest: Digest, probe: Probe) -> dict[int, Verdict]:
+    """Read the probe's entries from its bookie (concurrently) and judge each copy."""
+    frag = probe.fragment
     sem = asyncio.Semaphore(CHECK_CONCURRENCY)
 
-    async def intact(e: int) -> bool:
+    async def verdict(e: int) -> Verdict:
         async with sem:
             try:
                 resp = await bk.request(frag.bookie, partial(_read, frag.ledger_id, e))
             except BookieUnavailableError:
-                return True  # cannot tell; the bookie audit covers bookies that are gone
+                return Verdict.UNKNOWN
         # Missing, or there but unreadable (the bookie's own read failed: a corrupt record).
         if resp.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER, Status.IO_ERROR):
-            return False
+            return Verdict.MISSING
         if isinstance(resp, ReadResponse) and resp.status is Status.OK:
             try:
                 digest.verify(resp.body, frag.ledger_id, e)
             except DigestMismatchError:
-                return False
-        return True
+                return Verdict.MISSING
+        return Verdict.INTACT
 
-    return all(await asyncio.gather(*(intact(e) for e in sorted(sample))))
+    got = await asyncio.gather(*(verdict(e) for e in probe.entries))
+    return dict(zip(probe.entries, got, strict=True))
 
 
 def _read(ledger_id: int, entry: int, rid: int) -> ReadRequest:

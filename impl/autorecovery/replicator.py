@@ -5,6 +5,10 @@ Shared by the replication worker and manual recovery (``bkref shell recover``). 
 order of a repair is the protocol's: copy first, then CAS the new ensemble into the
 metadata. A copy that is never recorded is harmless (garbage on the target); a
 metadata change before the copy would name a bookie without the entries.
+
+What to copy where, and when to CAS, is decided by the sans-I/O
+:class:`impl.core.replication.RepairRun`; this module performs its steps
+(:func:`perform_repair_step`) against the bookies and ZooKeeper.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from typing import Protocol
 
 from impl.client.client import BKError, BookKeeper
 from impl.client.connection import BookieUnavailableError
@@ -29,10 +33,30 @@ from impl.core.frames import (
     Status,
 )
 from impl.core.metadata import LedgerMetadata
-from impl.core.planted import active as planted
-from impl.core.repair import Fragment, Reason, choose_target, fragments, replace_replica
+from impl.core.planted import ENV as PLANT_ENV
+from impl.core.planted import parse as parse_plants
+from impl.core.repair import Fragment, Reason
+from impl.core.replication import (
+    CasReplica,
+    Copy,
+    FragmentResult,
+    LedgerRepair,
+    ReadOpenLac,
+    RepairAction,
+    RepairRun,
+)
 from impl.meta.store import MetadataConflictError, NoSuchLedgerError
 from impl.meta.underreplication import UnderreplicationManager
+
+__all__ = [
+    "FragmentResult",
+    "LedgerRepair",
+    "RepairError",
+    "copy_fragment",
+    "perform_repair_step",
+    "recover_bookie",
+    "repair_ledger",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,29 +65,6 @@ COPY_CONCURRENCY = 32  # entries in flight per fragment copy
 
 class RepairError(RuntimeError):
     """A fragment could not be copied; the message says which entry and why."""
-
-
-@dataclass
-class FragmentResult:
-    segment: int
-    bookie: str
-    target: str | None
-    entries: int = 0
-    bytes: int = 0
-    skipped: str = ""  # why nothing was copied, if so
-    deferred: bool = False  # skipped, but not a failure: another worker's job, or slots busy
-
-
-@dataclass
-class LedgerRepair:
-    ledger_id: int
-    fragments: list[FragmentResult] = field(default_factory=list)
-    complete: bool = False
-    message: str = ""
-
-    @property
-    def bytes(self) -> int:
-        return sum(f.bytes for f in self.fragments)
 
 
 async def _read_verified(
@@ -151,37 +152,75 @@ async def copy_fragment(
     return copied[0], copied[1]
 
 
-async def record_replacement(
+class RepairEvents(Protocol):
+    """Who hears how a repair step went: a :class:`RepairRun`, or the worker core."""
+
+    def on_open_lac(self, lac: int) -> None: ...
+    def on_copied(self, entries: int, nbytes: int) -> None: ...
+    def on_copy_busy(self) -> None: ...
+    def on_cas(self, version: int) -> None: ...
+    def on_cas_conflict(self, current: LedgerMetadata, version: int) -> None: ...
+
+
+Slots = Callable[[list[str]], Awaitable[AsyncExitStack | None]]
+
+
+async def perform_repair_step(
     bk: BookKeeper,
-    ledger_id: int,
-    frag: Fragment,
-    target: str,
+    action: RepairAction,
+    core: RepairEvents,
+    *,
+    slots: Slots | None = None,
     owns_lock: Callable[[], bool] | None = None,
-) -> LedgerMetadata | None:
-    """CAS ``target`` into the segment in place of ``frag.bookie``. Retries on a
-    concurrent change; None if the segment no longer names the bookie, or already
-    names ``target``. ``owns_lock`` is asked before each write: a worker whose
-    ZooKeeper session expired no longer holds the ledger's lock and must not write."""
-    for _ in range(20):
-        md, version = await asyncio.to_thread(bk.meta.read_ledger, ledger_id)
-        new = replace_replica(md, frag.segment, frag.bookie, target)
-        if new is None or md.segments[frag.segment].first_entry != frag.first:
-            return None
+) -> tuple[int, int]:
+    """Perform one step a repair core asked for and tell ``core`` how it went; returns
+    the entries and bytes it copied.
+
+    ``slots(bookies)`` returns the held repair slots of those bookies as an exit stack,
+    or None when one of them has no free slot. ``owns_lock`` is asked before each
+    metadata write: a worker whose ZooKeeper session expired no longer holds the
+    ledger's lock and must not write. Errors (a copy that cannot be made, the lock
+    lost, the ledger deleted) are raised, not reported."""
+    if isinstance(action, Copy):
+        guard = await slots(list(action.involved)) if slots is not None else AsyncExitStack()
+        if guard is None:
+            core.on_copy_busy()
+            return 0, 0
+        async with guard:
+            entries, nbytes = await copy_fragment(
+                bk,
+                action.metadata,
+                action.fragment,
+                action.target,
+                avoid=action.avoid,
+                only_missing=action.in_place,
+            )
+        core.on_copied(entries, nbytes)
+        return entries, nbytes
+    if isinstance(action, CasReplica):
+        lid = action.ledger_id
         if owns_lock is not None and not await asyncio.to_thread(owns_lock):
-            raise RepairError(f"ledger {ledger_id}: lost the ledger's lock (session expired?)")
+            raise RepairError(f"ledger {lid}: lost the ledger's lock (session expired?)")
         try:
-            await asyncio.to_thread(bk.meta.cas_ledger, ledger_id, new, version)
-        except MetadataConflictError:
-            continue
+            version = await asyncio.to_thread(
+                bk.meta.cas_ledger, lid, action.metadata, action.expected_version
+            )
+        except MetadataConflictError as e:
+            if e.current is None:
+                raise NoSuchLedgerError(lid) from None
+            core.on_cas_conflict(e.current, e.version)
+            return 0, 0
         log.info(
             "ledger %d segment %d: replica %s replaced by %s",
-            ledger_id,
-            frag.segment,
-            frag.bookie,
-            target,
+            lid,
+            action.segment,
+            action.bookie,
+            action.target,
         )
-        return new
-    raise RepairError(f"ledger {ledger_id}: metadata kept changing under the repair")
+        core.on_cas(version)
+        return 0, 0
+    core.on_open_lac(await _open_lac(bk, action))
+    return 0, 0
 
 
 async def repair_ledger(
@@ -192,99 +231,55 @@ async def repair_ledger(
     *,
     local: str | None = None,
     target: str | None = None,
-    slots: Callable[[list[str]], Awaitable[AsyncExitStack | None]] | None = None,
+    slots: Slots | None = None,
     owns_lock: Callable[[], bool] | None = None,
+    plants: frozenset[str] | None = None,
 ) -> LedgerRepair:
-    """Copy every immutable fragment on a bad bookie and record each copy's new home.
+    """Copy every immutable fragment on a bad bookie and record each copy's new home
+    (:class:`impl.core.replication.RepairRun` decides; this performs).
 
     ``candidates`` are the writable bookies (id -> failure domain). Lost and leaving
     replicas move to ``target`` if given, else to ``local`` (a worker beside a
     bookie), else to a bookie the placement rules choose; entries-missing replicas are
-    refilled in place. ``slots(bookies)`` returns the held repair slots of those
-    bookies as an exit stack, or None when one of them has no free slot.
+    refilled in place. ``plants``: the planted bugs (default: ``BKREF_PLANT``).
     """
-    out = LedgerRepair(ledger_id)
     try:
-        md, _ = await asyncio.to_thread(bk.meta.read_ledger, ledger_id)
+        md, version = await asyncio.to_thread(bk.meta.read_ledger, ledger_id)
     except NoSuchLedgerError:
-        out.complete, out.message = True, "ledger deleted"
-        return out
-    incomplete = False
-    # Bookies each segment gains in this repair: two lost replicas of one segment must
-    # not both move to the same bookie (the metadata would name it twice).
-    gained: dict[int, set[str]] = {}
-    frags = fragments(md, ledger_id, bad)
-    if not md.is_closed and planted("repair-open-segment-without-fence"):
-        frags += await _open_fragments(bk, md, ledger_id, bad)
-    for frag in frags:
-        reason = bad[frag.bookie]
-        in_place = reason is Reason.ENTRIES_MISSING
-        only = target if target is not None else local
-        if in_place:
-            dest: str | None = frag.bookie
-        else:
-            taken = gained.setdefault(frag.segment, set())
-            dest = choose_target(
-                frag, candidates, local=only, exclude=set(bad) | taken, joining=taken
-            )
-        res = FragmentResult(frag.segment, frag.bookie, dest)
-        out.fragments.append(res)
-        if dest is None:
-            res.deferred = local is not None and target is None
-            res.skipped = (
-                f"{'target' if target else 'local'} bookie {only} cannot hold it (in the "
-                "ensemble already, not writable, or its failure domain is used)"
-                if only is not None
-                else "no writable bookie outside the ensemble in an unused failure domain"
-            )
-            incomplete = True
-            continue
-        involved = sorted({dest, *(b for b in frag.ensemble if b != frag.bookie)})
-        guard = await slots(involved) if slots is not None else AsyncExitStack()
-        if guard is None:
-            res.skipped = "no free repair slot on " + ", ".join(involved)
-            res.deferred = True
-            incomplete = True
-            continue
-        async with guard:
-            # PLANTED BUG switch (test-only, impl/core/planted.py): skip the copy.
-            if not planted("repair-without-copy"):
-                res.entries, res.bytes = await copy_fragment(
-                    bk, md, frag, dest, avoid=set(bad), only_missing=in_place
-                )
-        if not in_place:
-            if await record_replacement(bk, ledger_id, frag, dest, owns_lock) is None:
-                res.skipped = "segment changed meanwhile; copy not recorded"
-                incomplete = True
-            else:
-                gained[frag.segment].add(dest)
-    out.complete = not incomplete
-    return out
+        return LedgerRepair(ledger_id, complete=True, message="ledger deleted")
+    run = RepairRun(
+        ledger_id,
+        md,
+        version,
+        bad,
+        candidates,
+        local=local,
+        target=target,
+        plants=parse_plants(os.environ.get(PLANT_ENV)) if plants is None else plants,
+    )
+    while not run.done:
+        actions = run.take_actions()
+        if not actions:
+            raise RepairError(f"ledger {ledger_id}: the repair stalled (no step to take)")
+        for action in actions:
+            await perform_repair_step(bk, action, run, slots=slots, owns_lock=owns_lock)
+    if run.failed:
+        raise RepairError(run.failed)
+    return run.result
 
 
-async def _open_fragments(
-    bk: BookKeeper, md: LedgerMetadata, ledger_id: int, bad: Mapping[str, Reason]
-) -> list[Fragment]:
-    """PLANTED BUG (test-only): the open last segment's fragments on bad bookies, up to
-    the highest LAC its other bookies report, read without fencing."""
-    seg = len(md.segments) - 1
-    ensemble = md.last_segment.ensemble
+async def _open_lac(bk: BookKeeper, action: ReadOpenLac) -> int:
+    """PLANTED BUG (test-only): the highest LAC the open segment's good bookies report,
+    read without fencing."""
     lac = -1
-    for b in ensemble:
-        if b in bad:
-            continue
+    for b in action.bookies:
         try:
-            resp = await bk.request(b, lambda rid: ReadLacRequest(rid, ledger_id))
+            resp = await bk.request(b, lambda rid: ReadLacRequest(rid, action.ledger_id))
         except BookieUnavailableError:
             continue
         if isinstance(resp, ReadLacResponse) and resp.status is Status.OK:
             lac = max(lac, resp.lac)
-    first = md.last_segment.first_entry
-    return [
-        Fragment(ledger_id, seg, first, lac, ensemble, idx)
-        for idx, b in enumerate(ensemble)
-        if b in bad and lac >= first
-    ]
+    return lac
 
 
 async def recover_bookie(

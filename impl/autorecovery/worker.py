@@ -8,12 +8,16 @@ One round (after BookKeeper's ReplicationWorker, with the StarRocks seed's order
 3. With the lock held: if the ledger's open last segment uses a bad bookie, wait
    ``openLedgerRereplicationGracePeriod`` for the writer to change ensembles itself
    (any metadata change restarts the wait: the writer is alive); then fence it by a
-   recovery open, which closes it.
+   recovery open, which closes it. A grace period of 0 fences at the first look.
 4. Copy every immutable fragment on a bad bookie (:mod:`.replicator`), under the
    per-bookie repair slots, and CAS each new replica into the metadata.
 5. Once no segment names a lost or leaving bookie (and in-place refills succeeded),
    delete the task with a version check: a mark that arrived meanwhile keeps it.
    Otherwise count a failure and back off ``rwRereplicateBackoffMs``.
+
+Every decision is made by the sans-I/O :class:`impl.core.replication.WorkerCore`;
+this shell takes the locks, reads ZooKeeper, fences and copies, and reports each
+outcome to the core.
 """
 
 from __future__ import annotations
@@ -22,40 +26,44 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import time
+from collections import deque
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kazoo.exceptions import KazooException
 
-from impl.autorecovery.replicator import RepairError, repair_ledger
+from impl.autorecovery.replicator import RepairError, perform_repair_step
 from impl.client.client import BKError, BookKeeper
-from impl.core.metadata import LedgerState
-from impl.core.planted import active as planted
-from impl.core.repair import (
-    Reason,
-    Scheduling,
-    Task,
-    is_repaired,
-    needs_fencing,
-    open_segment_has,
-    order_tasks,
+from impl.core.actions import LocalProtocolError
+from impl.core.planted import ENV as PLANT_ENV
+from impl.core.planted import parse as parse_plants
+from impl.core.repair import Task
+from impl.core.replication import (
+    CasReplica,
+    CompleteTask,
+    Copy,
+    Defer,
+    ReadLedger,
+    ReadOpenLac,
+    RecordFailure,
+    StartRecovery,
+    TryLock,
+    Verified,
+    WorkerAction,
+    WorkerConfig,
+    WorkerCore,
 )
 from impl.meta.store import NoSuchLedgerError
 from impl.meta.underreplication import UnderreplicationManager
+
+__all__ = ["ReplicationWorker", "WorkerConfig", "WorkerStats"]
 
 log = logging.getLogger(__name__)
 
 POLL = 0.5  # seconds between looks at the task list when idle
 REPAIR_TIMEOUT = 600.0  # one ledger's repair (copies, fencing) may not hold its lock longer
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    grace_period_ms: int = 30000  # openLedgerRereplicationGracePeriod
-    backoff_ms: int = 5000  # rwRereplicateBackoffMs
-    slots_per_bookie: int = 4
-    scheduling: Scheduling = field(default_factory=Scheduling)
 
 
 @dataclass
@@ -68,7 +76,13 @@ class WorkerStats:
     lock_busy: int = 0  # tasks skipped because another worker held the ledger's lock
 
 
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
 class ReplicationWorker:
+    """The shell around :class:`impl.core.replication.WorkerCore`."""
+
     def __init__(
         self,
         bk: BookKeeper,
@@ -84,9 +98,11 @@ class ReplicationWorker:
             local,
             config,
         )
+        self.core = WorkerCore(
+            node_id, local, config, _now_ms(), parse_plants(os.environ.get(PLANT_ENV))
+        )
         self.stats = WorkerStats()
-        self._backoff: dict[int, float] = {}  # ledger -> monotonic time to retry at
-        self._open_seen: dict[int, tuple[int, float]] = {}  # ledger -> (md version, since)
+        self._queue: deque[WorkerAction] = deque()
         self._deferred: dict[int, str] = {}  # ledger -> why it was last left for later
         self._enabled = asyncio.Event()
         self._enabled.set()
@@ -95,9 +111,16 @@ class ReplicationWorker:
         loop = asyncio.get_running_loop()
 
         def changed(enabled: bool) -> None:
-            loop.call_soon_threadsafe(self._enabled.set if enabled else self._enabled.clear)
+            loop.call_soon_threadsafe(self._set_enabled, enabled)
 
         self.urm.watch_enabled(changed)
+
+    def _set_enabled(self, enabled: bool) -> None:
+        if enabled:
+            self._enabled.set()
+        else:
+            self._enabled.clear()
+        self.core.on_enabled(enabled)
 
     async def run(self) -> None:
         self.watch_enabled()
@@ -120,26 +143,40 @@ class ReplicationWorker:
         if leaked:
             log.warning("worker %s: released %d leftover lock(s)/slot(s)", self.node_id, leaked)
         tasks = await asyncio.to_thread(self.urm.tasks)
-        now_ms = int(time.time() * 1000)
+        self._queue.clear()
+        self.core.on_tasks(tasks, _now_ms(), int(time.time() * 1000))
         attempted = 0
-        for task in order_tasks((t for t, _ in tasks), now_ms, self.config.scheduling):
-            if not self._enabled.is_set():
-                break
-            if self._backoff.get(task.ledger_id, 0.0) > time.monotonic():
-                continue
-            if not await asyncio.to_thread(self.urm.try_lock, task.ledger_id, self.node_id):
+        while (action := self._next()) is not None:
+            if not isinstance(action, TryLock):
+                raise LocalProtocolError(f"worker {self.node_id}: {action} between ledgers")
+            lid = action.ledger_id
+            if not await asyncio.to_thread(self.urm.try_lock, lid, self.node_id):
                 self.stats.lock_busy += 1
+                self.core.on_lock(lid, False, None, _now_ms())
                 continue
             try:
                 # Another worker may have completed it between our listing and our lock.
-                current = await asyncio.to_thread(self.urm.get, task.ledger_id)
+                current = await asyncio.to_thread(self.urm.get, lid)
+                self.core.on_lock(lid, True, current, _now_ms())
                 if current is None:
                     continue
                 attempted += 1
                 await self._attempt(*current)
             finally:
-                await self._unlock(task.ledger_id)
+                await self._end_attempt(lid)
         return attempted
+
+    def _next(self) -> WorkerAction | None:
+        self._queue.extend(self.core.take_actions())
+        return self._queue.popleft() if self._queue else None
+
+    async def _end_attempt(self, lid: int) -> None:
+        """Release ``lid``'s lock whatever happened: this performs the core's Unlock, and
+        drops whatever else an error left queued."""
+        self._queue.clear()
+        self.core.take_actions()
+        await self._unlock(lid)
+        self.core.on_unlocked(_now_ms())
 
     async def _unlock(self, lid: int) -> None:
         """Release a ledger's lock; if ZooKeeper is out of reach, the next round does."""
@@ -153,91 +190,85 @@ class ReplicationWorker:
             done = await asyncio.wait_for(self.repair(task, version), REPAIR_TIMEOUT)
         except (RepairError, BKError, KazooException, TimeoutError) as e:
             log.warning("worker %s: ledger %d: %r", self.node_id, task.ledger_id, e)
-            done = False
-        except Exception:  # e.g. the ledger deleted mid-repair, ZooKeeper gone for long
+            done = self._failed(repr(e))
+        except Exception as e:  # e.g. the ledger deleted mid-repair, ZooKeeper gone for long
             log.exception("worker %s: ledger %d: repair failed", self.node_id, task.ledger_id)
-            done = False
+            done = self._failed(repr(e))
         if done is None:  # deferred: grace period running, or nothing this worker can do
             return
         if not done:
+            action = self._next()
+            if not isinstance(action, RecordFailure):
+                raise LocalProtocolError(f"worker {self.node_id}: {action} after a failure")
             self.stats.failures += 1
-            await asyncio.to_thread(self.urm.record_failure, task.ledger_id, version)
-            self._backoff[task.ledger_id] = time.monotonic() + self.config.backoff_ms / 1000
+            await asyncio.to_thread(self.urm.record_failure, action.ledger_id, action.version)
 
-    async def _bad(self, task: Task) -> dict[str, Reason]:
-        """The task's replicas that still need work: lost ones that are still gone,
-        leaving and entries-missing ones."""
-        live = {b.bookie_id for b in await asyncio.to_thread(self.bk.meta.bookies)}
-        return {b: r for b, r in task.replicas.items() if r is not Reason.LOST or b not in live}
+    def _failed(self, why: str) -> bool:
+        self._queue.clear()
+        self.core.on_failed(why, _now_ms())
+        return False
 
     async def repair(self, task: Task, version: int) -> bool | None:
-        """True when the task was completed; False on failure; None when deferred."""
+        """Perform the core's steps of the attempt on ``task`` (read at ``version``, which
+        the core holds since the lock): True when the task was completed; False on
+        failure; None when deferred."""
         lid = task.ledger_id
-        bad = await self._bad(task)
+        while (action := self._next()) is not None:
+            if isinstance(action, ReadLedger):
+                await self._read_ledger(action)
+            elif isinstance(action, StartRecovery):
+                log.info(
+                    "worker %s: ledger %d still open on %s after the grace period: fencing it",
+                    self.node_id,
+                    lid,
+                    list(action.bookies),
+                )
+                await self.bk.open_ledger(lid, action.password, recovery=True)
+                self.stats.fenced += 1
+                self.core.on_recovered()
+            elif isinstance(action, Copy | CasReplica | ReadOpenLac):
+                entries, nbytes = await perform_repair_step(
+                    self.bk,
+                    action,
+                    self.core,
+                    slots=self._slots,
+                    owns_lock=functools.partial(self.urm.owns_lock, lid),
+                )
+                self.stats.entries += entries
+                self.stats.bytes += nbytes
+            elif isinstance(action, Verified):
+                self._deferred.pop(lid, None)
+            elif isinstance(action, CompleteTask):
+                deleted = await asyncio.to_thread(self.urm.complete, lid, action.version)
+                if deleted and action.repaired:
+                    self.stats.repaired += 1
+                    log.info("worker %s: ledger %d repaired", self.node_id, lid)
+                self.core.on_completed(deleted)
+                return True
+            elif isinstance(action, Defer):
+                self._defer(lid, action.why)
+                return None
+            elif isinstance(action, RecordFailure):
+                log.info("worker %s: %s", self.node_id, action.why)
+                self._queue.appendleft(action)  # performed by _attempt
+                return False
+            else:
+                raise LocalProtocolError(f"worker {self.node_id}: {action} during an attempt")
+        raise LocalProtocolError(f"worker {self.node_id}: ledger {lid}: the attempt stalled")
+
+    async def _read_ledger(self, action: ReadLedger) -> None:
+        lid = action.ledger_id
+        live = None
+        if action.live:
+            live = {b.bookie_id for b in await asyncio.to_thread(self.bk.meta.bookies)}
         try:
-            md, md_version = await asyncio.to_thread(self.bk.meta.read_ledger, lid)
+            md, version = await asyncio.to_thread(self.bk.meta.read_ledger, lid)
         except NoSuchLedgerError:
-            await asyncio.to_thread(self.urm.complete, lid, version)
-            return True
-        # A ledger in recovery is left to its recovery (whose close CAS a repair of an
-        # earlier segment would make fail) until the grace period says it was abandoned.
-        # Only a lost bookie justifies fencing: a leaving or entries-missing one still
-        # takes the writer's adds, so its open segment waits for the ledger to close.
-        lost = {b: r for b, r in bad.items() if r is Reason.LOST}
-        # PLANTED BUG switch (test-only, impl/core/planted.py): no grace period, no fence.
-        unfenced = md.state is LedgerState.OPEN and planted("repair-open-segment-without-fence")
-        if not unfenced and (md.state is LedgerState.IN_RECOVERY or needs_fencing(md, lost)):
-            seen = self._open_seen.get(lid)
-            now = time.monotonic()
-            if seen is None or seen[0] != md_version:
-                self._open_seen[lid] = (md_version, now)
-                self._defer(lid, "open or in recovery: grace period started")
-                return None
-            if now - seen[1] < self.config.grace_period_ms / 1000:
-                self._defer(lid, "open or in recovery: in its grace period")
-                return None
-            log.info(
-                "worker %s: ledger %d still open on %s after the grace period: fencing it",
-                self.node_id,
-                lid,
-                sorted(set(md.last_segment.ensemble) & set(bad)),
-            )
-            await self.bk.open_ledger(lid, md.password, recovery=True)
-            self.stats.fenced += 1
-            self._open_seen.pop(lid, None)
-        candidates = await asyncio.to_thread(self.bk.meta.writable_bookies)
-        result = await repair_ledger(
-            self.bk,
-            lid,
-            bad,
-            candidates,
-            local=self.local,
-            slots=self._slots,
-            owns_lock=functools.partial(self.urm.owns_lock, lid),
-        )
-        self.stats.bytes += result.bytes
-        self.stats.entries += sum(f.entries for f in result.fragments)
-        try:
-            md, _ = await asyncio.to_thread(self.bk.meta.read_ledger, lid)
-        except NoSuchLedgerError:
-            await asyncio.to_thread(self.urm.complete, lid, version)
-            return True
-        if not (result.complete and is_repaired(md, bad)):
-            if result.complete and open_segment_has(md, bad):
-                # The rest is the open segment: it waits for the ledger to close.
-                self._defer(lid, "the rest is in the open segment")
-                return None
-            skipped = [f for f in result.fragments if f.skipped]
-            if skipped and all(f.deferred for f in skipped):
-                # Another worker's to do, or slots busy: not a failure.
-                self._defer(lid, "; ".join(sorted({f.skipped for f in skipped})))
-                return None
-            return False
-        self._deferred.pop(lid, None)
-        if await asyncio.to_thread(self.urm.complete, lid, version):
-            self.stats.repaired += 1
-            log.info("worker %s: ledger %d repaired", self.node_id, lid)
-        return True
+            md, version = None, -1
+        candidates = None
+        if action.candidates:
+            candidates = await asyncio.to_thread(self.bk.meta.writable_bookies)
+        self.core.on_ledger(md, version, _now_ms(), live=live, candidates=candidates)
 
     def _defer(self, lid: int, why: str) -> None:
         """Leave the ledger for now; say why once per change of reason (a ledger that

@@ -1,0 +1,572 @@
+"""The sans-I/O AutoRecovery cores, driven event by event: no ZooKeeper, no bookies, no clock.
+
+Each test feeds the events a shell would (ZooKeeper answers, watch news, the injected
+time) and asserts the decisions the core takes as actions.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from impl.core.actions import LocalProtocolError
+from impl.core.audit import (
+    AuditorConfig,
+    AuditorCore,
+    AuditView,
+    CheckLedgers,
+    JoinElection,
+    LedgerCheck,
+    Mark,
+    Probe,
+    ReadDelay,
+    ReadLedgers,
+    Verdict,
+    plan_marks,
+)
+from impl.core.digest import DigestType
+from impl.core.metadata import LedgerMetadata, Segment
+from impl.core.planted import UnknownPlantError
+from impl.core.repair import Fragment, Reason, Task, replace_replica
+from impl.core.replication import (
+    CAS_ATTEMPTS,
+    PLANT_NO_COPY,
+    PLANT_OPEN_SEGMENT,
+    CasReplica,
+    CompleteTask,
+    Copy,
+    Defer,
+    ReadLedger,
+    ReadOpenLac,
+    RecordFailure,
+    RepairRun,
+    StartRecovery,
+    TryLock,
+    Unlock,
+    Verified,
+    WorkerAction,
+    WorkerConfig,
+    WorkerCore,
+    WorkerPhase,
+)
+
+A, B, C, D, E = "a:1", "b:1", "c:1", "d:1", "e:1"
+ALL = frozenset({A, B, C, D, E})
+
+
+def _md(
+    segments: tuple[Segment, ...],
+    *,
+    closed_at: int | None = None,
+    e: int = 3,
+    wq: int = 2,
+    aq: int = 2,
+) -> LedgerMetadata:
+    md = LedgerMetadata(e, wq, aq, segments, DigestType.CRC32C, "h", password=b"pw")
+    return md.closed(closed_at, 0) if closed_at is not None else md
+
+
+# ================================================================== auditor
+
+
+def _leader(config: AuditorConfig | None = None, now: int = 0) -> AuditorCore:
+    """An auditor elected at ``now`` that has seen every bookie registered and done the
+    audit of its election (which named A, B and C)."""
+    core = AuditorCore("n1", config or AuditorConfig(), now)
+    core.on_votes(None, None, now)
+    assert core.take_actions() == [JoinElection("n1")]
+    core.on_votes(5, 5, now)
+    assert core.leading
+    assert core.epoch == 5
+    assert core.stale
+    core.on_registered(ALL, now)
+    core.tick(now)
+    assert core.take_actions() == [ReadLedgers()]
+    assert core.audit_due_at is None  # no longer stale: the audit is under way
+    core.on_ledgers(AuditView(ALL, frozenset(), [(1, _md((Segment(0, (A, B, C)),)))]))
+    assert core.take_actions() == []
+    return core
+
+
+def test_only_the_lowest_vote_leads_and_a_new_auditor_audits_at_once() -> None:
+    core = AuditorCore("n2", AuditorConfig(), 0)
+    core.on_votes(7, 5, 0)
+    assert not core.leading
+    assert not core.stale
+    core.tick(10_000)
+    assert core.take_actions() == []
+    core.on_votes(7, 7, 20_000)  # the auditor's vote went: ours is lowest now
+    assert core.epoch == 7
+    assert core.audit_due_at == 20_000
+    core.tick(20_000)
+    assert core.take_actions() == [ReadLedgers()]
+
+
+def test_a_session_loss_stops_the_auditor_and_it_joins_again() -> None:
+    core = _leader()
+    core.on_session_lost()
+    assert not core.leading
+    assert core.epoch is None
+    assert core.vote is None
+    core.on_registered({A}, 1_000)  # news for a former auditor: ignored
+    core.on_trigger(1_000)
+    core.tick(10**9)
+    assert core.take_actions() == []
+    assert not core.stale
+    core.on_votes(None, None, 2_000)
+    assert core.take_actions() == [JoinElection("n1")]
+
+
+def test_an_audit_marks_ledgers_of_lost_and_leaving_bookies_only() -> None:
+    ok = _md((Segment(0, (A, B, C)),), closed_at=9)
+    lost = _md((Segment(0, (A, B, C)), Segment(5, (A, D, C))), closed_at=9)
+    leaving = _md((Segment(0, (B, C, E)),), closed_at=9)
+    registered = frozenset({A, B, C, E})
+    marks = plan_marks([(1, ok), (2, lost), (3, leaving)], registered, frozenset({E}))
+    assert marks == [
+        Mark(2, {D: Reason.LOST}, 1),
+        Mark(3, {E: Reason.LEAVING}, 1),
+    ]
+    core = _leader()
+    core.on_trigger(5)
+    core.tick(5)
+    assert core.take_actions() == [ReadLedgers()]
+    core.on_ledgers(AuditView(registered, frozenset({E}), [(1, ok), (2, lost), (3, leaving)]))
+    assert core.take_actions() == marks
+    core.on_trigger(6)
+    core.tick(6)
+    assert core.take_actions() == [ReadLedgers()]
+    core.on_ledgers(None)  # AutoRecovery disabled: nothing published
+    assert core.take_actions() == []
+
+
+def test_a_lost_bookie_is_audited_after_the_delay_on_the_injected_clock() -> None:
+    core = _leader(AuditorConfig(lost_bookie_recovery_delay=600))
+    core.on_registered(ALL - {A}, 1_000)
+    assert core.take_actions() == [ReadDelay(frozenset({A}), frozenset({A}))]
+    core.on_delay(60)  # the znode's value wins over the config's
+    assert core.stale
+    assert core.audit_due_at == 61_000
+    assert core.next_wakeup_ms == 61_000
+    core.tick(60_999)
+    assert core.take_actions() == []
+    core.tick(61_000)
+    assert core.take_actions() == [ReadLedgers()]
+    assert not core.stale
+
+
+def test_a_second_lost_bookie_or_a_trigger_brings_a_delayed_audit_forward() -> None:
+    core = _leader()
+    core.on_registered(ALL - {A}, 1_000)
+    core.take_actions()
+    core.on_delay(60)
+    core.on_registered(ALL - {A, B}, 2_000)  # both hold data (the last audit named them)
+    assert core.take_actions() == [ReadDelay(frozenset({B}), frozenset({A, B}))]
+    core.on_delay(60)
+    assert core.audit_due_at == 2_000
+    core.tick(2_000)
+    assert core.take_actions() == [ReadLedgers()]
+
+    core = _leader()
+    core.on_registered(ALL - {D}, 1_000)  # D holds no ledger: one bookie down
+    assert core.take_actions() == [ReadDelay(frozenset({D}), frozenset({D}))]
+    core.on_delay(60)
+    assert core.audit_due_at == 61_000
+    core.on_trigger(3_000)
+    core.tick(3_000)
+    assert core.take_actions() == [ReadLedgers()]
+
+
+def test_a_zero_delay_audits_at_once_and_a_returning_bookie_schedules_nothing() -> None:
+    core = _leader()
+    core.on_registered(ALL - {C}, 1_000)
+    core.take_actions()
+    core.on_delay(0)
+    core.tick(1_000)
+    assert core.take_actions() == [ReadLedgers()]
+    core.on_registered(ALL, 2_000)
+    assert core.take_actions() == []
+    assert not core.stale
+    with pytest.raises(LocalProtocolError):
+        core.on_delay(0)  # no loss asked for it
+
+
+def test_periodic_bookie_check_audits_and_the_ledger_check_follows_its_interval() -> None:
+    core = _leader(AuditorConfig(periodic_check_interval=10, periodic_bookie_check_interval=4))
+    assert core.next_wakeup_ms == 4_000
+    core.tick(4_000)
+    assert core.take_actions() == [ReadLedgers()]
+    core.tick(8_000)
+    assert core.take_actions() == [ReadLedgers()]
+    core.tick(10_000)
+    assert core.take_actions() == [CheckLedgers()]
+    core.tick(15_000)  # the check is still running: no second one
+    assert core.take_actions() == [ReadLedgers()]
+    core.on_checked(17_000)
+    core.tick(26_999)
+    assert CheckLedgers() not in core.take_actions()
+    core.tick(27_000)
+    assert CheckLedgers() in core.take_actions()
+
+
+def test_enabling_autorecovery_audits_at_once_disabling_does_not() -> None:
+    core = _leader()
+    core.on_enabled(False, 100)
+    core.tick(100)
+    assert core.take_actions() == []
+    core.on_enabled(True, 200)
+    core.tick(200)
+    assert core.take_actions() == [ReadLedgers()]
+
+
+def test_the_ledger_check_probes_live_replicas_and_marks_those_missing_entries() -> None:
+    md = _md((Segment(0, (A, B, C)), Segment(4, (A, B, D))), closed_at=5)
+    check = LedgerCheck(9, md, {A, B, C}, 0, random.Random(1))  # D is not registered
+    probes: list[Probe] = []
+    while not check.done:
+        [probe] = check.take_actions()
+        assert isinstance(probe, Probe)
+        probes.append(probe)
+        # A misses one entry of segment 0; every read from C times out.
+        verdicts = dict.fromkeys(probe.entries, Verdict.INTACT)
+        if probe.fragment.bookie == A:
+            verdicts[probe.entries[0]] = Verdict.MISSING
+        if probe.fragment.bookie == C:
+            verdicts = dict.fromkeys(probe.entries, Verdict.UNKNOWN)
+        check.on_probe(probe, verdicts)
+    # First and last entry of each fragment; A is not probed again once found bad.
+    assert [(p.fragment.segment, p.fragment.bookie, p.entries) for p in probes] == [
+        (0, A, (0, 3)),
+        (0, B, (0, 3)),
+        (0, C, (1, 2)),
+        (1, B, (4,)),
+    ]
+    assert check.take_actions() == [Mark(9, {A: Reason.ENTRIES_MISSING}, 0)]
+    with pytest.raises(LocalProtocolError):
+        check.on_probe(probes[0], {})
+
+
+def test_the_ledger_check_reads_every_entry_at_100_percent_and_skips_open_segments() -> None:
+    md = _md((Segment(0, (A, B, C)), Segment(10, (A, B, D))))  # open: segment 1 may grow
+    check = LedgerCheck(9, md, ALL, 100, random.Random(1))
+    seen = []
+    while not check.done:
+        [probe] = check.take_actions()
+        assert isinstance(probe, Probe)
+        seen.append(probe.fragment.segment)
+        assert probe.entries == tuple(probe.fragment.entries(md))
+        check.on_probe(probe, dict.fromkeys(probe.entries, Verdict.INTACT))
+    assert seen == [0, 0, 0]
+    assert check.take_actions() == []
+
+
+def test_unknown_plants_are_refused() -> None:
+    with pytest.raises(UnknownPlantError):
+        AuditorCore("n", AuditorConfig(), 0, frozenset({"no-such-bug"}))
+
+
+# ================================================================== replication worker
+
+RACKS = {B: "r2", C: "r3", D: "r4", E: "r5"}  # writable bookies; A is lost
+LIVE = frozenset(RACKS)
+CLOSED = _md((Segment(0, (A, B, C)),), closed_at=5)
+OPEN = _md((Segment(0, (A, B, C)),))
+
+
+def _task(lid: int = 1, priority: int = 1, replicas: dict[str, Reason] | None = None) -> Task:
+    return Task(lid, replicas or {A: Reason.LOST}, priority, 0)
+
+
+def _locked(
+    task: Task | None = None,
+    *,
+    config: WorkerConfig | None = None,
+    plants: frozenset[str] = frozenset(),
+    now: int = 0,
+) -> WorkerCore:
+    """A worker beside bookie D that took the lock of ``task`` (ledger 1, A lost) at
+    task version 3."""
+    task = task or _task()
+    core = WorkerCore("w1", D, config or WorkerConfig(), now, plants)
+    core.on_tasks([(task, 3)], now, wall_ms=0)
+    assert core.take_actions() == [TryLock(task.ledger_id)]
+    core.on_lock(task.ledger_id, True, (task, 3), now)
+    assert core.locked == task.ledger_id
+    assert core.task_version == 3
+    assert core.take_actions() == [ReadLedger(task.ledger_id, live=True, candidates=True)]
+    return core
+
+
+def _pending(core: WorkerCore) -> tuple[int, str, int] | None:
+    return core.pending  # read through a call: mypy would keep an earlier narrowing
+
+
+def _held(core: WorkerCore) -> tuple[int | None, int | None, WorkerPhase]:
+    return core.locked, core.task_version, core.phase
+
+
+def test_lock_copy_cas_verify_delete_unlock_one_step_at_a_time() -> None:
+    core = _locked()
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    [copy] = core.take_actions()
+    frag = Fragment(1, 0, 0, 5, (A, B, C), 0)
+    assert copy == Copy(CLOSED, frag, D, False, (B, C, D), frozenset({A}))
+    assert core.pending == (0, A, 10)
+    core.on_copied(4, 400)
+    repaired = replace_replica(CLOSED, 0, A, D)
+    assert repaired is not None
+    assert core.take_actions() == [CasReplica(1, 0, A, D, repaired, 10)]
+    assert core.pending == (0, A, 10)  # recorded only once the CAS lands
+    core.on_cas(11)
+    assert _pending(core) is None
+    assert core.take_actions() == [ReadLedger(1)]
+    core.on_ledger(repaired, 11, 0)
+    assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
+    core.on_completed(True)
+    assert core.take_actions() == [Unlock(1)]
+    assert _held(core) == (1, 3, WorkerPhase.UNLOCKING)  # until the shell says it is gone
+    core.on_unlocked(0)
+    assert _held(core) == (None, None, WorkerPhase.IDLE)
+    assert core.take_actions() == []
+    assert core.run is None
+
+
+def test_most_at_risk_first_and_a_busy_lock_or_a_vanished_task_moves_on() -> None:
+    safer, riskier, third = _task(1, priority=2), _task(2, priority=1), _task(3, priority=2)
+    core = WorkerCore("w1", D, WorkerConfig(), 0)
+    core.on_tasks([(safer, 0), (riskier, 0), (third, 0)], 0, wall_ms=0)
+    assert core.take_actions() == [TryLock(2)]
+    core.on_lock(2, False, None, 0)  # another worker holds it
+    assert core.locked is None
+    assert core.take_actions() == [TryLock(1)]
+    core.on_lock(1, True, None, 0)  # completed by another worker meanwhile
+    assert core.take_actions() == [Unlock(1)]
+    assert core.attempted == 0
+    core.on_unlocked(0)
+    assert core.take_actions() == [TryLock(3)]
+
+
+def test_nothing_is_locked_while_autorecovery_is_disabled() -> None:
+    core = WorkerCore("w1", D, WorkerConfig(), 0)
+    core.on_enabled(False)
+    core.on_tasks([(_task(), 0)], 0, wall_ms=0)
+    assert core.take_actions() == []
+    assert core.phase is WorkerPhase.IDLE
+
+
+def test_an_open_ledger_waits_its_grace_period_then_is_fenced() -> None:
+    config = WorkerConfig(grace_period_ms=30_000)
+    core = _locked(config=config)
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [Defer(1, "open or in recovery: grace period started"), Unlock(1)]
+    core.on_unlocked(0)
+
+    def again(now: int, version: int) -> list[WorkerAction]:
+        core.on_tasks([(_task(), 3)], now, wall_ms=now)
+        core.take_actions()
+        core.on_lock(1, True, (_task(), 3), now)
+        core.take_actions()
+        core.on_ledger(OPEN, version, now, live=LIVE, candidates=RACKS)
+        return core.take_actions()
+
+    assert again(29_999, 10) == [Defer(1, "open or in recovery: in its grace period"), Unlock(1)]
+    core.on_unlocked(29_999)
+    # The writer changed the metadata: it is alive, the wait starts over.
+    assert again(31_000, 11) == [Defer(1, "open or in recovery: grace period started"), Unlock(1)]
+    core.on_unlocked(31_000)
+    assert again(61_000, 11) == [StartRecovery(1, b"pw", (A,))]
+    core.on_recovered()
+    assert core.take_actions() == [ReadLedger(1, candidates=True)]
+    core.on_ledger(CLOSED, 13, 61_000, candidates=RACKS)  # the recovery closed it
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
+    assert copy.metadata == CLOSED
+
+
+def test_a_grace_period_of_zero_fences_at_the_first_sighting() -> None:
+    core = _locked(config=WorkerConfig(grace_period_ms=0))
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [StartRecovery(1, b"pw", (A,))]
+    core = _locked(config=WorkerConfig(grace_period_ms=1))  # any wait: a first look defers
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [Defer(1, "open or in recovery: grace period started"), Unlock(1)]
+
+
+def test_a_leaving_bookie_in_the_open_segment_waits_for_the_close_without_fencing() -> None:
+    core = _locked(_task(replicas={E: Reason.LEAVING}))
+    md = _md((Segment(0, (B, C, E)), Segment(4, (B, E, C))))  # the writer still adds to E
+    core.on_ledger(md, 10, 0, live=LIVE, candidates=RACKS)
+    [copy] = core.take_actions()  # no grace period, no fence: only the closed segment
+    assert isinstance(copy, Copy)
+    assert (copy.fragment.segment, copy.fragment.bookie, copy.target) == (0, E, D)
+    core.on_copied(2, 200)
+    [cas] = core.take_actions()
+    assert isinstance(cas, CasReplica)
+    core.on_cas(11)
+    core.take_actions()
+    core.on_ledger(cas.metadata, 11, 0)
+    assert core.take_actions() == [Defer(1, "the rest is in the open segment"), Unlock(1)]
+
+
+def test_a_failed_attempt_is_counted_and_the_ledger_backs_off() -> None:
+    core = _locked(config=WorkerConfig(backoff_ms=5_000), now=1_000)
+    core.on_ledger(CLOSED, 10, 1_000, live=LIVE, candidates=RACKS)
+    core.take_actions()
+    core.on_failed("RepairError('no verified copy')", 2_000)
+    assert core.take_actions() == [
+        RecordFailure(1, 3, "RepairError('no verified copy')"),
+        Unlock(1),
+    ]
+    assert core.backoff_until(1) == 7_000
+    core.on_unlocked(2_000)
+    core.on_tasks([(_task(), 4)], 6_999, wall_ms=0)
+    assert core.take_actions() == []  # still backing off
+    core.on_tasks([(_task(), 4)], 7_000, wall_ms=0)
+    assert core.take_actions() == [TryLock(1)]
+    with pytest.raises(LocalProtocolError):
+        core.on_failed("nothing under way", 7_000)
+
+
+def test_a_cas_conflict_retries_on_the_new_metadata_or_gives_up_the_copy() -> None:
+    core = _locked()
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    core.take_actions()
+    core.on_copied(4, 400)
+    core.take_actions()
+    # Someone rewrote the metadata (same segments): the CAS is retried on it.
+    touched = replace(CLOSED, custom=(("k", "v"),))
+    core.on_cas_conflict(touched, 12)
+    retry = replace_replica(touched, 0, A, D)
+    assert retry is not None
+    assert core.take_actions() == [CasReplica(1, 0, A, D, retry, 12)]
+    # And again, now with A already replaced by another bookie: the copy is not recorded.
+    moved = replace_replica(CLOSED, 0, A, E)
+    assert moved is not None
+    core.on_cas_conflict(moved, 13)
+    assert core.take_actions() == [ReadLedger(1)]
+    core.on_ledger(moved, 13, 0)
+    # A is gone from the metadata: nothing left to do, whoever did it.
+    assert core.take_actions() == [
+        RecordFailure(1, 3, "ledger 1 not repaired: segment changed meanwhile; copy not recorded"),
+        Unlock(1),
+    ]
+
+
+def test_a_metadata_that_keeps_changing_fails_the_attempt() -> None:
+    core = _locked()
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    core.take_actions()
+    core.on_copied(4, 400)
+    core.take_actions()
+    for version in range(11, 11 + CAS_ATTEMPTS - 1):
+        core.on_cas_conflict(CLOSED, version)
+        [cas] = core.take_actions()
+        assert isinstance(cas, CasReplica)
+    core.on_cas_conflict(CLOSED, 99)
+    assert core.take_actions() == [
+        RecordFailure(1, 3, "ledger 1: metadata kept changing under the repair"),
+        Unlock(1),
+    ]
+
+
+def test_busy_repair_slots_or_no_room_beside_this_worker_defer_not_fail() -> None:
+    core = _locked()
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    core.take_actions()
+    core.on_copy_busy()
+    assert core.take_actions() == [ReadLedger(1)]
+    core.on_ledger(CLOSED, 10, 0)
+    assert core.take_actions() == [Defer(1, "no free repair slot on b:1, c:1, d:1"), Unlock(1)]
+
+    core = _locked()
+    on_d = _md((Segment(0, (A, B, D)),), closed_at=5)  # the local bookie holds a replica
+    core.on_ledger(on_d, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [ReadLedger(1)]
+    core.on_ledger(on_d, 10, 0)
+    [defer, unlock] = core.take_actions()
+    assert isinstance(defer, Defer)
+    assert defer.why.startswith("local bookie d:1 cannot hold it")
+    assert unlock == Unlock(1)
+
+
+def test_a_replica_missing_entries_is_refilled_in_place_without_a_cas() -> None:
+    core = _locked(_task(replicas={B: Reason.ENTRIES_MISSING}))
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
+    assert copy.in_place
+    assert copy.target == B
+    core.on_copied(1, 100)
+    assert core.take_actions() == [ReadLedger(1)]
+    core.on_ledger(CLOSED, 10, 0)
+    assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
+
+
+def test_a_lost_bookie_back_again_needs_nothing_and_a_deleted_ledger_completes() -> None:
+    core = _locked()
+    core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
+    assert core.bad == {}
+    assert core.take_actions() == [ReadLedger(1)]
+    core.on_ledger(CLOSED, 10, 0)
+    assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
+
+    core = _locked()
+    core.on_ledger(None, -1, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [CompleteTask(1, 3, False)]
+
+
+def test_plant_repair_without_copy_records_the_replica_it_never_copied() -> None:
+    core = _locked(plants=frozenset({PLANT_NO_COPY}))
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    repaired = replace_replica(CLOSED, 0, A, D)
+    assert repaired is not None
+    assert core.take_actions() == [CasReplica(1, 0, A, D, repaired, 10)]
+
+
+def test_plant_open_segment_without_fence_copies_the_open_segment_unfenced() -> None:
+    core = _locked(plants=frozenset({PLANT_OPEN_SEGMENT}))
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    # No grace period, no StartRecovery: the LAC of the live replicas bounds the copy.
+    assert core.take_actions() == [ReadOpenLac(1, (B, C))]
+    core.on_open_lac(7)
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
+    assert copy.fragment == Fragment(1, 0, 0, 7, (A, B, C), 0)
+    assert copy.target == D
+    # Without the plant the same ledger only starts its grace period.
+    core = _locked()
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [Defer(1, "open or in recovery: grace period started"), Unlock(1)]
+
+
+def test_manual_recovery_runs_to_a_target_and_events_out_of_turn_are_refused() -> None:
+    run = RepairRun(1, CLOSED, 10, {A: Reason.LOST}, RACKS, target=E)
+    [copy] = run.take_actions()
+    assert isinstance(copy, Copy)
+    assert copy.target == E
+    with pytest.raises(LocalProtocolError):
+        run.on_cas(11)  # no CAS before the copy
+    run.on_copied(4, 400)
+    run.take_actions()
+    run.on_cas(11)
+    assert run.done
+    assert run.result.complete
+    assert [(f.segment, f.bookie, f.target, f.entries) for f in run.result.fragments] == [
+        (0, A, E, 4)
+    ]
+    core = WorkerCore("w1", D, WorkerConfig(), 0)
+    with pytest.raises(LocalProtocolError):
+        core.on_lock(1, True, (_task(), 3), 0)  # no TryLock asked
+
+
+@pytest.mark.parametrize("plant", ["ack-before-fsync", "recovery-reads-without-fence"])
+def test_plants_of_other_components_change_no_worker_decision(plant: str) -> None:
+    core = _locked(plants=frozenset({plant}))
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [Defer(1, "open or in recovery: grace period started"), Unlock(1)]
+    core = _locked(plants=frozenset({plant}))
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
