@@ -82,15 +82,9 @@ class LedgerMetadata:
         return replace(self, segments=(*kept, Segment(first_entry, ensemble)))
 
     def closed(self, last_entry: int, length: int) -> LedgerMetadata:
-        # Segments starting after the last entry never received an entry.
-        kept = tuple(s for s in self.segments if s.first_entry <= max(last_entry, 0))
-        return replace(
-            self,
-            state=LedgerState.CLOSED,
-            last_entry=last_entry,
-            length=length,
-            segments=kept or self.segments[:1],
-        )
+        # Every segment is kept, as BookKeeper keeps them: one that starts after the last
+        # entry is empty (repair skips it) but still names the bookies the closer chose.
+        return replace(self, state=LedgerState.CLOSED, last_entry=last_entry, length=length)
 
     def bookies(self) -> set[str]:
         return {b for s in self.segments for b in s.ensemble}

@@ -233,9 +233,11 @@ class LedgerWriter:
             if self._failed:
                 self._start_change()
                 return
+            # Confirm first what the held acks already confirm: only entries still
+            # pending go to the replacement (the spec's writer_resends_add, e > LAC).
+            self._advance()
             for entry in sorted(self._pending):
                 self._send_missing(entry)
-            self._advance()
         elif self.state is WriterState.CLOSING and self._proposed is not None:
             self.metadata, self.version = self._proposed, new_version
             self._proposed = None

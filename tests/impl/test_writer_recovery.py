@@ -188,8 +188,29 @@ def test_no_completion_while_the_ensemble_change_is_outstanding() -> None:
     assert store.cas(cas)
     w.on_metadata_written(store.version)
     out = w.take_actions()
-    assert [a.bookie for a in out if isinstance(a, SendAdd)] == ["b3"]
     assert AddCompleted(0, Status.OK) in out
+    # Confirmed by the held acks when the CAS landed: not re-sent to the replacement
+    # (the spec resends only entries above the LAC).
+    assert [a.bookie for a in out if isinstance(a, SendAdd)] == []
+
+
+def test_entries_still_pending_when_the_change_lands_go_to_the_replacement() -> None:
+    _cluster, store, digest = _setup(3, 3, 2, 4)
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+    w.add(b"a")
+    sends = [a for a in w.take_actions() if isinstance(a, SendAdd)]
+    w.on_add_response(sends[0].bookie, 0, Status.IO_ERROR)
+    (need,) = w.take_actions()
+    assert isinstance(need, NeedReplacement)
+    w.replace(need.failed, "b3")
+    (cas,) = w.take_actions()
+    assert isinstance(cas, WriteMetadata)
+    w.on_add_response(sends[1].bookie, 0, Status.OK)  # one ack: Aq = 2 not reached
+    assert store.cas(cas)
+    w.on_metadata_written(store.version)
+    out = w.take_actions()
+    assert [a.bookie for a in out if isinstance(a, SendAdd)] == ["b3"]
+    assert not [a for a in out if isinstance(a, AddCompleted)]
 
 
 def test_a_bookie_that_never_answers_is_replaced_after_the_add_timeout() -> None:
