@@ -126,8 +126,10 @@ spec-check: setup
 REFINE_EXAMPLES ?= 2000
 refine: setup
 	$(VENV)/bin/bkref refine --examples $(REFINE_EXAMPLES)
-	$(VENV)/bin/bkref refine --config a-short --examples 2000 --plant recovery-reads-without-fence; \
-	  test $$? -eq 1 || { echo "make refine: the planted bug was not caught"; exit 1; }
+	for p in recovery-reads-without-fence:a-short ack-before-fsync:m-journal; do \
+	  $(VENV)/bin/bkref refine --config $${p#*:} --examples 2000 --plant $${p%%:*}; \
+	  test $$? -eq 1 || { echo "make refine: planted $${p%%:*} was not caught"; exit 1; }; \
+	done
 
 verify: lint typecheck contracts crosshair bench-smoke docker-smoke
 	$(VENV)/bin/pytest -q -m 'not docker'

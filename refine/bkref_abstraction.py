@@ -19,7 +19,10 @@ Variable by variable (what is read, from where):
   in the bookie's index (``BookieStorage.index``; every one was journaled and
   fsynced before the bookie replied), the core's fenced flag and piggybacked
   LAC (``BookieCore.ledgers``); while down, what a replay of its files after
-  the crash found. ``unsynced`` is 0: nothing is acknowledged before its fsync.
+  the crash found (the bookie's files go through a ``CrashDisk``, so that is
+  exactly what was fsynced). ``unsynced`` is 0: the correct bookie replies only
+  after its fsync. Under the planted ``ack-before-fsync`` the entries are
+  reported as synced while the bookie is up; the loss shows at its crash.
 - ``w_*``: the ``LedgerWriter``: status (OPEN and CHANGING_ENSEMBLE are OPEN,
   FENCED and FAILED are WITHDRAWN), its metadata's segments, the proposed
   segments of an ensemble change whose CAS is in flight (``w_change``), the

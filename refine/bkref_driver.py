@@ -58,6 +58,7 @@ from impl.core.recovery import LedgerRecovery, RecoveryPhase
 from impl.core.writer import LedgerWriter
 from impl.meta.store import MetadataConflictError, ZkMetadataStore
 from impl.storage.bookie_storage import BookieStorage, StorageConfig
+from impl.storage.crashdisk import CrashDisk
 from refine.driver import ImplementationError, Performed
 from spec import protocol as sp
 from spec.config import Config
@@ -75,20 +76,33 @@ class CannotTakeStepError(Exception):
 
 @dataclass
 class Bookie:
-    """One bookie: its real storage and core while up, its directory always."""
+    """One bookie: its real storage and core while up, its directory always.
+
+    Its files go through a ``CrashDisk``: real files and real fsyncs, plus a record
+    of what was fsynced, so that a crash loses exactly what a power loss would.
+    """
 
     name: str
     directory: Path
+    plants: frozenset[str] = frozenset()
+    disk: CrashDisk = field(default_factory=CrashDisk)
     up: int = sp.UP
     storage: BookieStorage | None = None
     core: BookieCore | None = None
     # What survived the last crash, read back from disk: ledger -> (entries, fenced, LAC).
     on_disk: dict[int, tuple[frozenset[int], bool, int]] = field(default_factory=dict)
 
-    def open(self) -> None:
-        self.storage = BookieStorage(
-            self.directory / "journal", self.directory / "ledgers", STORAGE
+    def _storage(self) -> BookieStorage:
+        return BookieStorage(
+            self.directory / "journal",
+            self.directory / "ledgers",
+            STORAGE,
+            disk=self.disk,
+            plants=self.plants,
         )
+
+    def open(self) -> None:
+        self.storage = self._storage()
         self.core = BookieCore(self.storage.ledger_infos())
         self.up = sp.UP
 
@@ -112,12 +126,13 @@ class Bookie:
             raise ImplementationError(f"bookie {self.name}: journal write failed: {errors[0]}")
 
     def crash(self) -> None:
-        """Stop as a killed process: the journal's writes end, nothing is checkpointed;
-        then read back what the disk kept, for the abstraction while the bookie is down."""
+        """Lose power: nothing is checkpointed and what was not fsynced is gone; then
+        read back what the disk kept, for the abstraction while the bookie is down."""
         assert self.storage is not None
         self.storage.abandon()
+        self.disk.crash()
         self.storage, self.core = None, None
-        survivor = BookieStorage(self.directory / "journal", self.directory / "ledgers", STORAGE)
+        survivor = self._storage()
         try:
             self.on_disk = {
                 lid: (frozenset(ix.entries), ix.fenced, ix.lac)
@@ -190,7 +205,9 @@ class BkrefDriver:
         self.store = ZkMetadataStore(self.zk, self.root)
         self.store.ensure_layout()
         self.dir = Path(tempfile.mkdtemp(prefix="bkref-refine-", dir=self.workdir))
-        self.bookies = [Bookie(f"b{i}", self.dir / f"b{i}") for i in range(cfg.bookies)]
+        self.bookies = [
+            Bookie(f"b{i}", self.dir / f"b{i}", self.plants) for i in range(cfg.bookies)
+        ]
         for b in self.bookies:
             b.open()
         self.index = {b.name: i for i, b in enumerate(self.bookies)}

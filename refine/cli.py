@@ -12,6 +12,7 @@ command that replays it; 2: bad input or a failure to run.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -22,9 +23,12 @@ from refine.driver import Driver, ImplementationError
 from refine.machine import RunStats, run
 from spec.cli_args import positive_int
 from spec.config import Config
-from spec.configs import CONFIGS
+from spec.configs import CONFIGS, MUTANT_CONFIGS
 
 DRIVERS = ("bkref", "spec")
+# Every named config: the full and short ones, and the mutants' (run here with the correct
+# spec: they are small configs with the faults that expose each known bug).
+NAMED: dict[str, Config] = {**CONFIGS, **{c.name: c for c in MUTANT_CONFIGS.values()}}
 PARTS = ("setup", "implementation", "abstraction", "comparison", "spec")
 
 
@@ -70,7 +74,7 @@ def _unsupported(driver: str, cfg: Config) -> list[str]:
 
 
 def _list(driver: str) -> int:
-    for name, cfg in CONFIGS.items():
+    for name, cfg in NAMED.items():
         why = _unsupported(driver, cfg)
         print(f"{name:12s} {'runs' if not why else 'not yet: ' + '; '.join(why)}")
     return 0
@@ -112,15 +116,15 @@ def main(argv: list[str]) -> int:
         return 2
     names = [n.strip() for n in args.config.split(",") if n.strip()]
     for n in names:
-        if n not in CONFIGS:
-            print(f"bkref refine: no config {n!r}; known: {', '.join(CONFIGS)}", file=sys.stderr)
+        if n not in NAMED:
+            print(f"bkref refine: no config {n!r}; known: {', '.join(NAMED)}", file=sys.stderr)
             return 2
-        why = _unsupported(args.driver, CONFIGS[n])
+        why = _unsupported(args.driver, NAMED[n])
         if why:
             print(f"bkref refine: config {n} cannot run yet: {'; '.join(why)}", file=sys.stderr)
             return 2
     if not names:
-        names = [n for n, c in CONFIGS.items() if not _unsupported(args.driver, c)]
+        names = [n for n, c in NAMED.items() if not _unsupported(args.driver, c)]
     try:
         return _run(args, names, plants)
     except ImplementationError as e:
@@ -138,6 +142,8 @@ def _run(args: argparse.Namespace, names: list[str], plants: frozenset[str]) -> 
     from impl.cluster.zookeeper import ZooKeeperEnsemble
     from refine.bkref_driver import BkrefDriver
 
+    # A SIGTERM unwinds like Ctrl-C, so the ZooKeeper this command started is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ensemble = None
     hosts = args.zookeeper
     with tempfile.TemporaryDirectory(prefix="bkref-refine-zk-") as tmp:
@@ -172,7 +178,7 @@ def _each(
 ) -> int:
     status = 0
     for name in names:
-        cfg = CONFIGS[name]
+        cfg = NAMED[name]
         print(
             f"refining config {name} ({cfg.bounds()}) against {args.driver}"
             + (f" with planted {', '.join(sorted(plants))}" if plants else "")

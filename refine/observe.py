@@ -13,8 +13,10 @@ guard or an invariant reads and forgets the rest:
    reads them (timeouts and resends look at ``w_lac < e < w_next`` only), and
    an implementation forgets them once an entry is confirmed, as bkref's does;
 4. the writer's sends and acks outside the entry's write set in its current
-   view: a replaced bookie's send or ack counts for nothing (``write_set`` masks
-   every read of them).
+   view, and the recovery client's outside the write set in its last
+   ensemble: a replaced bookie's send or ack counts for nothing (every read
+   of them is masked by that write set). A recovery send set that would
+   become empty is kept whole, since ``next_states`` tests it for non-zero.
 
 Each removal keeps the guards' and invariants' verdicts, so a projected match
 is a match for every decision the spec makes.
@@ -23,7 +25,7 @@ is a match for every decision the spec makes.
 from __future__ import annotations
 
 from spec.config import Config
-from spec.protocol import State, drop_dead_requests, write_set
+from spec.protocol import State, drop_dead_requests, last_ensemble_write_set, write_set
 from spec.trace import describe
 
 
@@ -39,7 +41,20 @@ def project(cfg: Config, s: State) -> State:
             ws = write_set(cfg, view, e)
             acks[e] &= ws
             sent[e] &= ws
-    return s._replace(w_version=0, rc_version=0, w_acks=tuple(acks), w_sent=tuple(sent))
+    rc_acks, rc_sent = list(s.rc_acks), list(s.rc_sent)
+    if s.rc_segments:
+        for e in range(len(rc_sent)):
+            ws = last_ensemble_write_set(cfg, s.rc_segments, e)
+            rc_acks[e] &= ws
+            rc_sent[e] = rc_sent[e] & ws or rc_sent[e]
+    return s._replace(
+        w_version=0,
+        rc_version=0,
+        w_acks=tuple(acks),
+        w_sent=tuple(sent),
+        rc_acks=tuple(rc_acks),
+        rc_sent=tuple(rc_sent),
+    )
 
 
 def differences(cfg: Config, spec: State, impl: State) -> list[tuple[str, str, str]]:
