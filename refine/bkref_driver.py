@@ -485,6 +485,11 @@ class BkrefDriver:
         # bkref's recovery learns of it as an error answer for that entry, as its client
         # shell reports a lost connection.
         rc = self._recovery()
+        if self.recovery_close is not None:
+            # bkref's recovery computes its close when the last write-back reaches ack
+            # quorum; a replacement after that would change its local segments but not
+            # the close it already asked for. The spec's close takes it in (D21, open).
+            raise CannotTakeStepError("recovery already asked to close (D21)")
         name = self.bookies[failed].name
         waiting = [
             e

@@ -30,6 +30,9 @@ SUPPORTED = [n for n, c in NAMED.items() if not BkrefDriver.unsupported_reasons(
 # Planted bugs the bkref driver exercises, and the config each is caught in. The others
 # (repair-*) need the replication worker's decisions driven one at a time: not yet
 # (issue 18).
+# Spec steps bkref has no way to take (docs/refine.md says why): the machine counts them.
+REFUSALS = {"writer_resends_add", "recovery_client_changes_ensemble"}
+
 CAUGHT_IN = {"recovery-reads-without-fence": "a-short", "ack-before-fsync": "m-journal"}
 
 
@@ -53,7 +56,8 @@ def test_the_short_configs_are_supported() -> None:
 def test_bkref_refines_the_spec(name: str, zk: KazooClient) -> None:
     stats, found = run(NAMED[name], lambda: BkrefDriver(zk), examples=60, seed=0)
     assert found is None, found.report() if found else ""
-    assert not stats.refused, f"steps the implementation cannot take: {stats.refused_why}"
+    unexpected = set(stats.refused) - REFUSALS
+    assert not unexpected, f"steps the implementation cannot take: {stats.refused_why}"
     assert stats.examples >= 60
     assert len(stats.states) > 20
 
