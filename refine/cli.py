@@ -29,6 +29,7 @@ DRIVERS = ("bkref", "spec")
 # Every named config: the full and short ones, and the mutants' (run here with the correct
 # spec: they are small configs with the faults that expose each known bug).
 NAMED: dict[str, Config] = {**CONFIGS, **{c.name: c for c in MUTANT_CONFIGS.values()}}
+PROGRESS_EVERY = 10.0  # seconds between progress lines on stderr
 PARTS = ("setup", "implementation", "abstraction", "comparison", "spec")
 
 
@@ -170,6 +171,25 @@ def _run(args: argparse.Namespace, names: list[str], plants: frozenset[str]) -> 
                 ensemble.stop()
 
 
+class _Progress:
+    """A line on stderr at most every PROGRESS_EVERY seconds, so long runs show life."""
+
+    def __init__(self, name: str, started: float) -> None:
+        self.name, self.started, self.shown = name, started, started
+
+    def __call__(self, stats: RunStats) -> None:
+        now = time.monotonic()
+        if now - self.shown < PROGRESS_EVERY:
+            return
+        self.shown = now
+        print(
+            f"  {self.name}: {stats.examples:,} examples, {stats.steps:,} spec steps, "
+            f"{len(stats.states):,} distinct abstract states, {now - self.started:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def _each(
     args: argparse.Namespace,
     names: list[str],
@@ -187,7 +207,12 @@ def _each(
         )
         t0 = time.monotonic()
         stats, found = run(
-            cfg, new_driver, examples=args.examples, seed=args.seed, steps=args.steps
+            cfg,
+            new_driver,
+            examples=args.examples,
+            seed=args.seed,
+            steps=args.steps,
+            stats=RunStats(on_example=_Progress(name, t0)),
         )
         print(_summary(name, stats, time.monotonic() - t0))
         if found is not None:

@@ -50,6 +50,8 @@ class RunStats:
     refused: Counter[str] = field(default_factory=Counter)
     refused_why: dict[str, str] = field(default_factory=dict)
     states: set[State] = field(default_factory=set)  # distinct projected abstract states
+    # Called with the stats at the start of each example (the CLI prints progress).
+    on_example: Callable[[RunStats], None] | None = None
     # Seconds per part: "setup" (building and removing a system per example),
     # "implementation" (its steps), "abstraction", "comparison", "spec".
     seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -103,6 +105,8 @@ def make_machine(
         def __init__(self) -> None:
             super().__init__()
             stats.examples += 1
+            if stats.on_example is not None:
+                stats.on_example(stats)
             self.trace: list[Label] = []
             self.spec = initial_state(cfg)
             t0 = time.perf_counter()
