@@ -53,7 +53,7 @@ from impl.core.frames import (
     Status,
 )
 from impl.core.metadata import LedgerMetadata, Segment
-from impl.core.planted import PLANTS
+from impl.core.planted import validate
 from impl.core.recovery import LedgerRecovery, RecoveryPhase
 from impl.core.writer import LedgerWriter
 from impl.meta.store import MetadataConflictError, ZkMetadataStore
@@ -160,10 +160,7 @@ class BkrefDriver:
     def __init__(
         self, zk: KazooClient, workdir: Path | None = None, plants: frozenset[str] = frozenset()
     ) -> None:
-        unknown = plants - set(PLANTS)
-        if unknown:
-            raise ValueError(f"unknown planted bug(s) {sorted(unknown)}; known: {list(PLANTS)}")
-        self.zk, self.workdir, self.plants = zk, workdir, plants
+        self.zk, self.workdir, self.plants = zk, workdir, validate(plants)
         self.cfg: Config | None = None
 
     # ------------------------------------------------------------ what it can run
@@ -359,7 +356,7 @@ class BkrefDriver:
         self._cas(self.writer_cas, w.on_metadata_written, w.on_metadata_conflict)
         self.writer_cas = None
         self._writer_actions()
-        return self._resends(before, "writer")
+        return self._resends(before, "writer", "writer_resends_add")
 
     def _writer_resends_add(self, e: int, b: int) -> tuple[Label, ...]:
         raise CannotTakeStepError("the writer re-sends only once its ensemble change landed (D1)")
@@ -398,7 +395,8 @@ class BkrefDriver:
             return ()
         rc = self._recovery()
         rc.on_add_response(f.action.bookie, m[2], status)
-        return self._recovery_actions()
+        self._recovery_actions()
+        return ()
 
     def _bookie_handles_fencing_lac_read(self, m: Msg, reply_lost: int) -> tuple[Label, ...]:
         f = self._take(m)
@@ -410,10 +408,10 @@ class BkrefDriver:
         rc = self._recovery()
         was = rc.phase
         rc.on_read_lac_response(f.action.bookie, reply.status, reply.lac)
-        follow = self._recovery_actions()
+        self._recovery_actions()
         if was is RecoveryPhase.FENCING and rc.phase is not RecoveryPhase.FENCING:
-            follow = (("recovery_client_completes_fencing", ()), *follow)
-        return follow
+            return (("recovery_client_completes_fencing", ()),)
+        return ()
 
     def _bookie_handles_recovery_read(self, m: Msg, reply_lost: int) -> tuple[Label, ...]:
         f = self._take(m)
@@ -423,7 +421,8 @@ class BkrefDriver:
             self.used[sp.B_LOSS] += 1
             return ()
         self._recovery().on_read_response(f.action.bookie, m[2], reply.status, reply.body)
-        return self._recovery_actions()
+        self._recovery_actions()
+        return ()
 
     def _bookie_crashes(self, b: int) -> tuple[Label, ...]:
         self.bookies[b].crash()
@@ -508,10 +507,7 @@ class BkrefDriver:
                 raise ImplementationError(f"recovery asked for {a} instead of a replacement")
             rc.replace(a.failed, self.bookies[new].name)
         self._recovery_actions()
-        after = self._sent_by("recovery")
-        for m in before:
-            after.remove(m)
-        return tuple(("recovery_client_resends_add", (m[2], m[1])) for m in after if m[0] == sp.ADD)
+        return self._resends(before, "recovery", "recovery_client_resends_add")
 
     def _recovery_client_closes_ledger(self) -> tuple[Label, ...]:
         if self.recovery_close is None:
@@ -519,9 +515,10 @@ class BkrefDriver:
         rc = self._recovery()
         cas, self.recovery_close = self.recovery_close, None
         self._cas(cas, rc.on_metadata_written, rc.on_metadata_conflict)
-        return self._recovery_actions()
+        self._recovery_actions()
+        return ()
 
-    def _recovery_actions(self) -> tuple[Label, ...]:
+    def _recovery_actions(self) -> None:
         """Post recovery's requests, hold its close CAS for the spec's close step."""
         rc = self._recovery()
         for a in self._post("recovery", rc.take_actions()):
@@ -532,7 +529,6 @@ class BkrefDriver:
                     raise ImplementationError(f"recovery failed: {a.message}")
             else:
                 raise ImplementationError(f"recovery asked for {a}, which no spec step is")
-        return ()
 
     # ------------------------------------------------------------ helpers
 
@@ -554,11 +550,12 @@ class BkrefDriver:
     def _sent_by(self, sender: str) -> list[Msg]:
         return [f.msg for f in self.inflight if f.sender == sender]
 
-    def _resends(self, before: list[Msg], sender: str) -> tuple[Label, ...]:
+    def _resends(self, before: list[Msg], sender: str, action: str) -> tuple[Label, ...]:
+        """The adds ``sender`` put in flight since ``before``, as follow-ups ``action(e, b)``."""
         after = self._sent_by(sender)
         for m in before:
             after.remove(m)
-        return tuple(("writer_resends_add", (m[2], m[1])) for m in after)
+        return tuple((action, (m[2], m[1])) for m in after if m[0] == sp.ADD)
 
     def _cfg(self) -> Config:
         assert self.cfg is not None

@@ -103,14 +103,12 @@ def main(argv: list[str]) -> int:
         return e.code if isinstance(e.code, int) else 2
     if args.list:
         return _list(args.driver)
-    plants = frozenset(p.strip() for p in args.plant.split(",") if p.strip())
-    known = set(_plant_names())
-    if plants - known:
-        print(
-            f"bkref refine: unknown planted bug(s) {sorted(plants - known)}; known: "
-            f"{', '.join(sorted(known))}",
-            file=sys.stderr,
-        )
+    from impl.core.planted import UnknownPlantError, validate
+
+    try:
+        plants = validate(p.strip() for p in args.plant.split(",") if p.strip())
+    except UnknownPlantError as e:
+        print(f"bkref refine: {e}", file=sys.stderr)
         return 2
     if plants and args.driver != "bkref":
         print("bkref refine: --plant needs --driver bkref", file=sys.stderr)

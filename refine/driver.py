@@ -29,7 +29,7 @@ spec does not enable: both are counterexamples.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from spec.config import Config
@@ -42,17 +42,6 @@ class Performed:
 
     followups: tuple[Label, ...] = ()  # further spec steps it took in the same call
     refused: str = ""  # non-empty: it could not take the step, and why
-
-
-REFUSED_NOTHING = Performed()
-
-
-@dataclass
-class Unsupported:
-    """Why a driver cannot run a config at all (the CLI and docs say so)."""
-
-    config: str
-    reasons: list[str] = field(default_factory=list)
 
 
 class ImplementationError(RuntimeError):

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from impl.core.actions import LocalProtocolError
 from impl.core.metadata import LedgerMetadata
-from impl.core.planted import PLANTS, UnknownPlantError
+from impl.core.planted import validate as check_plants
 from impl.core.repair import Fragment, Reason, live_replicas, segment_range
 
 
@@ -48,15 +48,6 @@ class AuditorConfig:
     periodic_check_interval: int = 604800  # seconds; 0 disables
     periodic_bookie_check_interval: int = 86400  # seconds; 0 disables
     verification_percentage: int = 0
-
-
-def check_plants(plants: Iterable[str]) -> frozenset[str]:
-    """The plant names, validated: a typo must not silently test the correct code."""
-    names = frozenset(plants)
-    unknown = sorted(names - set(PLANTS))
-    if unknown:
-        raise UnknownPlantError(f"unknown planted bug(s) {unknown}; known: {', '.join(PLANTS)}")
-    return names
 
 
 # ------------------------------------------------------------------ actions

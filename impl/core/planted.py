@@ -37,6 +37,7 @@ the campaign passes it to the bookie and client processes it starts.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 ENV = "BKREF_PLANT"
 PLANTS = (
@@ -51,14 +52,21 @@ class UnknownPlantError(ValueError):
     """BKREF_PLANT names a switch that does not exist."""
 
 
-def parse(text: str | None) -> frozenset[str]:
-    names = frozenset(n.strip() for n in (text or "").split(",") if n.strip())
-    unknown = sorted(names - set(PLANTS))
+def validate(names: Iterable[str], *, source: str = "") -> frozenset[str]:
+    """The plant names, checked: a typo must not silently test the correct code."""
+    plants = frozenset(names)
+    unknown = sorted(plants - set(PLANTS))
     if unknown:
         raise UnknownPlantError(
-            f"{ENV} names unknown planted bug(s) {unknown}; known: {', '.join(PLANTS)}"
+            f"{source}unknown planted bug(s) {unknown}; known: {', '.join(PLANTS)}"
         )
-    return names
+    return plants
+
+
+def parse(text: str | None) -> frozenset[str]:
+    return validate(
+        (n.strip() for n in (text or "").split(",") if n.strip()), source=f"{ENV} names "
+    )
 
 
 def active(name: str, plants: frozenset[str] | None = None) -> bool:
@@ -68,7 +76,4 @@ def active(name: str, plants: frozenset[str] | None = None) -> bool:
         raise UnknownPlantError(f"no planted bug {name!r}; known: {', '.join(PLANTS)}")
     if plants is None:
         return name in parse(os.environ.get(ENV))
-    unknown = sorted(plants - set(PLANTS))
-    if unknown:
-        raise UnknownPlantError(f"unknown planted bug(s) {unknown}; known: {', '.join(PLANTS)}")
-    return name in plants
+    return name in validate(plants)

@@ -53,8 +53,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from impl.core.actions import LocalProtocolError
-from impl.core.audit import check_plants
 from impl.core.metadata import LedgerMetadata, LedgerState
+from impl.core.planted import validate as check_plants
 from impl.core.repair import (
     Fragment,
     Reason,
