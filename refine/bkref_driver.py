@@ -171,12 +171,6 @@ class BkrefDriver:
     @staticmethod
     def unsupported_reasons(cfg: Config) -> list[str]:
         why = []
-        if cfg.entries > 1:
-            why.append(
-                "more than one entry: bkref's recovery reads its LC entry itself to learn the "
-                "ledger's length, which the spec's does not (D3 of "
-                "docs/notes/refinement-research.md, not yet settled)"
-            )
         if cfg.autorecovery:
             why.append("AutoRecovery (auditor and worker cores are not driven yet)")
         if cfg.closed_ledgers:
@@ -508,6 +502,12 @@ class BkrefDriver:
             rc.replace(a.failed, self.bookies[new].name)
         self._recovery_actions()
         return self._resends(before, "recovery", "recovery_client_resends_add")
+
+    def _recovery_client_resends_add(self, e: int, b: int) -> tuple[Label, ...]:
+        # bkref's recovery re-sends as it replaces a bookie (the follow-ups of that step),
+        # and only entries not yet at ack quorum, as BookKeeper's pending adds. The spec
+        # also lets it copy an entry already at Aq to the new bookie: harmless, not done.
+        raise CannotTakeStepError("recovery re-sends only when it replaces a bookie")
 
     def _recovery_client_closes_ledger(self) -> tuple[Label, ...]:
         if self.recovery_close is None:

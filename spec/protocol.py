@@ -803,12 +803,16 @@ def recovery_client_receives_fencing_response(cfg: Config, s: State, b: int, lac
 
 
 def recovery_client_completes_fencing(cfg: Config, s: State) -> State | None:
-    """Fencing covers the last ensemble: reading starts after the highest LAC.
+    """Fencing covers the last ensemble: reading starts at the last confirmed entry.
 
     Key points: fencing is complete when every write set of the last ensemble
-    has Wq - Aq + 1 fenced bookies (no ack quorum left unfenced). Reading
-    starts at max(LAC + 1, first entry of the last segment); earlier
-    segments are committed. Each recovery read also fences.
+    has Wq - Aq + 1 fenced bookies (no ack quorum left unfenced). Entries
+    before max(LAC + 1, first entry of the last segment) are confirmed (earlier
+    segments are committed); recovery writes back only from there. It reads
+    the confirmed entry just before it first (bkref learns the ledger's exact
+    length from that entry's header; BookKeeper reads from LAC + 1 and takes
+    the length from the fencing answers, inexactly when the ledger ends at
+    the LAC). Each recovery read also fences.
     """
     if s.rc_phase != RC_FENCING:
         return None
@@ -820,11 +824,12 @@ def recovery_client_completes_fencing(cfg: Config, s: State) -> State | None:
         start = s.rc_max_lac + 1
     else:
         start = recovery_start_entry(s.rc_max_lac, s.rc_segments[-1][0])
+    first = max(start - 1, 0)
     return s._replace(
         rc_phase=RC_READING,
-        rc_reading=start,
+        rc_reading=first,
         rc_lac=start - 1,
-        msgs=send(s.msgs, *_read_requests(cfg, s, start)),
+        msgs=send(s.msgs, *_read_requests(cfg, s, first)),
     )
 
 
@@ -838,11 +843,19 @@ def recovery_client_receives_read_response(
     (with the recovery's own ensemble changes) and the next entry is read.
     Negatives decide only with quorum coverage of the write set (Wq - Aq + 1)
     in the segments as they were when recovery began: then the previous entry
-    is the last. Answers for other entries are dropped.
+    is the last. The confirmed entry read first is not written back, and
+    negatives about it end the ledger at it, never before (a confirmed entry
+    stays in the ledger even if copies of it were lost). Answers for other
+    entries are dropped.
     """
     msgs = s.msgs
     if s.rc_phase != RC_READING or e != s.rc_reading:
         return s
+    if e <= s.rc_lac and found:  # the confirmed entry: its length, no write-back
+        nxt = e + 1
+        return s._replace(
+            rc_reading=nxt, rc_negative=0, msgs=send(msgs, *_read_requests(cfg, s, nxt))
+        )
     if found:
         ws = last_ensemble_write_set(cfg, s.rc_segments, e)
         adds = tuple((ADD, x, e, s.rc_lac, 1) for x in bookies_of(ws))
@@ -861,7 +874,8 @@ def recovery_client_receives_read_response(
         decided = has_quorum_coverage(count, cfg.write_quorum, cfg.ack_quorum)
     if not decided:
         return s._replace(rc_negative=neg, msgs=msgs)
-    return s._replace(rc_phase=RC_WRITING, rc_negative=0, rc_last=e - 1, msgs=msgs)
+    last = max(e - 1, s.rc_lac)
+    return s._replace(rc_phase=RC_WRITING, rc_negative=0, rc_last=last, msgs=msgs)
 
 
 def recovery_client_retries_request(cfg: Config, s: State, b: int) -> State | None:

@@ -11,8 +11,10 @@ The steps, after BookKeeper's recovery (the seed's LC, LR, re-replicate):
 3. Recovery reads, which also fence, from LC onwards, one entry at a time:
    one positive (a copy whose digest verifies) proves the entry may have been
    confirmed and it is written back to its write set with recovery adds
-   (which bypass the fence); Wq - Aq + 1 negatives from its write set prove it
-   was never confirmed, and the previous entry is the last (LR).
+   (which bypass the fence, and piggyback recovery's own LAC); Wq - Aq + 1
+   negatives from its write set prove it was never confirmed, and the previous
+   entry is the last (LR). LC itself is read first only for its header, which
+   gives the ledger's exact length there; it is never written back.
 4. When every write-back has Aq acks, close by CAS with the last entry and length.
    A write-back bookie that fails is replaced as a writer would replace it, but the
    new segment goes into the metadata only with the close: until then the metadata
@@ -38,7 +40,7 @@ from impl.core.actions import (
     SendReadLac,
     WriteMetadata,
 )
-from impl.core.digest import Digest, DigestMismatchError
+from impl.core.digest import Digest, DigestMismatchError, Entry
 from impl.core.frames import Status
 from impl.core.metadata import LedgerMetadata, LedgerState
 from impl.core.planted import active as planted
@@ -62,7 +64,7 @@ class _Read:
 
 @dataclass(slots=True)
 class _WriteBack:
-    body: bytes
+    entry: Entry
     acked: set[int] = field(default_factory=set)
     failed: set[int] = field(default_factory=set)
 
@@ -95,6 +97,9 @@ class LedgerRecovery:
         self._proposed = metadata
         self._closing_sent = False
         self._lc = -1
+        # Recovery's own LAC: the contiguous prefix after LC whose write-backs reached Aq.
+        # Write-backs piggyback it, as BookKeeper's recovery adds do (not the writer's).
+        self.lac = -1
         # Reads and fencing use the ensembles as the writer left them; write-backs go to
         # self.metadata, which gains a segment if a write-back bookie has to be replaced.
         self._read_md = metadata
@@ -225,7 +230,7 @@ class LedgerRecovery:
             else:
                 if r.positive is None:
                     r.positive = body
-                    self._entry_found(entry_id, e.length, body)
+                    self._entry_found(e)
                 return
         elif status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER):
             r.negatives.add(idx)
@@ -255,6 +260,7 @@ class LedgerRecovery:
         idx = ensemble.index(bookie)
         if status is Status.OK:
             wb.acked.add(idx)
+            self._advance()
         elif status is Status.UNAUTHORIZED:
             self._fail(f"bookie {bookie} rejected the master key: wrong password")
             return
@@ -280,9 +286,8 @@ class LedgerRecovery:
             raise LocalProtocolError(
                 f"recovery of ledger {self.ledger_id}: unexpected replacement of {failed}"
             )
-        pending = [e for e, w in self._writebacks.items() if len(w.acked) < self.quorum.ack_quorum]
-        first = min(pending, default=self.last_entry + 1)
-        first = max(first, self.metadata.last_segment.first_entry)
+        # The new segment starts after recovery's own LAC: what reached Aq stays put.
+        first = max(self.lac + 1, self.metadata.last_segment.first_entry)
         self._replaced_index = self.ensemble.index(failed)
         new = tuple(new_bookie if b == failed else b for b in self.ensemble)
         # Kept here, and written only with the close. Were it written now and this
@@ -330,9 +335,7 @@ class LedgerRecovery:
             wb.acked.discard(idx)
             wb.failed.discard(idx)
             if idx in self.quorum.write_set(entry):
-                self._actions.append(
-                    SendAdd(self.ensemble[idx], self.ledger_id, entry, wb.body, recovery=True)
-                )
+                self._actions.append(self._write_back(self.ensemble[idx], wb.entry))
         if self._failed:
             self._changing = True
             self._actions.append(NeedReplacement(self._failed[0], self.ensemble))
@@ -351,13 +354,11 @@ class LedgerRecovery:
         self.phase = RecoveryPhase.READING
         # Entries before the last segment were confirmed before it was created.
         start = max(lc, self._read_md.last_segment.first_entry - 1)
-        self._lc = start
+        self._lc = self.lac = start
         self.last_entry = start
-        if start < 0:
-            self._read_entry(0)
-        else:
-            # Read LC itself (it is confirmed) to learn the ledger's length there.
-            self._read_entry(start)
+        # Read LC itself first (it is confirmed, never written back): its header has the
+        # ledger's length there, so the close's length is exact even if LC is the last.
+        self._read_entry(max(start, 0))
 
     def _read_entry(self, entry_id: int) -> None:
         self._reading = entry_id
@@ -368,18 +369,27 @@ class LedgerRecovery:
                 SendRead(ensemble[idx], self.ledger_id, entry_id, fence=self._fence)
             )
 
-    def _entry_found(self, entry_id: int, length: int, body: bytes) -> None:
-        self.last_entry, self.length = entry_id, length
+    def _entry_found(self, e: Entry) -> None:
+        entry_id = e.entry_id
+        self.last_entry, self.length = entry_id, e.length
         if entry_id > self._lc:
             ensemble = self.metadata.ensemble_for(entry_id)
-            self._writebacks[entry_id] = _WriteBack(body)
+            self._writebacks[entry_id] = _WriteBack(e)
             for idx in self.quorum.write_set(entry_id):
                 if self._changing and ensemble[idx] in self._failed:
                     continue  # sent once the replacement lands
-                self._actions.append(
-                    SendAdd(ensemble[idx], self.ledger_id, entry_id, body, recovery=True)
-                )
+                self._actions.append(self._write_back(ensemble[idx], e))
         self._read_entry(entry_id + 1)
+
+    def _write_back(self, bookie: str, e: Entry) -> SendAdd:
+        """A recovery add of ``e``, signed anew with recovery's current LAC."""
+        body = self.digest.sign(self.ledger_id, e.entry_id, self.lac, e.length, e.data)
+        return SendAdd(bookie, self.ledger_id, e.entry_id, body, recovery=True)
+
+    def _advance(self) -> None:
+        aq = self.quorum.ack_quorum
+        while (wb := self._writebacks.get(self.lac + 1)) is not None and len(wb.acked) >= aq:
+            self.lac += 1
 
     def _end_of_ledger(self) -> None:
         self._reading = -2

@@ -17,7 +17,7 @@ from impl.core.actions import (
     WriteMetadata,
 )
 from impl.core.bookie import BookieCore
-from impl.core.digest import Digest, DigestType, master_key, password_hash
+from impl.core.digest import Digest, DigestType, master_key, password_hash, peek_header
 from impl.core.frames import AddRequest, ReadRequest, Status
 from impl.core.metadata import LedgerMetadata, LedgerState, Segment
 from impl.core.recovery import LedgerRecovery
@@ -481,3 +481,47 @@ def test_a_recovery_that_dies_after_replacing_a_bookie_loses_nothing_for_the_nex
     assert isinstance(done, RecoveryCompleted)
     assert done.ok, done.message
     assert store.metadata.last_entry == n - 1
+
+
+def test_recovery_reads_lc_for_the_length_and_writes_back_with_its_own_lac() -> None:
+    """LC is read (for its header's length) but never written back; entries after it are,
+    piggybacking recovery's own LAC; the close's length is the ledger's exact length."""
+    cluster, store, digest = _setup(3, 3, 2, 3)
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+    wd = Driver(cluster, store, w, "w")
+    data = [b"a" * 3, b"b" * 5, b"c" * 7]
+    for d in data:
+        w.add(d)
+        wd.pump()
+        _run(cluster, {"w": wd}, None)
+    # Two more adds, both piggybacking LAC 2, reach b0 and b1, whose answers are lost.
+    w.add(b"d" * 11)
+    w.add(b"e" * 13)
+    wd.pump()
+    for d in cluster.inflight:
+        if d.action.bookie != "b2":
+            cluster.deliver(d)
+    cluster.inflight.clear()
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    rd = Driver(cluster, store, r, "r")
+    r.start()
+    rd.pump()
+    reads: list[int] = []
+    writebacks: list[tuple[int, int]] = []  # (entry, piggybacked LAC)
+    while cluster.inflight:
+        d = cluster.inflight.pop(0)
+        if isinstance(d.action, SendRead):
+            reads.append(d.action.entry_id)
+        elif isinstance(d.action, SendAdd) and d.client == "r":
+            writebacks.append((d.action.entry_id, peek_header(d.action.body).lac))
+        (wd if d.client == "w" else rd).deliver(d)
+    (done,) = rd.finished
+    assert isinstance(done, RecoveryCompleted)
+    assert done.ok, done.message
+    assert min(reads) == 2, "reading starts at LC = 2, the highest LAC the bookies saw"
+    assert {e for e, _ in writebacks} == {3, 4}, "LC itself is not written back"
+    # Entry 4 was found after entry 3's write-back reached Aq: recovery's LAC was 3 then,
+    # while the writer had signed entry 4 with LAC 2.
+    assert dict(writebacks) == {3: 2, 4: 3}, "write-backs carry recovery's own LAC"
+    md = store.metadata
+    assert (md.last_entry, md.length) == (4, 3 + 5 + 7 + 11 + 13)
