@@ -489,9 +489,8 @@ def test_recovery_reads_lc_for_the_length_and_writes_back_with_its_own_lac() -> 
     cluster, store, digest = _setup(3, 3, 2, 3)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     wd = Driver(cluster, store, w, "w")
-    data = [b"a" * 3, b"b" * 5, b"c" * 7]
-    for d in data:
-        w.add(d)
+    for body in (b"a" * 3, b"b" * 5, b"c" * 7):
+        w.add(body)
         wd.pump()
         _run(cluster, {"w": wd}, None)
     # Two more adds, both piggybacking LAC 2, reach b0 and b1, whose answers are lost.
