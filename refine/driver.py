@@ -14,8 +14,12 @@ A driver
   more in the same call than the spec step says (a recovery client that starts
   reading in the call that completed its fencing): it reports those further
   spec steps as ``followups``, which the machine applies after checking that
-  the spec enables each. A step the implementation has no way to take now is
-  ``refused`` with the reason (counted and reported, never a silent pass);
+  the spec enables each. An actor that makes its own decisions (a replication
+  worker: which ledger, copy or give up) takes the step asked as its turn and
+  reports what it ``decided`` instead, checked the same way, so that a wrong
+  decision the spec never offers is still caught. A step the implementation has
+  no way to take now is ``refused`` with the reason (counted and reported,
+  never a silent pass);
 - reports its abstract state (:meth:`Driver.abstract`): the spec's variables
   computed from the implementation's real state (bookie indices and ledger
   indices as the spec numbers them; the projection in :mod:`refine.observe`
@@ -42,6 +46,10 @@ class Performed:
 
     followups: tuple[Label, ...] = ()  # further spec steps it took in the same call
     refused: str = ""  # non-empty: it could not take the step, and why
+    # An actor that decides for itself (a replication worker) was given its turn: the
+    # spec steps it chose to take instead of the one asked, () if its turn changed
+    # nothing the spec sees (a stutter). None: it took exactly the step asked.
+    decided: tuple[Label, ...] | None = None
 
 
 class ImplementationError(RuntimeError):

@@ -46,6 +46,7 @@ class RunStats:
     first_failure: int = 0  # the run that first found a counterexample (0: none)
     steps: int = 0  # spec steps taken (follow-ups included)
     followups: int = 0
+    decided: int = 0  # turns of actors that decide for themselves (workers)
     actions: Counter[str] = field(default_factory=Counter)
     refused: Counter[str] = field(default_factory=Counter)
     refused_why: dict[str, str] = field(default_factory=dict)
@@ -108,6 +109,7 @@ def make_machine(
             if stats.on_example is not None:
                 stats.on_example(stats)
             self.trace: list[Label] = []
+            self.swarm_off: dict[str, bool] = {}  # actions this example never takes
             self.spec = initial_state(cfg)
             t0 = time.perf_counter()
             self.driver = new_driver()
@@ -157,7 +159,23 @@ def make_machine(
             stats.seconds["spec"] += time.perf_counter() - t0
             if not labels:
                 return  # a final state: nothing more happens (a stutter)
-            label = data.draw(st.sampled_from(labels), label="spec step")
+            # Action first, then its arguments: a uniform draw over labels would favour
+            # actions with many argument choices (a crash of any of five bookies) and
+            # rarely reach deep states (a second entry, then a crash).
+            by_action: dict[str, list[Label]] = {}
+            for lb in labels:
+                by_action.setdefault(lb[0], []).append(lb)
+            # Swarm testing (Groce et al., ISSTA 2012): each example switches some actions
+            # off for its whole length, so that some examples never close the ledger early
+            # and go deep (a second entry, then a crash of a bookie that holds it). Each
+            # flag is drawn when its action is first enabled and shrinks to "on"; when
+            # every enabled action is off, all of them are on for this step.
+            for a in by_action:
+                if a not in self.swarm_off:
+                    self.swarm_off[a] = data.draw(st.booleans(), label=f"swarm: {a} off")
+            on = sorted(a for a in by_action if not self.swarm_off[a]) or sorted(by_action)
+            action = data.draw(st.sampled_from(on), label="spec action")
+            label = data.draw(st.sampled_from(by_action[action]), label="spec step")
             note(format_label(label))
             t1 = time.perf_counter()
             try:
@@ -170,7 +188,18 @@ def make_machine(
                 stats.refused[label[0]] += 1
                 stats.refused_why.setdefault(label[0], done.refused)
                 return
-            self._advance(label)
+            if done.decided is None:
+                self._advance(label)
+            else:
+                stats.decided += 1
+                for f in done.decided:
+                    if not self._advance(f):
+                        self.trace.append(f)
+                        self._fail(
+                            f"the implementation decided {format_label(f)}, "
+                            "which the spec does not enable here",
+                            self.driver.abstract(),
+                        )
             for f in done.followups:
                 stats.followups += 1
                 if not self._advance(f):
@@ -180,7 +209,13 @@ def make_machine(
                         "which the spec does not enable here",
                         self.driver.abstract(),
                     )
-            self._check(f"the states differ after {format_label(self.trace[-1])}")
+            after = format_label(self.trace[-1]) if self.trace else "the first step"
+            stutter = done.decided == () and not done.followups
+            self._check(
+                f"the implementation's {label[0]} turn changed the state but took no spec step"
+                if stutter
+                else f"the states differ after {after}"
+            )
 
         def teardown(self) -> None:
             t0 = time.perf_counter()

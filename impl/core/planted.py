@@ -30,6 +30,14 @@ unknown name is an error (a typo must not silently test the correct code).
   new replica; with Wq = Aq one negative read from it lets a recovery close the
   ledger before them.
 
+- ``bookie-forgets-lac-on-replay``: a restarted bookie rebuilds its entries and
+  fences from the journal but not the LAC its entries piggybacked, so it reports
+  an older LAC than it had. No acknowledged entry is lost and no hand-written
+  invariant breaks (a lower LAC only makes readers and recoveries start earlier),
+  so no campaign check sees it: the refinement machine does (``bkref refine
+  --config b --plant bookie-forgets-lac-on-replay``), because the bookie's state
+  is no longer the spec's.
+
 Only tests and campaigns (``bkref campaign --plant NAME``) set the variable;
 the campaign passes it to the bookie and client processes it starts.
 """
@@ -45,7 +53,14 @@ PLANTS = (
     "recovery-reads-without-fence",
     "repair-without-copy",
     "repair-open-segment-without-fence",
+    "bookie-forgets-lac-on-replay",
 )
+# Planted bugs that lose no acknowledged entry and break no hand-written invariant: no
+# campaign check can see them (``make planted`` skips them); only the refinement machine,
+# which compares the implementation's whole state with the spec's, catches them.
+REFINEMENT_ONLY = ("bookie-forgets-lac-on-replay",)
+# The planted bugs whose effect a campaign's checks must catch (``make planted``).
+CAMPAIGN_PLANTS = tuple(p for p in PLANTS if p not in REFINEMENT_ONLY)
 
 
 class UnknownPlantError(ValueError):

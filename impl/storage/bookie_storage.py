@@ -21,6 +21,7 @@ from pathlib import Path
 from impl.core.bookie import JournalAdd, JournalFence, JournalMasterKey, JournalRecord, LedgerInfo
 from impl.core.checksum import crc32c
 from impl.core.digest import peek_header
+from impl.core.planted import active as planted
 from impl.storage.disk import OS_DISK, Disk
 from impl.storage.entrylog import EntryLogger, log_ids
 from impl.storage.index import IndexStore, LedgerIndex
@@ -86,6 +87,8 @@ class BookieStorage:
         self._maintenance = threading.Lock()  # one checkpoint / GC at a time
         self.index = IndexStore(ledger_dir / "index", disk)
         self.entrylog = EntryLogger(ledger_dir, self.config.entry_log_size_limit, disk)
+        # PLANTED BUG switch (test-only, impl/core/planted.py): replay forgets LACs.
+        self._replay_forgets_lac = planted("bookie-forgets-lac-on-replay", plants)
         self.replay = self._replay()
         ids = journal_ids(journal_dir)
         c = self.config
@@ -125,7 +128,7 @@ class BookieStorage:
                 self._apply(r)
         self.journal.append(b"".join(encode_record(r) for r in records), callback)
 
-    def _apply(self, r: JournalRecord) -> None:
+    def _apply(self, r: JournalRecord, *, replaying: bool = False) -> None:
         ix = self.index.ledgers.get(r.ledger_id)
         if isinstance(r, JournalMasterKey):
             if ix is None:
@@ -138,7 +141,8 @@ class BookieStorage:
             ix.fenced = True
         elif isinstance(r, JournalAdd):
             ix.entries[r.entry_id] = self.entrylog.add(r.ledger_id, r.entry_id, r.body)
-            ix.lac = max(ix.lac, peek_header(r.body).lac)
+            if not (replaying and self._replay_forgets_lac):
+                ix.lac = max(ix.lac, peek_header(r.body).lac)
         self.index.dirty.add(r.ledger_id)
 
     def read_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
@@ -216,7 +220,7 @@ class BookieStorage:
                     report.truncated.append(msg)
                     break
                 _, _, rec = item
-                self._apply(rec)
+                self._apply(rec, replaying=True)
                 report.records += 1
         if report.records:
             log.info(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from impl.core.planted import ENV, PLANTS, UnknownPlantError, active, parse
+from impl.core.planted import CAMPAIGN_PLANTS, ENV, PLANTS, UnknownPlantError, active, parse
 from linearizability.ledger_checker import ANOMALY_KINDS
 from nemesis.cli import _fault_length
 from nemesis.cli import _parser as campaign_parser
@@ -72,7 +72,7 @@ def test_parse_names_and_reject_typos(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_make_planted_exercises_every_planted_bug_with_faults_that_exist() -> None:
-    assert set(EXERCISES) == set(PLANTS)  # a new planted bug needs its campaign
+    assert set(EXERCISES) == set(CAMPAIGN_PLANTS)  # a new planted bug needs its campaign
     for ex in EXERCISES.values():
         assert expand_kinds(ex.faults.split(","))  # raises on an unknown fault kind
         args = campaign_parser().parse_args(["--faults", ex.faults, *ex.extra])
@@ -111,7 +111,7 @@ def _counts(result: RunResult) -> dict[str, object]:
 
 
 def test_every_planted_bug_has_a_family_of_anomaly_kinds_the_checks_report() -> None:
-    assert set(FAMILIES) == set(PLANTS)
+    assert set(FAMILIES) == set(CAMPAIGN_PLANTS)
     replication = {"under-replicated", "digest-mismatch"}  # linearizability/replication.py
     for family in FAMILIES.values():
         assert family

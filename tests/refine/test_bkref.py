@@ -33,7 +33,13 @@ SUPPORTED = [n for n, c in NAMED.items() if not BkrefDriver.unsupported_reasons(
 # Spec steps bkref has no way to take (docs/refine.md says why): the machine counts them.
 REFUSALS = {"writer_resends_add", "recovery_client_changes_ensemble", "recovery_client_resends_add"}
 
-CAUGHT_IN = {"recovery-reads-without-fence": "a-short", "ack-before-fsync": "m-journal"}
+CAUGHT_IN = {
+    "recovery-reads-without-fence": "a-short",
+    "ack-before-fsync": "m-journal",
+    # Breaks no hand-written invariant and loses nothing a history shows: only the
+    # comparison of the bookie's whole state with the spec's sees the forgotten LAC.
+    "bookie-forgets-lac-on-replay": "b",
+}
 
 
 @pytest.fixture(scope="module")
