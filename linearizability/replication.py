@@ -6,7 +6,10 @@ Inputs are the two tables of a bookie dump (documented in
 final metadata (``state``, ``last_entry``, ``ensemble_size``, ``write_quorum``,
 ``segments``). Every entry of every CLOSED ledger must be stored on each bookie of
 its write set (round-robin striping over its segment's ensemble), and those replicas
-must be the same bytes. Anomalies, with the names the Spark job uses:
+must hold the same entry: the dump's ``digest`` is a content fingerprint (ids, length
+and data; a recovery's write-back piggybacks its own LAC, as BookKeeper's does, so
+copies need not be the same bytes), and a flipped byte changes it. Anomalies, with
+the names the Spark job uses:
 
 - ``under-replicated``: a bookie of the entry's write set does not store it;
 - ``digest-mismatch``: the copies on the entry's write set differ.

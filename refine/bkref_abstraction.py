@@ -1,20 +1,33 @@
 """The abstraction function: bkref's real state as a ``spec.protocol.State``.
 
 Names. Bookie ``i`` of the spec is the harness's bookie ``b{i}`` (its id in
-the metadata). The spec's ledger ``cfg.writer_ledger`` is the ledger the
-writer created (its id comes from ZooKeeper's id generator).
+the metadata). The spec's closed ledgers ``0 .. cfg.closed_ledgers - 1`` are the
+ledgers the harness wrote and created closed before the first step, in that
+order; the spec's ledger ``cfg.writer_ledger`` is the ledger the writer created
+(ids come from ZooKeeper's id generator). Worker node ``w`` of the spec is the
+harness's ``node{w}``, beside bookie ``cfg.bookies - 1 - w``.
 
 Variable by variable (what is read, from where):
 
-- ``meta_status``, ``meta_segments``, ``meta_last``: the ledger's znode, read
+- ``meta_status``, ``meta_segments``, ``meta_last``: each ledger's znode, read
   through ``ZkMetadataStore.read_ledger`` (no znode: NONE, no segments, -1).
 - ``meta_version``: the znode's version + 1 (ZooKeeper starts at 0, the spec
   at 1; both add one per CAS). 0 while the ledger does not exist.
-- ``meta_task``, ``meta_lock``, ``meta_rereplicated``, ``meta_autorecovery``,
-  ``meta_auditor``: their initial values (no AutoRecovery in the configs this
-  adapter runs; it refuses the others).
+- ``meta_task``: the ledger's under-replication task znode
+  (``UnderreplicationManager.get``): its znode version and the bookies it
+  names (any reason); no znode: (0, none). The spec's version counts marks and
+  ZooKeeper's restarts at a re-create: ``refine.observe`` compares only whether
+  a worker's version is the current one.
+- ``meta_lock``: the lock znode's owner (``lock_holder``), as a worker index.
+- ``meta_rereplicated``: (segment, new bookie) of every worker CAS that landed,
+  recorded by the harness as it lands (the spec's ghost: history, read only by
+  the invariant ``RereplicationNeverLosesAckedEntries``).
+- ``meta_autorecovery``: whether the ``disable`` znode is absent.
+- ``meta_auditor``: (epoch, holder): the lowest live election vote whose node
+  knows it leads is the holder (-1: none); epochs are the votes that ever led,
+  numbered 1, 2, ... in the order they led (ZooKeeper's sequence numbers skip).
 - ``b_up``: the harness's record (UP while the storage is open, DOWN after a
-  crash).
+  crash); with AutoRecovery the registration znode exists exactly while UP.
 - ``b_ledgers[b][l]`` = (synced, unsynced, fenced, LAC): while up, the entries
   in the bookie's index (``BookieStorage.index``; every one was journaled and
   fsynced before the bookie replied), the core's fenced flag and piggybacked
@@ -34,18 +47,28 @@ Variable by variable (what is read, from where):
   answers, the last entry once found, the write-backs' acks; ``rc_lac`` is
   the contiguous prefix of write-backs at ack quorum after the entry it
   recovers from.
-- ``wk``, ``au_leads``, ``au_stale``: empty (no AutoRecovery).
+- ``wk[w]`` = (bookie, ledger locked, task version, pending): the
+  ``WorkerCore``'s locked ledger and the task version it read under the lock;
+  pending is the copy made whose ``CasReplica`` is outstanding (segment, lost
+  bookie, expected version + 1), VERIFIED once it emitted ``Verified`` and its
+  ``CompleteTask`` is outstanding, RECOVERING while it waits in the phase
+  RECOVERING for the recovery it asked for (``StartRecovery``).
+- ``rc_requested``: a worker's ``StartRecovery`` was performed (the spec's
+  recovery client is then the worker's recovery open, driven step by step).
+- ``au_leads[w]``: the epoch of the vote ``AuditorCore`` leads with, 0 if none;
+  ``au_stale``: the leading ``AuditorCore`` has an audit due (``stale``).
 - ``msgs``: the requests in flight in the harness, as spec messages.
 - ``budget``: the config's faults minus those the harness injected.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from impl.core.metadata import LedgerMetadata, LedgerState, Segment
 from impl.core.recovery import RecoveryPhase
+from impl.core.replication import CasReplica, CompleteTask, WorkerPhase
 from impl.core.writer import WriterState
 from impl.meta.store import NoSuchLedgerError
 from refine.driver import ImplementationError
@@ -92,35 +115,51 @@ def abstract(d: BkrefDriver) -> State:
         ens = md.ensemble_for(e)
         return mask(ens[i] for i in idxs)
 
-    wl, lid = cfg.writer_ledger, d.ledger_id
     s = sp.initial_state(cfg)
+    # The spec's ledgers, in its order: the closed ones, then the writer's (-1: none yet).
+    lids = list(d.closed_ids) + ([d.ledger_id] if cfg.writer else [])
 
     # --- metadata
-    segs: sp.Segments = ()
-    status, last, version = sp.NONE, -1, 0
-    if lid >= 0:
+    status: list[int] = []
+    segs: list[sp.Segments] = []
+    last: list[int] = []
+    version: list[int] = []
+    for lid in lids:
+        if lid < 0:
+            status.append(sp.NONE)
+            segs.append(())
+            last.append(-1)
+            version.append(0)
+            continue
         try:
             md, zk_version = d.store.read_ledger(lid)
         except NoSuchLedgerError:
-            raise ImplementationError(f"the writer's ledger {lid} has no metadata") from None
-        status, segs, last = STATUS[md.state], segments(md.segments), md.last_entry
-        version = zk_version + 1
+            raise ImplementationError(f"ledger {lid} has no metadata") from None
+        status.append(STATUS[md.state])
+        segs.append(segments(md.segments))
+        last.append(md.last_entry)
+        version.append(zk_version + 1)
 
     # --- bookies
     up, ledgers = [], []
     for node in d.bookies:
         up.append(node.up)
-        if node.up == sp.UP:
-            assert node.core is not None
-            assert node.storage is not None
-            info = node.core.ledgers.get(lid)
-            ix = node.storage.index.ledgers.get(lid)
-            entries = 0 if ix is None else sum(1 << e for e in ix.entries)
-            per = (entries, 0, int(info.fenced), info.lac) if info else (entries, 0, 0, -1)
-        else:
-            got = node.on_disk.get(lid)
-            per = (sum(1 << e for e in got[0]), 0, int(got[1]), got[2]) if got else (0, 0, 0, -1)
-        ledgers.append((per,))
+        per_ledger = []
+        for lid in lids:
+            if node.up == sp.UP:
+                assert node.core is not None
+                assert node.storage is not None
+                info = node.core.ledgers.get(lid)
+                ix = node.storage.index.ledgers.get(lid)
+                entries = 0 if ix is None else sum(1 << e for e in ix.entries)
+                per = (entries, 0, int(info.fenced), info.lac) if info else (entries, 0, 0, -1)
+            else:
+                got = node.on_disk.get(lid)
+                per = (
+                    (sum(1 << e for e in got[0]), 0, int(got[1]), got[2]) if got else (0, 0, 0, -1)
+                )
+            per_ledger.append(per)
+        ledgers.append(tuple(per_ledger))
 
     # --- writer
     w = d.writer
@@ -194,11 +233,13 @@ def abstract(d: BkrefDriver) -> State:
         cfg.elections - d.used[sp.B_ELECT],
         cfg.toggles - d.used[sp.B_TOGGLE],
     )
+    if d.autorecovery is not None:
+        s = _autorecovery(d, lids, mask, s)
     return s._replace(
-        meta_status=sp.set_at(s.meta_status, wl, status),
-        meta_segments=sp.set_at(s.meta_segments, wl, segs),
-        meta_last=sp.set_at(s.meta_last, wl, last),
-        meta_version=sp.set_at(s.meta_version, wl, version),
+        meta_status=tuple(status),
+        meta_segments=tuple(segs),
+        meta_last=tuple(last),
+        meta_version=tuple(version),
         b_up=tuple(up),
         b_ledgers=tuple(ledgers),
         w_status=w_status,
@@ -211,4 +252,58 @@ def abstract(d: BkrefDriver) -> State:
         w_sent=tuple(w_sent),
         msgs=tuple(sorted(f.msg for f in d.inflight)),
         budget=budget,
+    )
+
+
+def _autorecovery(
+    d: BkrefDriver, lids: list[int], mask: Callable[[Iterable[str]], int], s: State
+) -> State:
+    """The AutoRecovery variables: tasks, locks, the switch, the election, the workers."""
+    ar = d.autorecovery
+    assert ar is not None
+    names = {n.node_id: n.index for n in ar.nodes}
+    tasks, locks = [], []
+    for lid in lids:
+        got = ar.urm.get(lid) if lid >= 0 else None
+        tasks.append((got[1], mask(got[0].replicas)) if got is not None else (0, 0))
+        owner = ar.urm.lock_holder(lid) if lid >= 0 else None
+        if owner is not None and owner not in names:
+            raise ImplementationError(f"ledger {lid} is locked by {owner!r}, no worker")
+        locks.append(names[owner] if owner is not None else -1)
+    rereplicated = tuple(tuple(sorted(ar.rereplicated.get(i, ()))) for i in range(len(lids)))
+    leader = ar.urm.auditor()
+    holder = -1
+    leads = []
+    for n in ar.nodes:
+        a = n.auditor
+        leads.append(ar.epochs[a.epoch] if a.epoch is not None else 0)
+        if leader is not None and a.leading and a.epoch == leader.epoch == n.vote:
+            holder = n.index
+    stale = any(n.auditor.leading and n.auditor.stale for n in ar.nodes)
+    wk = []
+    for n in ar.nodes:
+        core = n.worker
+        locked = d.spec_ledger(core.locked) if core.locked is not None else -1
+        pending: tuple[int, int, int] | None = None
+        nxt = n.outstanding[0] if n.outstanding else None
+        if isinstance(nxt, CasReplica):
+            pending = (nxt.segment, d.index[nxt.bookie], nxt.expected_version + 1)
+        elif isinstance(nxt, CompleteTask) and nxt.repaired:
+            pending = sp.VERIFIED
+        elif core.phase is WorkerPhase.RECOVERING:
+            pending = sp.RECOVERING
+        if locked < 0 and pending is not None:
+            raise ImplementationError(f"worker {n.index} has {nxt} outstanding and no lock")
+        tv = core.task_version if core.task_version is not None and locked >= 0 else 0
+        wk.append((n.bookie, locked, tv, pending))
+    return s._replace(
+        meta_task=tuple(tasks),
+        meta_lock=tuple(locks),
+        meta_rereplicated=rereplicated,
+        meta_autorecovery=1 if ar.urm.is_enabled() else 0,
+        meta_auditor=(max(ar.epochs.values(), default=0), holder),
+        wk=tuple(wk),
+        au_leads=tuple(leads),
+        au_stale=1 if stale else 0,
+        rc_requested=1 if d.recovery_requested else 0,
     )

@@ -9,6 +9,10 @@ Per example, in this process:
   abandons the storage as a killed process would and a restart replays it;
 - the writer (``LedgerWriter``) and the recovery client (``LedgerRecovery``),
   the sans-I/O cores that bkref's client runs;
+- with AutoRecovery, per worker node a ``WorkerCore`` and an ``AuditorCore``
+  (:mod:`refine.bkref_autorecovery`), and the bookies registered in ZooKeeper;
+- the config's closed ledgers, written through the bookie cores and created
+  closed in the metadata store before the first step;
 - the network is this harness: every request a core sends stays in flight
   here until a spec step delivers, loses or duplicates it.
 
@@ -56,9 +60,11 @@ from impl.core.metadata import LedgerMetadata, Segment
 from impl.core.planted import validate
 from impl.core.recovery import LedgerRecovery, RecoveryPhase
 from impl.core.writer import LedgerWriter
+from impl.meta import layout
 from impl.meta.store import MetadataConflictError, ZkMetadataStore
 from impl.storage.bookie_storage import BookieStorage, StorageConfig
 from impl.storage.crashdisk import CrashDisk
+from refine.bkref_autorecovery import AutoRecoveryActors, CannotDecideError
 from refine.driver import ImplementationError, Performed
 from spec import protocol as sp
 from spec.config import Config
@@ -171,14 +177,10 @@ class BkrefDriver:
     @staticmethod
     def unsupported_reasons(cfg: Config) -> list[str]:
         why = []
-        if cfg.autorecovery:
-            why.append("AutoRecovery (auditor and worker cores are not driven yet)")
-        if cfg.closed_ledgers:
-            why.append("closed ledgers in the initial state")
-        if not cfg.writer:
-            why.append("configs without the writer's ledger")
-        if cfg.writer_ledger_created or cfg.two_segments:
-            why.append("a writer's ledger that exists in the initial state")
+        if cfg.autorecovery and cfg.workers > 1:
+            why.append("two worker nodes (the election's lowest-vote rule: D16)")
+        if cfg.periodic_check:
+            why.append("the periodic ledger check (its in-place refills: D11, D12)")
         if cfg.wipes:
             why.append("wiped-disk restarts (the cookie check is not driven yet)")
         if cfg.mutants:
@@ -205,14 +207,83 @@ class BkrefDriver:
         self.digest = Digest(DigestType.CRC32C, PASSWORD)
         self.key = master_key(PASSWORD)
         self.ledger_id = -1
+        self._request_id = 0
+        self.closed_ids = [self._closed_ledger() for _ in range(cfg.closed_ledgers)]
         self.writer: LedgerWriter | None = None
         self.recovery: LedgerRecovery | None = None
+        self.recovery_requested = False  # a worker asked for the ledger's recovery
         self.recovery_close: WriteMetadata | None = None  # the close CAS recovery asked for
         self.writer_cas: WriteMetadata | None = None  # the ensemble-change CAS in flight
         self.last_request: dict[tuple[int, int], SendRead | SendReadLac] = {}
         self.inflight: list[InFlight] = []
         self.used = [0] * 6  # faults injected, per budget slot
-        self._request_id = 0
+        if cfg.writer and (cfg.writer_ledger_created or cfg.two_segments):
+            self._existing_writer()
+        self.autorecovery: AutoRecoveryActors | None = None
+        if cfg.autorecovery:
+            self.autorecovery = AutoRecoveryActors(self)
+
+    def _closed_ledger(self) -> int:
+        """A ledger of ``closed_entries`` entries on the first E bookies, each entry on its
+        whole write set, created CLOSED (the spec's initial closed ledgers)."""
+        cfg = self._cfg()
+        ensemble = tuple(b.name for b in self.bookies[: cfg.ensemble])
+        md = LedgerMetadata(
+            cfg.ensemble,
+            cfg.write_quorum,
+            cfg.ack_quorum,
+            (Segment(0, ensemble),),
+            DigestType.CRC32C,
+            password_hash(PASSWORD),
+            password=PASSWORD,
+        )
+        data = [f"closed entry {e}".encode() for e in range(cfg.closed_entries)]
+        lid, _version = self.store.create_ledger(
+            md.closed(cfg.closed_entries - 1, sum(len(x) for x in data))
+        )
+        length = 0
+        for e, x in enumerate(data):
+            length += len(x)
+            body = self.digest.sign(lid, e, e - 1, length, x)
+            for i in md.quorum.write_set(e):
+                node = self.bookies[self.index[ensemble[i]]]
+                assert node.core is not None
+                d = node.core.handle(AddRequest(self._next_id(), lid, e, self.key, body, True))
+                node.persist(d.records)
+        return lid
+
+    def _existing_writer(self) -> None:
+        """The writer's ledger as the spec's initial state has it: created on the first E
+        bookies; with ``first_entry_confirmed`` (or ``two_segments``) e0 sent to its whole
+        write set and acknowledged by it; with ``two_segments`` then bookie E-1 replaced
+        by bookie E from e1 on, by the writer's own ensemble change."""
+        cfg = self._cfg()
+        self._writer_creates_ledger(tuple(range(cfg.ensemble)))
+        w = self._writer()
+        if not (cfg.first_entry_confirmed or cfg.two_segments):
+            return
+        w.add(b"entry 0")
+        for a in w.take_actions():
+            if not isinstance(a, SendAdd):
+                raise ImplementationError(f"the writer asked for {a} adding e0")
+            status = self._deliver(InFlight((sp.ADD, self.index[a.bookie], 0, -1, 0), a, "writer"))
+            assert isinstance(status, Status)
+            w.on_add_response(a.bookie, 0, status)
+        w.take_actions()  # e0's completion, to the application
+        if w.lac != 0:
+            raise ImplementationError(f"the writer's LAC is {w.lac} after e0 was acknowledged")
+        if cfg.two_segments:
+            self._writer_changes_ensemble(cfg.ensemble - 1, cfg.ensemble)
+            self._writer_completes_ensemble_change()
+
+    def spec_ledger(self, ledger_id: int) -> int:
+        """The spec's index of bkref's ledger ``ledger_id``."""
+        cfg = self._cfg()
+        if ledger_id == self.ledger_id and cfg.writer:
+            return cfg.writer_ledger
+        if ledger_id in self.closed_ids:
+            return self.closed_ids.index(ledger_id)
+        raise ImplementationError(f"ledger {ledger_id} is none of the spec's ledgers")
 
     def stop(self) -> None:
         for b in getattr(self, "bookies", []):
@@ -297,12 +368,18 @@ class BkrefDriver:
 
     def perform(self, label: Label) -> Performed:
         name, args = label
-        handler: Callable[..., tuple[Label, ...]] | None = getattr(self, "_" + name, None)
-        if handler is None:
-            return Performed(refused=f"{name} is not driven by the {self.name} adapter")
+        ar = self.autorecovery
         try:
+            if name.startswith("worker_") and ar is not None:
+                # A worker decides for itself: the step asked for is its turn.
+                return Performed(decided=ar.worker_turn(int(str(args[0]))))
+            handler: Callable[..., tuple[Label, ...]] | None = getattr(self, "_" + name, None)
+            if handler is None and ar is not None:
+                handler = getattr(ar, name, None)
+            if handler is None:
+                return Performed(refused=f"{name} is not driven by the {self.name} adapter")
             return Performed(followups=handler(*args))
-        except CannotTakeStepError as e:
+        except (CannotTakeStepError, CannotDecideError) as e:
             return Performed(refused=str(e))
 
     # writer
@@ -422,10 +499,16 @@ class BkrefDriver:
         self.bookies[b].crash()
         self.inflight = [f for f in self.inflight if f.msg[1] != b]
         self.used[sp.B_CRASH] += 1
+        if self.autorecovery is not None:  # its session, and so its registration, is gone
+            self.zk.delete(f"{layout.available(self.root)}/{self.bookies[b].name}")
+            self.autorecovery.bookies_changed()
         return ()
 
     def _bookie_restarts(self, b: int) -> tuple[Label, ...]:
         self.bookies[b].open()
+        if self.autorecovery is not None:
+            self.autorecovery.register(b)
+            self.autorecovery.bookies_changed()
         return ()
 
     def _network_loses_message(self, m: Msg) -> tuple[Label, ...]:

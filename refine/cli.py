@@ -90,6 +90,11 @@ def _summary(name: str, stats: RunStats, seconds: float) -> str:
         f"({stats.followups:,} follow-ups), {len(stats.states):,} distinct abstract states, "
         f"{seconds:.1f} s, {stats.steps / seconds:,.0f} steps/s ({shares})"
     )
+    taken = ", ".join(f"{a} x{n:,}" for a, n in sorted(stats.actions.items()))
+    line += f"\n  spec steps taken: {taken}"
+    never = sorted(stats.enabled - set(stats.actions))
+    if never:
+        line += f"\n  offered but never taken: {', '.join(never)}"
     if stats.refused:
         refused = "; ".join(f"{a} x{n}: {stats.refused_why[a]}" for a, n in stats.refused.items())
         line += f"\n  steps the implementation cannot take: {refused}"

@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hypothesis import HealthCheck, Verbosity, note, settings
+from hypothesis import HealthCheck, Phase, Verbosity, note, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky
@@ -47,7 +47,8 @@ class RunStats:
     steps: int = 0  # spec steps taken (follow-ups included)
     followups: int = 0
     decided: int = 0  # turns of actors that decide for themselves (workers)
-    actions: Counter[str] = field(default_factory=Counter)
+    actions: Counter[str] = field(default_factory=Counter)  # spec steps taken, per action
+    enabled: set[str] = field(default_factory=set)  # actions the spec ever offered
     refused: Counter[str] = field(default_factory=Counter)
     refused_why: dict[str, str] = field(default_factory=dict)
     states: set[State] = field(default_factory=set)  # distinct projected abstract states
@@ -165,6 +166,7 @@ def make_machine(
             by_action: dict[str, list[Label]] = {}
             for lb in labels:
                 by_action.setdefault(lb[0], []).append(lb)
+            stats.enabled.update(by_action)
             # Swarm testing (Groce et al., ISSTA 2012): each example switches some actions
             # off for its whole length, so that some examples never close the ledger early
             # and go deep (a second entry, then a crash of a bookie that holds it). Each
@@ -246,6 +248,10 @@ def run(
         report_multiple_bugs=False,
         suppress_health_check=list(HealthCheck),
         verbosity=Verbosity.quiet,
+        # No "explain" phase: after shrinking it would re-run the counterexample many
+        # times to say which steps could vary (minutes with real storage), and the
+        # report already shows both states side by side.
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
     )
     try:
         run_state_machine_as_test(machine, settings=config)

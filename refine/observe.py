@@ -17,6 +17,16 @@ guard or an invariant reads and forgets the rest:
    ensemble: a replaced bookie's send or ack counts for nothing (every read
    of them is masked by that write set). A recovery send set that would
    become empty is kept whole, since ``next_states`` tests it for non-zero.
+5. ``au_stale`` while no node is auditor: only the auditor's audit reads it,
+   and a node that wins the election audits at once (``au_stale = 1``), so its
+   value in between is never read.
+6. Task versions: the spec counts marks; ZooKeeper's znode version restarts
+   when a task is deleted and marked again, and a failed attempt bumps it. Every
+   guard compares versions only by equality (a worker's delete succeeds when the
+   task is still at the version it read under its lock), so a task keeps only
+   the set of bookies it names, at version 0, and a worker's version becomes 0
+   if it is the task's current one, 1 if not (so projecting twice changes
+   nothing).
 
 Each removal keeps the guards' and invariants' verdicts, so a projected match
 is a match for every decision the spec makes.
@@ -25,7 +35,13 @@ is a match for every decision the spec makes.
 from __future__ import annotations
 
 from spec.config import Config
-from spec.protocol import State, drop_dead_requests, last_ensemble_write_set, write_set
+from spec.protocol import (
+    State,
+    auditor_node,
+    drop_dead_requests,
+    last_ensemble_write_set,
+    write_set,
+)
 from spec.trace import describe
 
 
@@ -47,7 +63,11 @@ def project(cfg: Config, s: State) -> State:
             ws = last_ensemble_write_set(cfg, s.rc_segments, e)
             rc_acks[e] &= ws
             rc_sent[e] = rc_sent[e] & ws or rc_sent[e]
+    wk = tuple((b, lg, int(lg >= 0 and tv != s.meta_task[lg][0]), p) for b, lg, tv, p in s.wk)
     return s._replace(
+        meta_task=tuple((0, lost) for _v, lost in s.meta_task),
+        wk=wk,
+        au_stale=s.au_stale if auditor_node(s) >= 0 else 0,
         w_version=0,
         rc_version=0,
         w_acks=tuple(acks),

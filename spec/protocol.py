@@ -1064,9 +1064,11 @@ def auditor_loses_session(cfg: Config, s: State) -> State | None:
 def node_wins_auditor_election(cfg: Config, s: State, node: int) -> State | None:
     """A node creates the leader znode: it is auditor of the next election epoch.
 
-    Key points: only when no node holds the znode. The mutant
-    ``auditor-without-election`` lets a node that is not auditor believe it
-    leads the current epoch without creating the znode.
+    Key points: only when no node holds the znode. The new auditor audits at
+    once (``au_stale``), as BookKeeper's does: bookies lost while nobody led
+    were marked by no one. The mutant ``auditor-without-election`` lets a node
+    that is not auditor believe it leads the current epoch without creating the
+    znode.
     """
     epoch, holder = s.meta_auditor
     if s.au_leads[node]:
@@ -1075,7 +1077,9 @@ def node_wins_auditor_election(cfg: Config, s: State, node: int) -> State | None
         if "auditor-without-election" not in cfg.mutants:
             return None
         return s._replace(au_leads=set_at(s.au_leads, node, epoch))
-    return s._replace(meta_auditor=(epoch + 1, node), au_leads=set_at(s.au_leads, node, epoch + 1))
+    return s._replace(
+        meta_auditor=(epoch + 1, node), au_leads=set_at(s.au_leads, node, epoch + 1), au_stale=1
+    )
 
 
 # ================================================================== WORKER ACTIONS
@@ -1139,8 +1143,8 @@ def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int) -> State | N
     lost bookie held is read from a live bookie of its write set. The
     worker remembers the metadata version it read, for its CAS.
     """
-    bookie, ledger, tv, pending = s.wk[w]
-    if ledger < 0 or pending is not None or s.b_up[bookie] != UP:
+    bookie, ledger, tv, _pending = s.wk[w]
+    if not _worker_ready(s, w) or s.b_up[bookie] != UP:
         return None
     if not segment_is_closed(s, ledger, idx) and (
         "replicate-open-segment-without-fencing" not in cfg.mutants or s.meta_status[ledger] == NONE
@@ -1170,55 +1174,66 @@ def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int) -> State | N
 def worker_updates_segment_ensemble(cfg: Config, s: State, w: int) -> State | None:
     """The worker CASes the segment's ensemble: its bookie replaces the lost one.
 
-    Key points: the CAS fails if the metadata changed since the copy (the
-    copy is then redone from the new metadata).
+    Key points: if the metadata changed since the copy (the writer's ensemble
+    change, a recovery's close), the CAS fails and the worker re-reads it and
+    tries again on it, as BookKeeper's replicator does, while the copied segment
+    still names the lost bookie and not the worker's (a closed segment's entries
+    and start never change); otherwise the copy is dropped, to be redone.
     """
     bookie, ledger, tv, pending = s.wk[w]
-    if pending is None or pending == VERIFIED:
+    if pending is None or pending in (VERIFIED, RECOVERING):
         return None
-    idx, lost, version = pending
+    idx, lost, _version = pending
     wk = set_at(s.wk, w, (bookie, ledger, tv, None))
-    if s.meta_version[ledger] != version:
-        return s._replace(wk=wk)
     segs = s.meta_segments[ledger]
     first, ens = segs[idx]
+    if lost not in ens or bookie in ens:
+        return s._replace(wk=wk)
     new_segs = set_at(segs, idx, (first, tuple(bookie if b == lost else b for b in ens)))
     rerepl = tuple(sorted({*s.meta_rereplicated[ledger], (idx, bookie)}))
     return s._replace(
         meta_segments=set_at(s.meta_segments, ledger, new_segs),
-        meta_version=set_at(s.meta_version, ledger, version + 1),
+        meta_version=set_at(s.meta_version, ledger, s.meta_version[ledger] + 1),
         meta_rereplicated=set_at(s.meta_rereplicated, ledger, rerepl),
         wk=wk,
     )
 
 
 def worker_fences_open_ledger(cfg: Config, s: State, w: int) -> State | None:
-    """The grace period is over and the last segment is still open: recover, then retry.
+    """The grace period is over and the last segment is still open: recover it first.
 
     Key points: the worker has the ledger opened with recovery (fenced and
-    closed by the recovery client) and releases the lock; the task stays, so
-    the closed segment is replicated later.
+    closed by the recovery client) and keeps the lock until the ledger is
+    closed, as BookKeeper's worker does; it then goes on with the same task
+    (the segment, closed now, is copied like any other).
     """
-    bookie, ledger, _tv, pending = s.wk[w]
-    if ledger != cfg.writer_ledger or pending is not None:
+    bookie, ledger, tv, _pending = s.wk[w]
+    if ledger != cfg.writer_ledger or not _worker_ready(s, w):
         return None
     last = len(s.meta_segments[ledger]) - 1
     if s.meta_status[ledger] != OPEN or _segment_needs_repair(cfg, s, ledger, last) < 0:
         return None
-    return s._replace(
-        rc_requested=1,
-        meta_lock=set_at(s.meta_lock, ledger, -1),
-        wk=set_at(s.wk, w, (bookie, -1, 0, None)),
-    )
+    return s._replace(rc_requested=1, wk=set_at(s.wk, w, (bookie, ledger, tv, RECOVERING)))
 
 
-VERIFIED = (-1, -1, -1)  # a worker's pending marker: it found the ledger fully replicated
+# A worker's pending markers besides a copy (segment, lost bookie, metadata version):
+VERIFIED = (-1, -1, -1)  # it found the ledger fully replicated
+RECOVERING = (-2, -2, -2)  # it asked for the ledger's recovery and waits for it to close
+
+
+def _worker_ready(s: State, w: int) -> bool:
+    """The worker holds a ledger's lock and nothing of its own is under way: no copy
+    awaits its CAS, no verdict its delete, no recovery it asked for still runs."""
+    _b, ledger, _tv, pending = s.wk[w]
+    if ledger < 0:
+        return False
+    return pending is None or (pending == RECOVERING and s.meta_status[ledger] == CLOSED)
 
 
 def worker_verifies_ledger_replicated(cfg: Config, s: State, w: int) -> State | None:
     """The worker checks the ledger: every segment's bookies are live (nothing to copy)."""
-    bookie, ledger, tv, pending = s.wk[w]
-    if ledger < 0 or pending is not None:
+    bookie, ledger, tv, _pending = s.wk[w]
+    if not _worker_ready(s, w):
         return None
     if any(
         _segment_needs_repair(cfg, s, ledger, i) >= 0 for i in range(len(s.meta_segments[ledger]))
@@ -1250,8 +1265,8 @@ def worker_deletes_task(cfg: Config, s: State, w: int) -> State | None:
 
 def worker_releases_lock(cfg: Config, s: State, w: int) -> State | None:
     """The worker cannot repair the ledger now (no target, no source): it lets the lock go."""
-    bookie, ledger, _tv, pending = s.wk[w]
-    if ledger < 0 or pending is not None:
+    bookie, ledger, _tv, _pending = s.wk[w]
+    if not _worker_ready(s, w):
         return None
     for idx in range(len(s.meta_segments[ledger])):
         if worker_copies_fragment(cfg, s, w, idx) is not None:
@@ -1279,10 +1294,14 @@ def operator_disables_autorecovery(cfg: Config, s: State) -> State | None:
 
 
 def operator_enables_autorecovery(cfg: Config, s: State) -> State | None:
-    """The operator enables AutoRecovery again (weakly fair: maintenance ends)."""
+    """The operator enables AutoRecovery again (weakly fair: maintenance ends).
+
+    Key points: the auditor audits at once (``au_stale``): a loss it saw while
+    disabled published nothing.
+    """
     if s.meta_autorecovery:
         return None
-    return s._replace(meta_autorecovery=1)
+    return s._replace(meta_autorecovery=1, au_stale=1)
 
 
 # ================================================================== NEXT

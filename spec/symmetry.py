@@ -58,7 +58,8 @@ def rename(s: State, perm: tuple[int, ...]) -> State:
         rc_acks=tuple(mm(x, perm) for x in s.rc_acks),
         rc_sent=tuple(mm(x, perm) for x in s.rc_sent),
         wk=tuple(
-            (perm[b], lg, v, None if p is None else (p[0], perm[p[1]], p[2]))
+            # A copy names its lost bookie; the markers VERIFIED and RECOVERING name none.
+            (perm[b], lg, v, p if p is None or p[1] < 0 else (p[0], perm[p[1]], p[2]))
             for b, lg, v, p in s.wk
         ),
         msgs=tuple(msgs),

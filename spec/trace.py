@@ -63,7 +63,7 @@ def describe(s: State) -> dict[str, str]:
     out["recovery.acks"] = " ".join(f"e{e}:{_bookies(a)}" for e, a in enumerate(s.rc_acks) if a)
     for w, (bookie, ledger, tv, pending) in enumerate(s.wk):
         out[f"worker{w}"] = f"on b{bookie}, " + (
-            f"L{ledger} task v{tv} pending {pending}" if ledger >= 0 else "idle"
+            f"L{ledger} task v{tv} {_pending(pending)}" if ledger >= 0 else "idle"
         )
     out["auditor"] = " ".join(f"node{n}:epoch {e}" for n, e in enumerate(s.au_leads)) + (
         " stale" if s.au_stale else ""
@@ -72,6 +72,14 @@ def describe(s: State) -> dict[str, str]:
         out["msg " + format_label(("", (m,)))[1:-1]] = f"x{s.msgs.count(m)}"
     out["budget"] = str(s.budget)
     return out
+
+
+def _pending(p: tuple[int, int, int] | None) -> str:
+    if p is None:
+        return "nothing under way"
+    if p[1] < 0:
+        return "verified" if p[0] == -1 else "recovering"
+    return f"copied segment {p[0]} of b{p[1]} at version {p[2]}"
 
 
 def diff(before: State, after: State) -> list[str]:

@@ -143,8 +143,11 @@ class ReplicationWorker:
         if leaked:
             log.warning("worker %s: released %d leftover lock(s)/slot(s)", self.node_id, leaked)
         tasks = await asyncio.to_thread(self.urm.tasks)
+        writable = None
+        if tasks and self.local is not None:
+            writable = set(await asyncio.to_thread(self.bk.meta.writable_bookies))
         self._queue.clear()
-        self.core.on_tasks(tasks, _now_ms(), int(time.time() * 1000))
+        self.core.on_tasks(tasks, _now_ms(), int(time.time() * 1000), writable=writable)
         attempted = 0
         while (action := self._next()) is not None:
             if not isinstance(action, TryLock):

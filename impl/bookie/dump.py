@@ -5,10 +5,12 @@ reads (its ``entries`` table)::
 
     {"bookie": "127.0.0.1:3181", "ledger": 7, "entry": 0, "digest": "9a0364b9"}
 
-``digest`` is the CRC32C of the whole stored body (header, entry digest and data),
-so replicas of one entry compare equal exactly when they hold the same bytes; an entry
-the bookie indexes but cannot read back gets the digest ``unreadable`` (and an
-``error``), which matches no good copy. The bookie must be stopped: opening its
+``digest`` is the entry's content fingerprint (``impl.core.digest.content_fingerprint``):
+replicas of one entry compare equal exactly when they hold the same ids, length and
+data, whatever LAC each piggybacks (a recovery's write-back carries its own, as in
+BookKeeper), and a copy with any flipped byte matches no good copy; an entry the
+bookie indexes but cannot read back gets the digest ``unreadable`` (and an ``error``),
+which matches no good copy either. The bookie must be stopped: opening its
 storage replays the journal, as a restart would.
 """
 
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from impl.bookie.config import BookieConfig
-from impl.core.checksum import crc32c
+from impl.core.digest import content_fingerprint
 from impl.storage.bookie_storage import BookieStorage
 
 UNREADABLE = "unreadable"
@@ -44,7 +46,7 @@ def stored_entries(config: BookieConfig) -> Iterator[dict[str, Any]]:
                     continue
                 if body is None:
                     continue
-                yield {**row, "digest": f"{crc32c(body):08x}"}
+                yield {**row, "digest": content_fingerprint(body)}
     finally:
         storage.close()
 

@@ -12,7 +12,8 @@ at a time. The decisions, after BookKeeper's Auditor:
 - A bookie that disappears from the registrations is audited after
   ``lostBookieRecoveryDelay`` (read from ZooKeeper at that moment:
   :class:`ReadDelay`), at once if more than one bookie that holds data is down,
-  or if an audit was already waiting. A trigger (the delay znode written, or
+  or if an audit was already waiting. A bookie that joins is audited at once
+  (unless an audit is waiting already). A trigger (the delay znode written, or
   AutoRecovery enabled again) and the periodic bookie check audit at once.
 - An audit (:class:`ReadLedgers`, answered by :meth:`AuditorCore.on_ledgers`)
   marks every ledger naming a lost or decommissioning bookie (:class:`Mark`).
@@ -248,11 +249,17 @@ class AuditorCore:
         # Every bookie down now that still holds data (the audits say which): two such
         # bookies may hold both replicas of an entry, so the delay would risk it.
         down = (self._seen - registered) & (self._named | lost)
+        joined = registered - self._known
         self._known = registered
         self._seen |= registered
         if lost:
             self._loss = (self.now_ms, len(down))
             self._actions.append(ReadDelay(frozenset(lost), frozenset(down)))
+        elif joined and self._audit_at is None and self._loss is None:
+            # Any change of the registrations is audited, as BookKeeper's auditor does: a
+            # bookie back while another is still down re-marks that one's ledgers, so a
+            # worker that found them repaired before the loss cannot delete their task.
+            self._audit_at = self.now_ms
 
     def on_delay(self, seconds: int) -> None:
         """The ``lostBookieRecoveryDelay`` in force when the loss was seen."""

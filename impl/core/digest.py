@@ -70,6 +70,27 @@ def peek_header(body: bytes) -> EntryHeader:
     return EntryHeader(*HEADER.unpack_from(body, 0))
 
 
+def content_fingerprint(body: bytes) -> str:
+    """What every replica of an entry must agree on, as 8 hex digits.
+
+    Replicas of one entry need not be the same bytes: a recovery's write-back and a
+    repair's copy carry their own piggybacked LAC (as BookKeeper's recovery adds do),
+    and the digest covers it. A CRC32C-signed body that verifies (no password is
+    needed for that) is fingerprinted by its ids, length and data, without the LAC
+    and the digest. Any other body (HMAC-signed, whose digest cannot be told from the
+    data without the password, or a CRC32C body that fails verification: a flipped
+    byte anywhere) is fingerprinted whole, so that it matches only identical bytes.
+    """
+    h = HEADER.size
+    if len(body) >= h + 4:
+        header, data = body[:h], body[h + 4 :]
+        if body[h : h + 4] == struct.pack(">I", crc32c(data, crc32c(header))):
+            ledger_id, entry_id, _lac, length = HEADER.unpack(header)
+            ids = struct.pack(">QQQ", ledger_id, entry_id, length)
+            return f"{crc32c(data, crc32c(ids)):08x}"
+    return f"{crc32c(body):08x}"
+
+
 class Digest:
     """Signs and verifies entries of one ledger."""
 

@@ -438,6 +438,14 @@ class RepairRun:
 # ------------------------------------------------------------------ the worker
 
 
+def _lost_now(
+    metadata: LedgerMetadata, live: Collection[str], known: Mapping[str, Reason]
+) -> dict[str, Reason]:
+    """Bookies the ledger's segments name that are not registered now and ``known`` does
+    not list yet."""
+    return {b: Reason.LOST for b in sorted(metadata.bookies()) if b not in live and b not in known}
+
+
 class WorkerPhase(enum.Enum):
     IDLE = "IDLE"  # no round under way, or the round found nothing to do
     LOCKING = "LOCKING"  # TryLock out
@@ -518,9 +526,18 @@ class WorkerCore:
         way finishes)."""
         self.enabled = enabled
 
-    def on_tasks(self, tasks: Sequence[tuple[Task, int]], now_ms: int, wall_ms: int) -> None:
+    def on_tasks(
+        self,
+        tasks: Sequence[tuple[Task, int]],
+        now_ms: int,
+        wall_ms: int,
+        *,
+        writable: Collection[str] | None = None,
+    ) -> None:
         """A round starts with the task list (``wall_ms``: the wall clock, which task
-        ages are measured in). A round an error cut short is dropped."""
+        ages are measured in). A round an error cut short is dropped. ``writable``: the
+        writable bookies; a worker whose own bookie is not among them takes no ledger
+        (it has nowhere to copy to; the workers of live bookies do the work)."""
         if self.locked is not None:
             raise LocalProtocolError(
                 f"worker {self.node_id}: a new round while ledger {self.locked} is locked"
@@ -530,6 +547,8 @@ class WorkerCore:
         self._reset_attempt()
         self.attempted = 0
         self._round = order_tasks((t for t, _v in tasks), wall_ms, self.config.scheduling)
+        if self.local is not None and writable is not None and self.local not in writable:
+            self._round = []
         self._next_candidate()
 
     def on_lock(
@@ -572,10 +591,14 @@ class WorkerCore:
                     f"worker {self.node_id}: ledger {lid} read without bookies"
                 )
             assert self.task is not None
-            # Lost replicas that came back need nothing; the others all still do.
+            # Lost replicas that came back need nothing; the others all still do. A bookie
+            # of the ledger lost since the mark is repaired too, as BookKeeper's worker
+            # checks every fragment of the ledger and not only the bookies its task names.
             self._bad = {
                 b: r for b, r in self.task.replicas.items() if r is not Reason.LOST or b not in live
             }
+            if metadata is not None:
+                self._bad.update(_lost_now(metadata, live, self._bad))
             if metadata is None:
                 self._complete(repaired=False)
             else:
@@ -587,10 +610,16 @@ class WorkerCore:
                 )
             if metadata is None:
                 self._complete(repaired=False)
-            else:
-                self._start_run(lid, metadata, version, candidates)
+                return
+            if live is not None:
+                # The recovery took a while: a lost bookie may be back, another lost.
+                self._bad = {
+                    b: r for b, r in self._bad.items() if r is not Reason.LOST or b not in live
+                }
+                self._bad.update(_lost_now(metadata, live, self._bad))
+            self._start_run(lid, metadata, version, candidates)
         elif self.phase is WorkerPhase.VERIFYING:
-            self._verify(lid, metadata)
+            self._verify(lid, metadata, live)
         else:
             raise LocalProtocolError(f"worker {self.node_id}: no read pending in {self.phase}")
 
@@ -599,7 +628,7 @@ class WorkerCore:
         lid = self._in(WorkerPhase.RECOVERING)
         self._open_seen.pop(lid, None)
         self.phase = WorkerPhase.REREADING
-        self._actions.append(ReadLedger(lid, candidates=True))
+        self._actions.append(ReadLedger(lid, live=True, candidates=True))
 
     def on_open_lac(self, lac: int) -> None:
         self._in(WorkerPhase.COPYING)
@@ -704,22 +733,33 @@ class WorkerCore:
             self._fail(run.failed)
             return
         self.phase = WorkerPhase.VERIFYING
-        self._actions.append(ReadLedger(run.ledger_id))
+        self._actions.append(ReadLedger(run.ledger_id, live=True))
 
-    def _verify(self, lid: int, md: LedgerMetadata | None) -> None:
+    def _verify(self, lid: int, md: LedgerMetadata | None, live: Collection[str] | None) -> None:
         if md is None:
             self._complete(repaired=False)
             return
         assert self.run is not None
-        result = self.run.result
-        if result.complete and is_repaired(md, self._bad):
+        bad: Mapping[str, Reason] = self._bad
+        if live is not None:
+            lost = _lost_now(md, live, self._bad)
+            if lost:
+                # A bookie of the ledger was lost during the copies: not repaired, and not
+                # this attempt's failure either; the auditor marks it and a later round
+                # repairs it (the task must not be deleted now).
+                self._defer(f"bookie(s) {', '.join(sorted(lost))} lost during the repair")
+                return
+            # A lost replica that came back during the copies needs nothing any more: a
+            # fragment of it that was skipped does not count.
+            bad = {b: r for b, r in self._bad.items() if r is not Reason.LOST or b not in live}
+        skipped = [f for f in self.run.result.fragments if f.skipped and f.bookie in bad]
+        if not skipped and is_repaired(md, bad):
             self._actions.append(Verified(lid))
             self._complete(repaired=True)
             return
-        if result.complete and open_segment_has(md, self._bad):
+        if not skipped and open_segment_has(md, bad):
             self._defer("the rest is in the open segment")  # it waits for the close
             return
-        skipped = [f for f in result.fragments if f.skipped]
         if skipped and all(f.deferred for f in skipped):
             # Another worker's to do, or slots busy: not a failure.
             self._defer("; ".join(sorted({f.skipped for f in skipped})))

@@ -44,7 +44,7 @@ def _zk_rate(zk: KazooClient, n: int) -> float:
 
 
 def run(quick: bool) -> str:
-    names = ["a-short"] if quick else ["a-short", "b-short", "a-dup", "m-journal"]
+    names = ["a-short"] if quick else ["a-short", "b-short", "a-dup", "m-journal", "c-short", "c"]
     examples = 20 if quick else 500
     with tempfile.TemporaryDirectory(prefix="bkref-bench-refine-") as tmp:
         ensemble = ZooKeeperEnsemble(directory=Path(tmp) / "zk", size=1)

@@ -179,18 +179,34 @@ def test_a_second_lost_bookie_or_a_trigger_brings_a_delayed_audit_forward() -> N
     assert core.take_actions() == [ReadLedgers()]
 
 
-def test_a_zero_delay_audits_at_once_and_a_returning_bookie_schedules_nothing() -> None:
+def test_a_zero_delay_audits_at_once_and_a_returning_bookie_is_audited_too() -> None:
     core = _leader()
     core.on_registered(ALL - {C}, 1_000)
     core.take_actions()
     core.on_delay(0)
     core.tick(1_000)
     assert core.take_actions() == [ReadLedgers()]
+    assert core.audit_due_at is None
+    # Any change of the registrations is audited (the spec's bookie_restarts makes the
+    # auditor stale): another bookie still down gets its ledgers marked again.
     core.on_registered(ALL, 2_000)
-    assert core.take_actions() == []
-    assert not core.stale
+    assert core.take_actions() == []  # no delay to read: nothing was lost
+    assert core.next_wakeup_ms == 2_000  # the audit is due now
+    core.tick(2_000)
+    assert core.take_actions() == [ReadLedgers()]
     with pytest.raises(LocalProtocolError):
         core.on_delay(0)  # no loss asked for it
+
+
+def test_a_returning_bookie_does_not_hasten_a_delayed_audit() -> None:
+    core = _leader()
+    core.on_registered(ALL - {C}, 1_000)
+    core.take_actions()
+    core.on_delay(60)
+    core.on_registered(ALL, 2_000)  # C is back within lostBookieRecoveryDelay
+    core.tick(2_000)
+    assert core.take_actions() == []
+    assert core.audit_due_at == 61_000
 
 
 def test_periodic_bookie_check_audits_and_the_ledger_check_follows_its_interval() -> None:
@@ -321,7 +337,7 @@ def test_lock_copy_cas_verify_delete_unlock_one_step_at_a_time() -> None:
     assert core.pending == (0, A, 10)  # recorded only once the CAS lands
     core.on_cas(11)
     assert _pending(core) is None
-    assert core.take_actions() == [ReadLedger(1)]
+    assert core.take_actions() == [ReadLedger(1, live=True)]
     core.on_ledger(repaired, 11, 0)
     assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
     core.on_completed(True)
@@ -378,7 +394,7 @@ def test_an_open_ledger_waits_its_grace_period_then_is_fenced() -> None:
     core.on_unlocked(31_000)
     assert again(61_000, 11) == [StartRecovery(1, b"pw", (A,))]
     core.on_recovered()
-    assert core.take_actions() == [ReadLedger(1, candidates=True)]
+    assert core.take_actions() == [ReadLedger(1, live=True, candidates=True)]
     core.on_ledger(CLOSED, 13, 61_000, candidates=RACKS)  # the recovery closed it
     [copy] = core.take_actions()
     assert isinstance(copy, Copy)
@@ -445,7 +461,7 @@ def test_a_cas_conflict_retries_on_the_new_metadata_or_gives_up_the_copy() -> No
     moved = replace_replica(CLOSED, 0, A, E)
     assert moved is not None
     core.on_cas_conflict(moved, 13)
-    assert core.take_actions() == [ReadLedger(1)]
+    assert core.take_actions() == [ReadLedger(1, live=True)]
     core.on_ledger(moved, 13, 0)
     # A is gone from the metadata: nothing left to do, whoever did it.
     assert core.take_actions() == [
@@ -476,14 +492,14 @@ def test_busy_repair_slots_or_no_room_beside_this_worker_defer_not_fail() -> Non
     core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
     core.take_actions()
     core.on_copy_busy()
-    assert core.take_actions() == [ReadLedger(1)]
+    assert core.take_actions() == [ReadLedger(1, live=True)]
     core.on_ledger(CLOSED, 10, 0)
     assert core.take_actions() == [Defer(1, "no free repair slot on b:1, c:1, d:1"), Unlock(1)]
 
     core = _locked()
     on_d = _md((Segment(0, (A, B, D)),), closed_at=5)  # the local bookie holds a replica
     core.on_ledger(on_d, 10, 0, live=LIVE, candidates=RACKS)
-    assert core.take_actions() == [ReadLedger(1)]
+    assert core.take_actions() == [ReadLedger(1, live=True)]
     core.on_ledger(on_d, 10, 0)
     [defer, unlock] = core.take_actions()
     assert isinstance(defer, Defer)
@@ -493,13 +509,13 @@ def test_busy_repair_slots_or_no_room_beside_this_worker_defer_not_fail() -> Non
 
 def test_a_replica_missing_entries_is_refilled_in_place_without_a_cas() -> None:
     core = _locked(_task(replicas={B: Reason.ENTRIES_MISSING}))
-    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
     [copy] = core.take_actions()
     assert isinstance(copy, Copy)
     assert copy.in_place
     assert copy.target == B
     core.on_copied(1, 100)
-    assert core.take_actions() == [ReadLedger(1)]
+    assert core.take_actions() == [ReadLedger(1, live=True)]
     core.on_ledger(CLOSED, 10, 0)
     assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
 
@@ -508,7 +524,7 @@ def test_a_lost_bookie_back_again_needs_nothing_and_a_deleted_ledger_completes()
     core = _locked()
     core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
     assert core.bad == {}
-    assert core.take_actions() == [ReadLedger(1)]
+    assert core.take_actions() == [ReadLedger(1, live=True)]
     core.on_ledger(CLOSED, 10, 0)
     assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
 
@@ -570,3 +586,58 @@ def test_plants_of_other_components_change_no_worker_decision(plant: str) -> Non
     core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
     [copy] = core.take_actions()
     assert isinstance(copy, Copy)
+
+
+def test_a_lost_bookie_the_task_does_not_name_is_repaired_too() -> None:
+    # The task names B (entries missing); A was lost since the mark. As BookKeeper's
+    # worker checks every fragment, A's is copied first (ensemble order), then B's.
+    core = _locked(_task(replicas={B: Reason.ENTRIES_MISSING}))
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.bad == {A: Reason.LOST, B: Reason.ENTRIES_MISSING}
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
+    assert (copy.fragment.bookie, copy.target, copy.in_place) == (A, D, False)
+
+
+def test_a_bookie_lost_during_the_copies_keeps_the_task() -> None:
+    core = _locked()
+    core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
+    core.on_copied(5, 500)
+    [cas] = core.take_actions()
+    assert isinstance(cas, CasReplica)
+    core.on_cas(11)
+    assert core.take_actions() == [ReadLedger(1, live=True)]
+    core.on_ledger(cas.metadata, 11, 0, live=LIVE - {B})  # B went away meanwhile
+    defer, unlock = core.take_actions()
+    assert isinstance(defer, Defer)
+    assert "b:1 lost during the repair" in defer.why
+    assert unlock == Unlock(1)
+
+
+def test_a_worker_whose_bookie_is_not_writable_takes_no_ledger() -> None:
+    core = WorkerCore("w1", D, WorkerConfig(), 0)
+    core.on_tasks([(_task(), 3)], 0, wall_ms=0, writable={B, C, E})
+    assert core.take_actions() == []
+    assert core.phase is WorkerPhase.IDLE
+    core.on_tasks([(_task(), 3)], 0, wall_ms=0, writable={B, C, D, E})
+    assert core.take_actions() == [TryLock(1)]
+
+
+def test_a_lost_bookie_back_during_the_copies_needs_nothing_more() -> None:
+    # A and B lost; A's fragment moves to D (the worker's bookie), B's has nowhere to go
+    # (D is in the ensemble now). B comes back before the look at the result: the
+    # ledger is repaired, as the spec's worker_verifies_ledger_replicated says.
+    core = _locked(_task(replicas={A: Reason.LOST, B: Reason.LOST}))
+    core.on_ledger(CLOSED, 10, 0, live=LIVE - {B}, candidates={C: "r3", D: "r4", E: "r5"})
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
+    assert copy.fragment.bookie == A
+    core.on_copied(5, 500)
+    [cas] = core.take_actions()
+    assert isinstance(cas, CasReplica)
+    core.on_cas(11)
+    assert core.take_actions() == [ReadLedger(1, live=True)]
+    core.on_ledger(cas.metadata, 11, 0, live=LIVE)
+    assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]

@@ -9,6 +9,7 @@ from impl.bookie.config import BookieConfig
 from impl.bookie.dump import UNREADABLE, stored_entries
 from impl.core.bookie import JournalAdd, JournalMasterKey
 from impl.core.checksum import crc32c
+from impl.core.digest import Digest, DigestType, content_fingerprint
 from impl.storage.bookie_storage import BookieStorage
 from impl.storage.entrylog import log_path
 from tests.impl.test_storage import KEY, _body, _persist
@@ -43,5 +44,25 @@ def test_a_corrupt_record_length_marks_one_entry_unreadable_and_the_dump_goes_on
     assert "cut short" in bad["error"]
     for (lg, e), r in by_key.items():
         if (lg, e) != (1, 4):
-            assert r["digest"] == f"{crc32c(_body(lg, e)):08x}", (lg, e)
+            assert r["digest"] == content_fingerprint(_body(lg, e)), (lg, e)
             assert "error" not in r
+
+
+def test_replicas_that_differ_only_in_their_piggybacked_lac_match_and_a_flip_does_not() -> None:
+    # The writer's copy and a recovery's write-back of one entry: same data, own LACs.
+    d = Digest(DigestType.CRC32C, b"pw")
+    writer = d.sign(7, 3, 1, 120, b"payload")
+    writeback = d.sign(7, 3, 2, 120, b"payload")
+    assert writer != writeback
+    assert content_fingerprint(writer) == content_fingerprint(writeback)
+    assert content_fingerprint(d.sign(7, 3, 1, 120, b"payloaD")) != content_fingerprint(writer)
+    assert content_fingerprint(d.sign(7, 4, 1, 120, b"payload")) != content_fingerprint(writer)
+    for i in range(len(writer)):  # a flipped byte anywhere, the LAC field included
+        flipped = writer[:i] + bytes([writer[i] ^ 0x10]) + writer[i + 1 :]
+        assert content_fingerprint(flipped) != content_fingerprint(writer), i
+    # HMAC copies cannot be split without the password: compared byte for byte.
+    h = Digest(DigestType.HMAC, b"pw")
+    assert (
+        content_fingerprint(h.sign(7, 3, 1, 120, b"x"))
+        == f"{crc32c(h.sign(7, 3, 1, 120, b'x')):08x}"
+    )

@@ -27,9 +27,7 @@ pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 
 SUPPORTED = [n for n, c in NAMED.items() if not BkrefDriver.unsupported_reasons(c)]
 
-# Planted bugs the bkref driver exercises, and the config each is caught in. The others
-# (repair-*) need the replication worker's decisions driven one at a time: not yet
-# (issue 18).
+# Every planted bug, and the config that catches it.
 # Spec steps bkref has no way to take (docs/refine.md says why): the machine counts them.
 REFUSALS = {"writer_resends_add", "recovery_client_changes_ensemble", "recovery_client_resends_add"}
 
@@ -39,6 +37,10 @@ CAUGHT_IN = {
     # Breaks no hand-written invariant and loses nothing a history shows: only the
     # comparison of the bookie's whole state with the spec's sees the forgotten LAC.
     "bookie-forgets-lac-on-replay": "b",
+    # The worker's own decision (a CAS with no copy before it) is what the spec refuses.
+    "repair-without-copy": "c-short",
+    # A worker that meets an open ledger on a lost bookie and does not have it fenced.
+    "repair-open-segment-without-fence": "m-open-segment",
 }
 
 
@@ -54,8 +56,9 @@ def zk(zookeeper: ZooKeeperEnsemble) -> Iterator[KazooClient]:
 
 
 def test_the_short_configs_are_supported() -> None:
-    assert {"a", "b", "a-short", "b-short", "a-dup", "m-journal"} <= set(SUPPORTED)
-    assert set(CAUGHT_IN) <= set(PLANTS)
+    assert {"a", "b", "c", "a-short", "b-short", "c-short", "live-c", "a-dup"} <= set(SUPPORTED)
+    assert {"m-journal", "m-open-segment", "m-task-version", "m-2615", "m-581"} <= set(SUPPORTED)
+    assert set(CAUGHT_IN) == set(PLANTS)
 
 
 @pytest.mark.parametrize("name", SUPPORTED)
