@@ -20,6 +20,13 @@ the ledger taken late). Implementation steps with no spec counterpart
 (``ReadLedger``, ``RecordFailure``, an ``Unlock`` of a task gone under the lock)
 are taken within a turn; the abstraction must not change across them.
 
+The election: every node votes at the start, node 0 first (the spec's initial
+auditor). A session loss deletes the auditor's vote; each node looks at the
+votes only when the spec says one wins, and only the node with the lowest vote
+alive can (bkref's rule; the spec lets any node win: D16, refused and counted).
+The workers share this harness's ZooKeeper session; a lock's owner is the
+worker's node id, which ``try_lock`` compares.
+
 Time is a clock this harness advances by an hour per step: every backoff and
 grace period has elapsed whenever a worker gets its turn, as the spec, which
 has no clocks, lets any interleaving happen. ``lostBookieRecoveryDelay`` is 0.
@@ -132,10 +139,11 @@ class AutoRecoveryActors:
             )
         for i in range(len(d.bookies)):
             self.register(i)
-        # The spec's initial state: node 0 won the first election and audited (nothing
-        # was lost).
+        # The spec's initial state: every node has a vote, node 0's the lowest, and node 0
+        # won the first election and audited (nothing was lost).
+        for n in self.nodes:
+            self._join(n)
         if self.nodes:
-            self._join(self.nodes[0])
             self._audit(self.nodes[0])
 
     # ------------------------------------------------------------ time and views
@@ -170,23 +178,24 @@ class AutoRecoveryActors:
     def _join(self, n: Node) -> None:
         path = self.urm.join_election(n.node_id)
         n.vote = int(path.rsplit("_", 1)[1])
-        self._votes()
+        self._look_at_votes(n)
 
-    def _votes(self) -> None:
-        """Every node looks at the votes (its watch fired); a new leader sets its
-        baseline of registered bookies, as the shell's first look does."""
+    def _look_at_votes(self, n: Node) -> None:
+        """``n``'s watch on the votes fires: it leads if its vote is the lowest alive; a
+        new leader sets its baseline of registered bookies, as the shell's first look
+        does. When each node looks is the environment's choice: the others look only
+        when the spec says one of them wins (``node_wins_auditor_election``)."""
         leader = self.urm.auditor()
         lowest = leader.epoch if leader is not None else None
-        for n in self.nodes:
-            was = n.auditor.leading
-            n.auditor.on_votes(n.vote, lowest, self._tick())
-            for act in n.auditor.take_actions():
-                if not isinstance(act, JoinElection):
-                    raise ImplementationError(f"auditor {n.node_id} asked for {act}")
-            if n.auditor.leading and not was:
-                assert n.auditor.epoch is not None
-                self.epochs.setdefault(n.auditor.epoch, len(self.epochs) + 1)
-                n.auditor.on_registered(self.registered(), self.now)
+        was = n.auditor.leading
+        n.auditor.on_votes(n.vote, lowest, self._tick())
+        for act in n.auditor.take_actions():
+            if not isinstance(act, JoinElection):
+                raise ImplementationError(f"auditor {n.node_id} asked for {act}")
+        if n.auditor.leading and not was:
+            assert n.auditor.epoch is not None
+            self.epochs.setdefault(n.auditor.epoch, len(self.epochs) + 1)
+            n.auditor.on_registered(self.registered(), self.now)
 
     def auditor_loses_session(self) -> tuple[Label, ...]:
         n = self._leader()
@@ -198,16 +207,21 @@ class AutoRecoveryActors:
         n.vote = None
         n.auditor.on_session_lost()
         self.d.used[sp.B_ELECT] += 1
-        self._votes()
         return ()
 
     def node_wins_auditor_election(self, node: int) -> tuple[Label, ...]:
         n = self.nodes[node]
-        if n.vote is not None:
-            raise CannotDecideError(f"{n.node_id} has a vote already; the lowest vote leads")
-        self._join(n)
+        leader = self.urm.auditor()
+        if leader is not None and (n.vote is None or leader.epoch != n.vote):
+            # bkref's election: the lowest vote alive leads, and a node that lost its
+            # session votes again after every vote still alive (D16).
+            raise CannotDecideError(f"{leader.node_id}'s vote is the lowest: only it can win")
+        if n.vote is None:
+            self._join(n)
+        else:
+            self._look_at_votes(n)
         if not n.auditor.leading:
-            raise ImplementationError(f"{n.node_id} joined the election and does not lead")
+            raise ImplementationError(f"{n.node_id} has the lowest vote and does not lead")
         return ()
 
     def _leader(self) -> Node | None:

@@ -111,6 +111,9 @@ def make_machine(
                 stats.on_example(stats)
             self.trace: list[Label] = []
             self.swarm_off: dict[str, bool] = {}  # actions this example never takes
+            # Steps the implementation refused in the current spec state: not drawn again
+            # until a step changes the state (a refusal changes nothing on either side).
+            self.refused_here: set[Label] = set()
             self.spec = initial_state(cfg)
             t0 = time.perf_counter()
             self.driver = new_driver()
@@ -156,7 +159,7 @@ def make_machine(
         @rule(data=st.data())
         def step(self, data: st.DataObject) -> None:
             t0 = time.perf_counter()
-            labels = [lb for lb, _ in next_states(cfg, self.spec)]
+            labels = [lb for lb, _ in next_states(cfg, self.spec) if lb not in self.refused_here]
             stats.seconds["spec"] += time.perf_counter() - t0
             if not labels:
                 return  # a final state: nothing more happens (a stutter)
@@ -189,7 +192,9 @@ def make_machine(
             if done.refused:
                 stats.refused[label[0]] += 1
                 stats.refused_why.setdefault(label[0], done.refused)
+                self.refused_here.add(label)
                 return
+            self.refused_here.clear()
             if done.decided is None:
                 self._advance(label)
             else:

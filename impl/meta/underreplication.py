@@ -168,17 +168,20 @@ class UnderreplicationManager:
     # ------------------------------------------------------------ locks
 
     def try_lock(self, ledger_id: int, owner: str) -> bool:
-        """Take the ledger's lock; True also when this session holds it already.
+        """Take the ledger's lock; True also when this session holds it already for
+        ``owner``.
 
         A session can hold a lock it does not know of: a create whose reply was lost
         (ConnectionLoss after the server applied it), or an unlock that failed. The
         ephemeral node outlives the reconnect, so without this no worker, this one
-        included, could take the ledger again until the session ends."""
+        included, could take the ledger again until the session ends. The owner must
+        match too: workers that share a session (a test harness) never take each
+        other's locks."""
         path = lock_path(self.root, ledger_id)
         try:
             self.zk.create(path, owner.encode(), ephemeral=True, makepath=True)
         except NodeExistsError:
-            return self.owns_lock(ledger_id)
+            return self.owns_lock(ledger_id) and self.lock_holder(ledger_id) == owner
         return True
 
     def owns_lock(self, ledger_id: int) -> bool:

@@ -197,6 +197,22 @@ def test_shell_says_clearly_when_zookeeper_is_unreachable(
 
 
 @pytest.mark.zookeeper
+def test_a_lock_this_session_holds_is_taken_again_only_by_its_owner(zk_connect: str) -> None:
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=30)
+    try:
+        urm = UnderreplicationManager(zk, "/lock-owner")
+        urm.ensure_layout()
+        assert urm.try_lock(3, "worker-1")
+        assert urm.try_lock(3, "worker-1")  # its own lock, e.g. a create whose reply was lost
+        assert not urm.try_lock(3, "worker-2")  # another worker on the same session
+        assert urm.lock_holder(3) == "worker-1"
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@pytest.mark.zookeeper
 def test_release_leaked_frees_this_sessions_locks_and_nothing_while_disconnected(
     zk_connect: str,
 ) -> None:
