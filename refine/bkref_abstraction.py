@@ -21,7 +21,7 @@ Variable by variable (what is read, from where):
 - ``meta_lock``: the lock znode's owner (``lock_holder``), as a worker index.
 - ``meta_rereplicated``: (segment, new bookie) of every worker CAS that landed,
   recorded by the harness as it lands (the spec's ghost: history, read only by
-  the invariant ``RereplicationNeverLosesAckedEntries``).
+  the invariant ``NoReplicationLosesAckedEntries``).
 - ``meta_autorecovery``: whether the ``disable`` znode is absent.
 - ``meta_auditor``: (epoch, holder): the lowest live election vote whose node
   knows it leads is the holder (-1: none); epochs are the votes that ever led,

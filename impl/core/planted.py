@@ -34,9 +34,10 @@ unknown name is an error (a typo must not silently test the correct code).
   fences from the journal but not the LAC its entries piggybacked, so it reports
   an older LAC than it had. No acknowledged entry is lost and no hand-written
   invariant breaks (a lower LAC only makes readers and recoveries start earlier),
-  so no campaign check sees it: the refinement machine does (``bkref refine
-  --config b --plant bookie-forgets-lac-on-replay``), because the bookie's state
-  is no longer the spec's.
+  and the history checkers accept a LAC that goes back (BookKeeper's
+  readLastAddConfirmed may), so no campaign check can see it: the refinement
+  machine does (``bkref refine --config b --plant bookie-forgets-lac-on-replay``),
+  because the bookie's state is no longer the spec's.
 
 Only tests and campaigns (``bkref campaign --plant NAME``) set the variable;
 the campaign passes it to the bookie and client processes it starts.
