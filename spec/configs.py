@@ -19,9 +19,10 @@ _A = Config(
     ensemble=3,
     write_quorum=3,
     ack_quorum=2,
-    # 1,371,783 distinct states (9,838,622 explored), depth 27: 122 s with --workers 2 at
-    # load 4 (918,134 before the writer ignored fenced answers that no longer concern it,
-    # took a recovery's close at its own LAC as its own, and could resend after the CAS).
+    # 1,420,437 distinct states (10,248,250 explored), depth 27: 91 s with --workers 2 at
+    # load 2 (1,371,783 before recovery read LC first; 918,134 before the writer ignored
+    # fenced answers that no longer concern it, took a recovery's close at its own LAC as
+    # its own, and could resend after the CAS).
     entries=2,
     losses=1,
 )
@@ -32,8 +33,9 @@ _B = Config(
     ensemble=4,
     write_quorum=3,
     ack_quorum=2,
-    # 2,369,273 distinct states (14,857,553 explored), depth 30: 248 s with --workers 2 at
-    # load 4 (1,719,280 before the writer's answers and close followed BookKeeper).
+    # 2,395,920 distinct states (15,101,295 explored), depth 30: 147 s with --workers 2 at
+    # load 2 (2,369,273 before recovery read LC first; 1,719,280 before the writer's
+    # answers and close followed BookKeeper).
     entries=2,
     crashes=1,
     restarts=False,

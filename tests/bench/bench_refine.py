@@ -86,6 +86,10 @@ def run(quick: bool) -> str:
         "one storage directory per bookie, each opened with a checkpoint) and removes it: "
         "that is `setup`. `implementation` is the spec steps taken on the cores and storage "
         "(each add and fence waits for its journal fsync), `abstraction` reading the state "
-        "back (one ZooKeeper read per step), `comparison` the projection, invariants and "
-        "equality, `spec` computing the enabled steps.\n"
+        "back (one ZooKeeper read per ledger and step), `comparison` the projection, "
+        "invariants and equality, `spec` computing the enabled steps. With AutoRecovery "
+        "(`c-short`, `c`) a step also reads each ledger's task and lock, the votes and the "
+        "switch (the abstraction's share doubles), the setup writes the closed ledger "
+        "through the bookies and registers them, and a worker's turn performs its ZooKeeper "
+        "reads and writes and its copies.\n"
     )
