@@ -226,12 +226,10 @@ class BkrefDriver:
         if cfg.autorecovery:
             self.autorecovery = AutoRecoveryActors(self)
 
-    def _closed_ledger(self) -> int:
-        """A ledger of ``closed_entries`` entries on the first E bookies, each entry on its
-        whole write set, created CLOSED (the spec's initial closed ledgers)."""
+    def _new_metadata(self, ensemble: tuple[str, ...]) -> LedgerMetadata:
+        """A new ledger's metadata under the config's quorums, on ``ensemble``."""
         cfg = self._cfg()
-        ensemble = tuple(b.name for b in self.bookies[: cfg.ensemble])
-        md = LedgerMetadata(
+        return LedgerMetadata(
             cfg.ensemble,
             cfg.write_quorum,
             cfg.ack_quorum,
@@ -240,6 +238,13 @@ class BkrefDriver:
             password_hash(PASSWORD),
             password=PASSWORD,
         )
+
+    def _closed_ledger(self) -> int:
+        """A ledger of ``closed_entries`` entries on the first E bookies, each entry on its
+        whole write set, created CLOSED (the spec's initial closed ledgers)."""
+        cfg = self._cfg()
+        ensemble = tuple(b.name for b in self.bookies[: cfg.ensemble])
+        md = self._new_metadata(ensemble)
         data = [f"closed entry {e}".encode() for e in range(cfg.closed_entries)]
         lid, _version = self.store.create_ledger(
             md.closed(cfg.closed_entries - 1, sum(len(x) for x in data))
@@ -388,17 +393,7 @@ class BkrefDriver:
     # writer
 
     def _writer_creates_ledger(self, ens: tuple[int, ...]) -> tuple[Label, ...]:
-        cfg = self._cfg()
-        names = tuple(self.bookies[b].name for b in ens)
-        md = LedgerMetadata(
-            cfg.ensemble,
-            cfg.write_quorum,
-            cfg.ack_quorum,
-            (Segment(0, names),),
-            DigestType.CRC32C,
-            password_hash(PASSWORD),
-            password=PASSWORD,
-        )
+        md = self._new_metadata(tuple(self.bookies[b].name for b in ens))
         self.ledger_id, version = self.store.create_ledger(md)
         self.writer = LedgerWriter(self.ledger_id, md, version, self.digest)
         return ()

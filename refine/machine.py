@@ -156,6 +156,16 @@ def make_machine(
                     return True
             return False
 
+        def _advance_or_fail(self, label: Label, how: str) -> None:
+            """A step the implementation took on its own: the spec must enable it."""
+            if not self._advance(label):
+                self.trace.append(label)
+                self._fail(
+                    f"the implementation {how} {format_label(label)}, "
+                    "which the spec does not enable here",
+                    self.driver.abstract(),
+                )
+
         @rule(data=st.data())
         def step(self, data: st.DataObject) -> None:
             t0 = time.perf_counter()
@@ -200,22 +210,10 @@ def make_machine(
             else:
                 stats.decided += 1
                 for f in done.decided:
-                    if not self._advance(f):
-                        self.trace.append(f)
-                        self._fail(
-                            f"the implementation decided {format_label(f)}, "
-                            "which the spec does not enable here",
-                            self.driver.abstract(),
-                        )
+                    self._advance_or_fail(f, "decided")
             for f in done.followups:
                 stats.followups += 1
-                if not self._advance(f):
-                    self.trace.append(f)
-                    self._fail(
-                        f"the implementation also took {format_label(f)}, "
-                        "which the spec does not enable here",
-                        self.driver.abstract(),
-                    )
+                self._advance_or_fail(f, "also took")
             after = format_label(self.trace[-1]) if self.trace else "the first step"
             stutter = done.decided == () and not done.followups
             self._check(
