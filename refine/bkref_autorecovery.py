@@ -371,14 +371,15 @@ class AutoRecoveryActors:
                 raise ImplementationError(f"worker {w}: {unlock} after completing a task")
             self._unlock(n, act.ledger_id)
             return (("worker_deletes_task", (w,)),) if act.repaired else ()
-        if isinstance(act, Defer | RecordFailure):
-            if isinstance(act, RecordFailure):
-                self.urm.record_failure(act.ledger_id, act.version)
+        if isinstance(act, RecordFailure):
+            self.urm.record_failure(act.ledger_id, act.version)
+            return None
+        if isinstance(act, Defer):
             return None
         if isinstance(act, Unlock):
-            phase_before_unlock_was_attempt = core.task is not None
+            attempted = core.task is not None  # else the task was gone under the lock
             self._unlock(n, act.ledger_id)
-            return (("worker_releases_lock", (w,)),) if phase_before_unlock_was_attempt else ()
+            return (("worker_releases_lock", (w,)),) if attempted else ()
         if isinstance(act, StartRecovery):
             if d.spec_ledger(act.ledger_id) != d._cfg().writer_ledger:
                 raise ImplementationError(f"worker {w} fences ledger {act.ledger_id}, not open")

@@ -46,7 +46,6 @@ class RunStats:
     first_failure: int = 0  # the run that first found a counterexample (0: none)
     steps: int = 0  # spec steps taken (follow-ups included)
     followups: int = 0
-    decided: int = 0  # turns of actors that decide for themselves (workers)
     actions: Counter[str] = field(default_factory=Counter)  # spec steps taken, per action
     enabled: set[str] = field(default_factory=set)  # actions the spec ever offered
     refused: Counter[str] = field(default_factory=Counter)
@@ -208,7 +207,6 @@ def make_machine(
             if done.decided is None:
                 self._advance(label)
             else:
-                stats.decided += 1
                 for f in done.decided:
                     self._advance_or_fail(f, "decided")
             for f in done.followups:

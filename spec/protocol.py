@@ -1141,7 +1141,8 @@ def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int) -> State | N
     Key points: only closed segments (the open last segment must be fenced
     first); the worker's bookie must not be in the ensemble; every entry the
     lost bookie held is read from a live bookie of its write set. The
-    worker remembers the metadata version it read, for its CAS.
+    worker records the metadata version it read (its CAS no longer needs it:
+    it retries on newer metadata, see ``worker_updates_segment_ensemble``).
     """
     bookie, ledger, tv, _pending = s.wk[w]
     if not _worker_ready(s, w) or s.b_up[bookie] != UP:

@@ -446,6 +446,18 @@ def _lost_now(
     return {b: Reason.LOST for b in sorted(metadata.bookies()) if b not in live and b not in known}
 
 
+def _bad_now(
+    bad: Mapping[str, Reason], live: Collection[str], metadata: LedgerMetadata | None = None
+) -> dict[str, Reason]:
+    """``bad`` without the lost replicas that are live again (they need nothing), and,
+    given the ledger's metadata, with its bookies lost since (as BookKeeper's worker
+    checks every fragment of the ledger, not only the bookies its task names)."""
+    out = {b: r for b, r in bad.items() if r is not Reason.LOST or b not in live}
+    if metadata is not None:
+        out.update(_lost_now(metadata, live, out))
+    return out
+
+
 class WorkerPhase(enum.Enum):
     IDLE = "IDLE"  # no round under way, or the round found nothing to do
     LOCKING = "LOCKING"  # TryLock out
@@ -591,14 +603,7 @@ class WorkerCore:
                     f"worker {self.node_id}: ledger {lid} read without bookies"
                 )
             assert self.task is not None
-            # Lost replicas that came back need nothing; the others all still do. A bookie
-            # of the ledger lost since the mark is repaired too, as BookKeeper's worker
-            # checks every fragment of the ledger and not only the bookies its task names.
-            self._bad = {
-                b: r for b, r in self.task.replicas.items() if r is not Reason.LOST or b not in live
-            }
-            if metadata is not None:
-                self._bad.update(_lost_now(metadata, live, self._bad))
+            self._bad = _bad_now(self.task.replicas, live, metadata)
             if metadata is None:
                 self._complete(repaired=False)
             else:
@@ -613,10 +618,7 @@ class WorkerCore:
                 return
             if live is not None:
                 # The recovery took a while: a lost bookie may be back, another lost.
-                self._bad = {
-                    b: r for b, r in self._bad.items() if r is not Reason.LOST or b not in live
-                }
-                self._bad.update(_lost_now(metadata, live, self._bad))
+                self._bad = _bad_now(self._bad, live, metadata)
             self._start_run(lid, metadata, version, candidates)
         elif self.phase is WorkerPhase.VERIFYING:
             self._verify(lid, metadata, live)
@@ -751,7 +753,7 @@ class WorkerCore:
                 return
             # A lost replica that came back during the copies needs nothing any more: a
             # fragment of it that was skipped does not count.
-            bad = {b: r for b, r in self._bad.items() if r is not Reason.LOST or b not in live}
+            bad = _bad_now(self._bad, live)
         skipped = [f for f in self.run.result.fragments if f.skipped and f.bookie in bad]
         if not skipped and is_repaired(md, bad):
             self._actions.append(Verified(lid))
