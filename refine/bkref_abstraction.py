@@ -27,15 +27,17 @@ Variable by variable (what is read, from where):
   knows it leads is the holder (-1: none); epochs are the votes that ever led,
   numbered 1, 2, ... in the order they led (ZooKeeper's sequence numbers skip).
 - ``b_up``: the harness's record (UP while the storage is open, DOWN after a
-  crash); with AutoRecovery the registration znode exists exactly while UP.
+  crash, REFUSED when the cookie check refused a restart on a wiped disk); with
+  AutoRecovery the registration znode exists exactly while UP.
 - ``b_ledgers[b][l]`` = (synced, unsynced, fenced, LAC): while up, the entries
   in the bookie's index (``BookieStorage.index``; every one was journaled and
   fsynced before the bookie replied), the core's fenced flag and piggybacked
   LAC (``BookieCore.ledgers``); while down, what a replay of its files after
   the crash found (the bookie's files go through a ``CrashDisk``, so that is
-  exactly what was fsynced). ``unsynced`` is 0: the correct bookie replies only
-  after its fsync. Under the planted ``ack-before-fsync`` the entries are
-  reported as synced while the bookie is up; the loss shows at its crash.
+  exactly what was fsynced; REFUSED: nothing, its disk was wiped). ``unsynced``
+  is 0: the correct bookie replies only after its fsync. Under the planted
+  ``ack-before-fsync`` the entries are reported as synced while the bookie is
+  up; the loss shows at its crash.
 - ``w_*``: the ``LedgerWriter``: status (OPEN and CHANGING_ENSEMBLE are OPEN,
   FENCED and FAILED are WITHDRAWN), its metadata's segments, the proposed
   segments of an ensemble change whose CAS is in flight (``w_change``), the

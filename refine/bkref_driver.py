@@ -35,6 +35,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from impl.bookie.cookie import CookieMismatchError, verify_or_create
 from impl.core.actions import (
     Action,
     AddCompleted,
@@ -107,10 +108,25 @@ class Bookie:
             plants=self.plants,
         )
 
-    def open(self) -> None:
+    def open(self, store: ZkMetadataStore) -> bool:
+        """Start as the bookie process does: the cookie check, then storage replay.
+        False when the cookie check refuses (a wiped disk): the bookie stays out."""
+        dirs = self.directory / "journal", self.directory / "ledgers"
+        try:
+            verify_or_create(store, self.name, str(dirs[0]), [str(dirs[1])])
+        except CookieMismatchError:
+            self.up, self.on_disk = sp.REFUSED, {}
+            return False
         self.storage = self._storage()
         self.core = BookieCore(self.storage.ledger_infos())
         self.up = sp.UP
+        return True
+
+    def wipe(self) -> None:
+        """The disk is replaced by an empty one (the bookie is down)."""
+        assert self.storage is None
+        shutil.rmtree(self.directory)
+        self.disk, self.on_disk = CrashDisk(), {}
 
     def persist(self, records: tuple[JournalRecord, ...]) -> None:
         """Journal ``records`` and wait until they are durable (the reply waits for it)."""
@@ -184,8 +200,6 @@ class BkrefDriver:
             )
         if cfg.periodic_check:
             why.append("the periodic ledger check (its in-place refills: D11, D12)")
-        if cfg.wipes:
-            why.append("wiped-disk restarts (the cookie check is not driven yet)")
         if cfg.mutants:
             why.append("spec mutants (run the correct spec against a planted implementation)")
         return why
@@ -205,7 +219,7 @@ class BkrefDriver:
             Bookie(f"b{i}", self.dir / f"b{i}", self.plants) for i in range(cfg.bookies)
         ]
         for b in self.bookies:
-            b.open()
+            b.open(self.store)
         self.index = {b.name: i for i, b in enumerate(self.bookies)}
         self.digest = Digest(DigestType.CRC32C, PASSWORD)
         self.key = master_key(PASSWORD)
@@ -503,11 +517,15 @@ class BkrefDriver:
         return ()
 
     def _bookie_restarts(self, b: int) -> tuple[Label, ...]:
-        self.bookies[b].open()
-        if self.autorecovery is not None:
+        if self.bookies[b].open(self.store) and self.autorecovery is not None:
             self.autorecovery.register(b)
             self.autorecovery.bookies_changed()
         return ()
+
+    def _bookie_restarts_with_wiped_disk(self, b: int) -> tuple[Label, ...]:
+        self.bookies[b].wipe()
+        self.used[sp.B_WIPE] += 1
+        return self._bookie_restarts(b)
 
     def _network_loses_message(self, m: Msg) -> tuple[Label, ...]:
         self._take(m)

@@ -10,6 +10,7 @@ within 2,000 examples, and the same seed must pass without the plant.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -63,7 +64,7 @@ def zk(zookeeper: ZooKeeperEnsemble) -> Iterator[KazooClient]:
 def test_the_short_configs_are_supported() -> None:
     assert {"a", "b", "c", "a-short", "b-short", "c-short", "live-c", "a-dup"} <= set(SUPPORTED)
     assert {"m-journal", "m-open-segment", "m-task-version", "m-2615"} <= set(SUPPORTED)
-    assert {"c-workers", "m-two-workers", "m-auditor-session"} <= set(SUPPORTED)
+    assert {"c-workers", "m-two-workers", "m-auditor-session", "m-2612"} <= set(SUPPORTED)
     assert set(CAUGHT_IN) == set(PLANTS)
 
 
@@ -90,6 +91,17 @@ def test_a_planted_bug_is_caught_and_the_same_seed_passes_without_it(
     assert 0 < len(found.trace) <= 12, "shrunk to a short list of spec steps"
     _control, clean = run(cfg, lambda: BkrefDriver(zk), examples=stats.first_failure, seed=0)
     assert clean is None, clean.report() if clean else ""
+
+
+def test_a_bookie_that_skips_its_cookie_check_is_caught(
+    zk: KazooClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spec's wiped bookie stays out (REFUSED); one that starts anyway is caught."""
+    monkeypatch.setattr("refine.bkref_driver.verify_or_create", lambda *a, **k: None)
+    stats, found = run(NAMED["m-2612"], lambda: BkrefDriver(zk), examples=2000, seed=0)
+    assert found is not None, f"not caught in {stats.examples} examples"
+    assert found.trace[-1][0] == "bookie_restarts_with_wiped_disk"
+    assert re.search(r"≠ b\d\.up +REFUSED +UP", found.report()), found.report()
 
 
 def test_the_command_exits_1_with_a_replayable_counterexample(zookeeper: ZooKeeperEnsemble) -> None:
