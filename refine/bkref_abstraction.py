@@ -42,7 +42,8 @@ Variable by variable (what is read, from where):
   FENCED and FAILED are WITHDRAWN), its metadata's segments, the proposed
   segments of an ensemble change whose CAS is in flight (``w_change``), the
   next entry id, the LAC, and per unconfirmed entry the bookies that
-  acknowledged it and that it was sent to (``pending_replicas``).
+  acknowledged it and that it was sent to (``pending_replicas``) and the LAC
+  in the header of its signed body (``w_piggy``, ``pending_bodies``).
 - ``rc_*``: the ``LedgerRecovery``: phase (FENCING, READING; CLOSING is the
   spec's WRITING; DONE is CLOSED), its write-back segments and its read
   segments, the fencing answers, the entry being read and its negative
@@ -68,6 +69,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from impl.core.digest import peek_header
 from impl.core.metadata import LedgerMetadata, LedgerState, Segment
 from impl.core.recovery import RecoveryPhase
 from impl.core.replication import CasReplica, CompleteTask, WorkerPhase
@@ -168,7 +170,7 @@ def abstract(d: BkrefDriver) -> State:
     w_segs: sp.Segments = ()
     w_change: sp.Segments | None = None
     w_status, w_next, w_lac = sp.W_NONE, 0, -1
-    w_acks, w_sent = [0] * cfg.entries, [0] * cfg.entries
+    w_acks, w_sent, w_piggy = [0] * cfg.entries, [0] * cfg.entries, [-1] * cfg.entries
     w_version = 0
     if w is not None:
         if w.state not in WRITER:
@@ -181,6 +183,9 @@ def abstract(d: BkrefDriver) -> State:
             if e < cfg.entries:
                 w_acks[e] = bookies_at(w.metadata, e, acked)
                 w_sent[e] = bookies_at(w.metadata, e, sent | acked)
+        for e, body in w.pending_bodies().items():
+            if e < cfg.entries:
+                w_piggy[e] = peek_header(body).lac
 
     # --- recovery client
     rc = d.recovery
@@ -252,6 +257,7 @@ def abstract(d: BkrefDriver) -> State:
         w_lac=w_lac,
         w_acks=tuple(w_acks),
         w_sent=tuple(w_sent),
+        w_piggy=tuple(w_piggy),
         msgs=tuple(sorted(f.msg for f in d.inflight)),
         budget=budget,
     )

@@ -193,11 +193,6 @@ class BkrefDriver:
     @staticmethod
     def unsupported_reasons(cfg: Config) -> list[str]:
         why = []
-        if cfg.pipeline > 1:
-            why.append(
-                "a writer with two adds in flight: its resends carry the LAC of their first "
-                "send in bkref (as in BookKeeper), the current LAC in the spec (D7, open)"
-            )
         if cfg.periodic_check:
             why.append("the periodic ledger check (its in-place refills: D11, D12)")
         if cfg.mutants:

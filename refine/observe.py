@@ -9,9 +9,10 @@ guard or an invariant reads and forgets the rest:
    client no longer reads;
 2. ``w_version`` and ``rc_version``: written by the spec, read by no guard and
    no invariant (the metadata's version, ``meta_version``, is compared);
-3. the writer's acks and sends of confirmed entries (``e <= w_lac``): no guard
-   reads them (timeouts and resends look at ``w_lac < e < w_next`` only), and
-   an implementation forgets them once an entry is confirmed, as bkref's does;
+3. the writer's acks, sends and piggybacked LACs of confirmed entries
+   (``e <= w_lac``), and the LACs of entries not sent yet: no guard reads them
+   (timeouts and resends look at ``w_lac < e < w_next`` only), and an
+   implementation forgets an entry once it is confirmed, as bkref's does;
 4. the writer's sends and acks outside the entry's write set in its current
    view, and the recovery client's outside the write set in its last
    ensemble: a replaced bookie's send or ack counts for nothing (every read
@@ -49,10 +50,13 @@ def project(cfg: Config, s: State) -> State:
     """``s`` without what no guard or invariant reads (see the module docstring)."""
     s = drop_dead_requests(cfg, s)
     view = s.w_change if s.w_change is not None else s.w_segments
-    acks, sent = list(s.w_acks), list(s.w_sent)
+    acks, sent, piggy = list(s.w_acks), list(s.w_sent), list(s.w_piggy)
     for e in range(len(acks)):
+        if e >= s.w_next:
+            piggy[e] = -1  # not sent yet: bkref's writer has no body for it
         if e <= s.w_lac or not view:
             acks[e] = sent[e] = 0
+            piggy[e] = -1
         else:
             ws = write_set(cfg, view, e)
             acks[e] &= ws
@@ -72,6 +76,7 @@ def project(cfg: Config, s: State) -> State:
         rc_version=0,
         w_acks=tuple(acks),
         w_sent=tuple(sent),
+        w_piggy=tuple(piggy),
         rc_acks=tuple(rc_acks),
         rc_sent=tuple(rc_sent),
     )

@@ -122,6 +122,7 @@ class State(NamedTuple):
     w_lac: int  # last add confirmed: acknowledged to the application
     w_acks: tuple[int, ...]  # per entry: write-set bookies that acknowledged it
     w_sent: tuple[int, ...]  # per entry: bookies the add was sent to
+    w_piggy: tuple[int, ...]  # per entry: the LAC its add carries, fixed at its first send
     # --- the recovery client of the writer's ledger
     rc_phase: int  # IDLE / FENCING / READING / WRITING / CLOSED
     rc_requested: int  # 1 when a replication worker asked for recovery (grace period over)
@@ -386,6 +387,7 @@ def initial_state(cfg: Config) -> State:
         w_lac=w_lac,
         w_acks=w_acks,
         w_sent=w_acks,
+        w_piggy=(-1,) * cfg.entries,
         rc_phase=RC_IDLE,
         rc_requested=0,
         rc_version=0,
@@ -437,8 +439,9 @@ def writer_sends_add(cfg: Config, s: State) -> State | None:
     """The writer sends the next entry to its write set (round-robin striping).
 
     Key points: the add carries the writer's LAC (piggybacked, bookies store
-    it); no new add while an ensemble change waits for its CAS, nor beyond
-    ``cfg.pipeline`` unconfirmed adds.
+    it), fixed for every later resend of the entry; no new add while an
+    ensemble change waits for its CAS, nor beyond ``cfg.pipeline``
+    unconfirmed adds.
     """
     if s.w_status != W_OPEN or s.w_change is not None or s.w_next >= cfg.entries:
         return None
@@ -447,7 +450,12 @@ def writer_sends_add(cfg: Config, s: State) -> State | None:
     e = s.w_next
     ws = last_ensemble_write_set(cfg, s.w_segments, e)
     new = tuple((ADD, b, e, s.w_lac, 0) for b in bookies_of(ws))
-    return s._replace(w_next=e + 1, w_sent=set_at(s.w_sent, e, ws), msgs=send(s.msgs, *new))
+    return s._replace(
+        w_next=e + 1,
+        w_sent=set_at(s.w_sent, e, ws),
+        w_piggy=set_at(s.w_piggy, e, s.w_lac),
+        msgs=send(s.msgs, *new),
+    )
 
 
 def _writer_view(s: State) -> Segments:
@@ -524,7 +532,11 @@ def writer_resends_add(cfg: Config, s: State, e: int, b: int) -> State | None:
     Key points: after an ensemble change, unconfirmed entries go to the
     replacement bookie. BookKeeper sends them once the change's CAS has
     landed; the spec also lets them go while it is in flight (their acks are
-    held until it lands), which is what BOOKKEEPER-1591 got wrong.
+    held until it lands), which is what BOOKKEEPER-1591 got wrong. The
+    resend carries the LAC of the entry's first send, not the writer's
+    current one: the entry was signed once, and BookKeeper's PendingAddOp
+    re-sends the same buffer (with more than one add in flight the two
+    LACs differ).
     """
     if s.w_status != W_OPEN or not s.w_lac < e < s.w_next:
         return None
@@ -533,7 +545,7 @@ def writer_resends_add(cfg: Config, s: State, e: int, b: int) -> State | None:
         return None
     return s._replace(
         w_sent=set_at(s.w_sent, e, s.w_sent[e] | bit(b)),
-        msgs=send(s.msgs, (ADD, b, e, s.w_lac, 0)),
+        msgs=send(s.msgs, (ADD, b, e, s.w_piggy[e], 0)),
     )
 
 
@@ -1338,8 +1350,8 @@ def drop_dead_requests(cfg: Config, s: State) -> State:
     w_status, phase = s.w_status, s.rc_phase
     if w_status not in (W_OPEN, W_NONE) and (s.w_segments or any(s.w_acks)):
         # A writer that is done keeps only what the invariants read: LAC and next id.
-        zero = (0,) * cfg.entries
-        s = s._replace(w_segments=(), w_change=None, w_acks=zero, w_sent=zero)
+        zero, none = (0,) * cfg.entries, (-1,) * cfg.entries
+        s = s._replace(w_segments=(), w_change=None, w_acks=zero, w_sent=zero, w_piggy=none)
     if phase >= RC_READING and (s.rc_fenced or s.rc_max_lac != -1):
         s = s._replace(rc_fenced=0, rc_max_lac=-1)  # fencing answers are used up
     if phase >= RC_WRITING and s.rc_read_segments:

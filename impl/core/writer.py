@@ -100,7 +100,7 @@ class LedgerWriter:
         return self.metadata.last_segment.ensemble
 
     # Read-only views for observers (the refinement harness maps them to the spec's
-    # w_change, w_acks and w_sent); nothing here changes the writer.
+    # w_change, w_acks, w_sent and w_piggy); nothing here changes the writer.
 
     @property
     def proposed(self) -> LedgerMetadata | None:
@@ -111,6 +111,10 @@ class LedgerWriter:
         """Per unconfirmed entry: the ensemble indexes that acknowledged it, and those it
         was sent to and not yet answered by with an error."""
         return {e: (frozenset(p.acked), frozenset(p.sent)) for e, p in self._pending.items()}
+
+    def pending_bodies(self) -> dict[int, bytes]:
+        """Per unconfirmed entry: the signed bytes every send of it carries."""
+        return {e: p.body for e, p in self._pending.items()}
 
     # ------------------------------------------------------------ events
 

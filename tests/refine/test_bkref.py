@@ -64,7 +64,7 @@ def zk(zookeeper: ZooKeeperEnsemble) -> Iterator[KazooClient]:
 def test_the_short_configs_are_supported() -> None:
     assert {"a", "b", "c", "a-short", "b-short", "c-short", "live-c", "a-dup"} <= set(SUPPORTED)
     assert {"m-journal", "m-open-segment", "m-task-version", "m-2615"} <= set(SUPPORTED)
-    assert {"c-workers", "m-two-workers", "m-auditor-session", "m-2612"} <= set(SUPPORTED)
+    assert {"c-workers", "m-two-workers", "m-auditor-session", "m-2612", "m-581"} <= set(SUPPORTED)
     assert set(CAUGHT_IN) == set(PLANTS)
 
 

@@ -91,6 +91,23 @@ def test_acks_are_held_until_the_ensemble_change_lands() -> None:
     assert s.w_lac == 0
 
 
+def test_a_resend_carries_the_lac_of_the_entrys_first_send() -> None:
+    """The entry is signed once: with two adds in flight its resend after an ensemble
+    change carries the LAC it was first sent with, not the writer's current one."""
+    cfg = replace(CFG, pipeline=2)
+    s = _step(writer_creates_ledger(cfg, initial_state(cfg), (0, 1, 2)))
+    s = _step(writer_sends_add(cfg, _step(writer_sends_add(cfg, s))))
+    assert {m[3] for m in s.msgs} == {-1}  # e1 went out before e0 was confirmed
+    s = _step(network_loses_message(cfg, s, (ADD, 2, 1, -1, 0)))
+    for m in [(ADD, 0, 0, -1, 0), (ADD, 1, 0, -1, 0), (ADD, 0, 1, -1, 0)]:
+        s = _step(bookie_handles_add(cfg, s, m, 0))
+    assert s.w_lac == 0
+    s = _step(writer_completes_ensemble_change(cfg, _step(writer_changes_ensemble(cfg, s, 2, 3))))
+    resend = [t for (name, args), t in next_states(cfg, s) if name == "writer_resends_add"]
+    assert len(resend) == 1
+    assert (ADD, 3, 1, -1, 0) in resend[0].msgs  # not (ADD, 3, 1, 0, 0)
+
+
 def test_the_mutant_1591_confirms_before_the_cas() -> None:
     cfg = CFG.with_mutant("acks-before-ensemble-change-lands")
     s = _step(
