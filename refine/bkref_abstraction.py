@@ -121,7 +121,7 @@ def abstract(d: BkrefDriver) -> State:
 
     s = sp.initial_state(cfg)
     # The spec's ledgers, in its order: the closed ones, then the writer's (-1: none yet).
-    lids = list(d.closed_ids) + ([d.ledger_id] if cfg.writer else [])
+    lids = d.ledger_ids()
 
     # --- metadata
     status: list[int] = []

@@ -34,6 +34,7 @@ has no clocks, lets any interleaving happen. ``lostBookieRecoveryDelay`` is 0.
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -43,9 +44,13 @@ from impl.core.audit import (
     AuditorCore,
     AuditView,
     JoinElection,
+    LedgerCheck,
     Mark,
+    Probe,
     ReadDelay,
     ReadLedgers,
+    Verdict,
+    judge,
 )
 from impl.core.digest import Digest, master_key
 from impl.core.frames import (
@@ -256,10 +261,39 @@ class AutoRecoveryActors:
         for act in n.auditor.take_actions():
             if not isinstance(act, Mark):
                 raise ImplementationError(f"auditor {n.node_id} asked for {act} in an audit")
-            self.urm.mark(act.ledger_id, act.replicas, act.priority)
+            self.urm.mark(act.ledger_id, act.replicas, act.priority, rewrite=act.rewrite)
 
     def auditor_checks_ledger_replicas(self, ledger: int) -> tuple[Label, ...]:
-        raise CannotDecideError("the periodic ledger check is not driven yet")
+        """The leader's check of one ledger, every entry read (verification at 100%): a
+        ``LedgerCheck`` whose probes read the bookies' cores, then its mark. The schedule
+        (``CheckLedgers`` every ``auditorPeriodicCheckInterval``) is the spec's choice."""
+        n = self._leader()
+        if n is None or not self.urm.is_enabled():
+            raise CannotDecideError("no auditor, or AutoRecovery is disabled")
+        d = self.d
+        lid = d.ledger_ids()[ledger]
+        md, _version = d.store.read_ledger(lid)
+        check = LedgerCheck(lid, md, self.registered(), 100, random.Random(0))
+        digest = Digest(md.digest_type, md.password)
+        actions = deque(check.take_actions())
+        while actions:
+            act = actions.popleft()
+            if isinstance(act, Probe):
+                node = d.bookies[d.index[act.fragment.bookie]]
+                verdicts = {
+                    e: judge(
+                        node.serve(ReadRequest(d._next_id(), lid, e)) if node.core else None,
+                        digest,
+                        lid,
+                        e,
+                    )
+                    for e in act.entries
+                }
+                check.on_probe(act, verdicts)
+                actions.extend(check.take_actions())
+            else:
+                self.urm.mark(act.ledger_id, act.replicas, act.priority, rewrite=act.rewrite)
+        return ()
 
     # ------------------------------------------------------------ operator
 
@@ -341,8 +375,6 @@ class AutoRecoveryActors:
             )
             return None
         if isinstance(act, Copy):
-            if act.in_place:
-                raise ImplementationError("an in-place refill (ENTRIES_MISSING) has no spec step")
             try:
                 entries, nbytes = self._copy(act)
             except CopyFailedError as e:
@@ -398,9 +430,9 @@ class AutoRecoveryActors:
             node = d.bookies[d.index[name]]
             if node.core is None:
                 continue
-            dec = node.core.handle(ReadLacRequest(d._next_id(), act.ledger_id, False, b""))
-            if isinstance(dec.reply, ReadLacResponse) and dec.reply.status is Status.OK:
-                lac = max(lac, dec.reply.lac)
+            reply = node.serve(ReadLacRequest(d._next_id(), act.ledger_id, False, b""))
+            if isinstance(reply, ReadLacResponse) and reply.status is Status.OK:
+                lac = max(lac, reply.lac)
         return lac
 
     def _unlock(self, n: Node, ledger_id: int) -> None:
@@ -426,24 +458,18 @@ class AutoRecoveryActors:
             srcs = [b for b in srcs if b not in act.avoid] + [b for b in srcs if b in act.avoid]
             for src in srcs:
                 node = d.bookies[d.index[src]]
-                if node.core is None or node.storage is None:
+                if node.core is None:
                     continue
-                dec = node.core.handle(ReadRequest(d._next_id(), lid, e, False, b""))
-                if dec.read is None:
-                    continue
-                resp = node.core.read_result(dec.read, node.storage.read_entry(lid, e))
-                if isinstance(resp, ReadResponse) and resp.status is Status.OK:
-                    digest.verify(resp.body, lid, e)
+                resp = node.serve(ReadRequest(d._next_id(), lid, e))
+                if judge(resp, digest, lid, e) is Verdict.INTACT:
+                    assert isinstance(resp, ReadResponse)
                     body = resp.body
                     break
             if body is None:
-                raise CopyFailedError(f"ledger {lid} entry {e}: no live replica holds it")
-            assert target.core is not None
-            dec = target.core.handle(AddRequest(d._next_id(), lid, e, key, body, recovery=True))
-            target.persist(dec.records)
-            assert dec.reply is not None
-            if dec.reply.status is not Status.OK:
-                raise CopyFailedError(f"target {act.target} refused entry {e}: {dec.reply.status}")
+                raise CopyFailedError(f"ledger {lid} entry {e}: no live replica holds it intact")
+            reply = target.serve(AddRequest(d._next_id(), lid, e, key, body, recovery=True))
+            if reply.status is not Status.OK:
+                raise CopyFailedError(f"target {act.target} refused entry {e}: {reply.status}")
             entries += 1
             nbytes += len(body)
         return entries, nbytes

@@ -55,6 +55,8 @@ from impl.core.frames import (
     ReadLacResponse,
     ReadRequest,
     ReadResponse,
+    Request,
+    Response,
     Status,
 )
 from impl.core.metadata import LedgerMetadata, Segment
@@ -147,6 +149,20 @@ class Bookie:
         if errors:
             raise ImplementationError(f"bookie {self.name}: journal write failed: {errors[0]}")
 
+    def serve(self, request: Request) -> Response:
+        """Answer ``request`` as the bookie server does: decide, make the decision's
+        records durable, look the entry up if it is a read, reply."""
+        if self.core is None or self.storage is None:
+            raise ImplementationError(f"bookie {self.name} is down: it cannot serve {request}")
+        d = self.core.handle(request)
+        self.persist(d.records)
+        if d.read is not None:
+            return self.core.read_result(
+                d.read, self.storage.read_entry(d.read.ledger_id, d.read.entry_id)
+            )
+        assert d.reply is not None
+        return d.reply
+
     def crash(self) -> None:
         """Lose power: nothing is checkpointed and what was not fsynced is gone; then
         read back what the disk kept, for the abstraction while the bookie is down."""
@@ -193,8 +209,6 @@ class BkrefDriver:
     @staticmethod
     def unsupported_reasons(cfg: Config) -> list[str]:
         why = []
-        if cfg.periodic_check:
-            why.append("the periodic ledger check (its in-place refills: D11, D12)")
         if cfg.mutants:
             why.append("spec mutants (run the correct spec against a planted implementation)")
         return why
@@ -264,9 +278,7 @@ class BkrefDriver:
             body = self.digest.sign(lid, e, e - 1, length, x)
             for i in md.quorum.write_set(e):
                 node = self.bookies[self.index[ensemble[i]]]
-                assert node.core is not None
-                d = node.core.handle(AddRequest(self._next_id(), lid, e, self.key, body, True))
-                node.persist(d.records)
+                node.serve(AddRequest(self._next_id(), lid, e, self.key, body, True))
         return lid
 
     def _existing_writer(self) -> None:
@@ -292,6 +304,10 @@ class BkrefDriver:
         if cfg.two_segments:
             self._writer_changes_ensemble(cfg.ensemble - 1, cfg.ensemble)
             self._writer_completes_ensemble_change()
+
+    def ledger_ids(self) -> list[int]:
+        """bkref's ledger id of each spec ledger, by the spec's index (-1: not created)."""
+        return list(self.closed_ids) + ([self.ledger_id] if self._cfg().writer else [])
 
     def spec_ledger(self, ledger_id: int) -> int:
         """The spec's index of bkref's ledger ``ledger_id``."""
@@ -352,34 +368,20 @@ class BkrefDriver:
     def _deliver(self, f: InFlight) -> ReadLacResponse | ReadResponse | Status:
         """Hand ``f`` to its bookie: decide, persist (fsync) the records, answer."""
         node = self.bookies[f.msg[1]]
-        core = node.core
-        assert core is not None
         a = f.action
+        key = self.key if isinstance(a, SendAdd) or a.fence else b""
         if isinstance(a, SendAdd):
-            d = core.handle(
-                AddRequest(self._next_id(), a.ledger_id, a.entry_id, self.key, a.body, a.recovery)
-            )
-            node.persist(d.records)
-            assert d.reply is not None
-            return d.reply.status
+            rid = self._next_id()
+            return node.serve(
+                AddRequest(rid, a.ledger_id, a.entry_id, key, a.body, a.recovery)
+            ).status
         if isinstance(a, SendReadLac):
-            d = core.handle(
-                ReadLacRequest(self._next_id(), a.ledger_id, a.fence, self.key if a.fence else b"")
-            )
-            node.persist(d.records)
-            assert isinstance(d.reply, ReadLacResponse)
-            return d.reply
-        d = core.handle(
-            ReadRequest(
-                self._next_id(), a.ledger_id, a.entry_id, a.fence, self.key if a.fence else b""
-            )
-        )
-        node.persist(d.records)
-        if d.read is None:
-            assert isinstance(d.reply, ReadResponse)
-            return d.reply
-        assert node.storage is not None
-        return core.read_result(d.read, node.storage.read_entry(a.ledger_id, a.entry_id))
+            reply = node.serve(ReadLacRequest(self._next_id(), a.ledger_id, a.fence, key))
+            assert isinstance(reply, ReadLacResponse)
+            return reply
+        reply = node.serve(ReadRequest(self._next_id(), a.ledger_id, a.entry_id, a.fence, key))
+        assert isinstance(reply, ReadResponse)
+        return reply
 
     # ------------------------------------------------------------ spec steps
 

@@ -55,9 +55,10 @@ from impl.core.audit import (
     ReadDelay,
     ReadLedgers,
     Verdict,
+    judge,
 )
-from impl.core.digest import Digest, DigestMismatchError
-from impl.core.frames import ReadRequest, ReadResponse, Status
+from impl.core.digest import Digest
+from impl.core.frames import ReadRequest
 from impl.core.metadata import LedgerMetadata
 from impl.core.planted import ENV as PLANT_ENV
 from impl.core.planted import parse as parse_plants
@@ -288,9 +289,7 @@ class Auditor:
             await self.check_ledgers()
             self.core.on_checked(_now_ms())
         else:  # a Mark outside an audit: the core emits them only in answer to ReadLedgers
-            await asyncio.to_thread(
-                self.urm.mark, action.ledger_id, action.replicas, action.priority
-            )
+            await _mark(self.urm, action)
 
     # ------------------------------------------------------------ the audits
 
@@ -310,9 +309,7 @@ class Auditor:
             if not isinstance(action, Mark):
                 self._queue.append(action)
                 continue
-            await asyncio.to_thread(
-                self.urm.mark, action.ledger_id, action.replicas, action.priority
-            )
+            await _mark(self.urm, action)
             marked += 1
         self.stats.audits += 1
         self.stats.marked += marked
@@ -354,7 +351,8 @@ async def check_replicas(
     """Run :class:`impl.core.audit.LedgerCheck` over every ledger: read from every live
     replica of every immutable segment its first and last entry, plus ``percentage``
     percent of the rest (100: every entry); mark replicas that miss entries or hold
-    corrupt ones as ENTRIES_MISSING. Returns how many ledgers were marked.
+    corrupt ones as ENTRIES_MISSING, and bookies not registered as LOST. Returns how
+    many ledgers it found replicas missing in.
 
     The auditor runs it every ``auditorPeriodicCheckInterval``; ``bkref shell
     checkledgers`` and the campaigns' convergence run it on demand."""
@@ -379,7 +377,7 @@ async def check_replicas(
                 lid,
                 sorted(action.replicas),
             )
-            await asyncio.to_thread(urm.mark, action.ledger_id, action.replicas, action.priority)
+            await _mark(urm, action)
             marked += 1
     return marked
 
@@ -395,18 +393,16 @@ async def _probe(bk: BookKeeper, digest: Digest, probe: Probe) -> dict[int, Verd
                 resp = await bk.request(frag.bookie, partial(_read, frag.ledger_id, e))
             except BookieUnavailableError:
                 return Verdict.UNKNOWN
-        # Missing, or there but unreadable (the bookie's own read failed: a corrupt record).
-        if resp.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER, Status.IO_ERROR):
-            return Verdict.MISSING
-        if isinstance(resp, ReadResponse) and resp.status is Status.OK:
-            try:
-                digest.verify(resp.body, frag.ledger_id, e)
-            except DigestMismatchError:
-                return Verdict.MISSING
-        return Verdict.INTACT
+        return judge(resp, digest, frag.ledger_id, e)
 
     got = await asyncio.gather(*(verdict(e) for e in probe.entries))
     return dict(zip(probe.entries, got, strict=True))
+
+
+async def _mark(urm: UnderreplicationManager, m: Mark) -> None:
+    await asyncio.to_thread(
+        partial(urm.mark, m.ledger_id, m.replicas, m.priority, rewrite=m.rewrite)
+    )
 
 
 def _read(ledger_id: int, entry: int, rid: int) -> ReadRequest:

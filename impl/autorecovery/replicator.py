@@ -91,22 +91,6 @@ async def _read_verified(
     )
 
 
-async def _has_verified(
-    bk: BookKeeper, digest: Digest, bookie: str, ledger_id: int, entry: int
-) -> bool:
-    try:
-        resp = await bk.request(bookie, lambda rid: ReadRequest(rid, ledger_id, entry))
-    except BookieUnavailableError:
-        return False
-    if not (isinstance(resp, ReadResponse) and resp.status is Status.OK):
-        return False
-    try:
-        digest.verify(resp.body, ledger_id, entry)
-    except DigestMismatchError:
-        return False
-    return True
-
-
 async def copy_fragment(
     bk: BookKeeper,
     md: LedgerMetadata,
@@ -114,12 +98,10 @@ async def copy_fragment(
     target: str,
     *,
     avoid: Collection[str] = (),
-    only_missing: bool = False,
 ) -> tuple[int, int]:
     """Copy ``frag``'s entries to ``target``; returns (entries, bytes) written.
 
-    Sources are the entry's other replicas, those in ``avoid`` last. With
-    ``only_missing`` (an in-place repair) entries the target holds intact are skipped.
+    Sources are the entry's other replicas, those in ``avoid`` last.
     """
     digest = Digest(md.digest_type, md.password)
     key = master_key(md.password)
@@ -129,8 +111,6 @@ async def copy_fragment(
 
     async def one(entry: int) -> None:
         async with sem:
-            if only_missing and await _has_verified(bk, digest, target, lid, entry):
-                return
             srcs = [b for b in frag.sources(md, entry) if b != target]
             srcs = [b for b in srcs if b not in avoid] + [b for b in srcs if b in avoid]
             body = await _read_verified(bk, digest, lid, entry, srcs)
@@ -193,7 +173,6 @@ async def perform_repair_step(
                 action.fragment,
                 action.target,
                 avoid=action.avoid,
-                only_missing=action.in_place,
             )
         core.on_copied(entries, nbytes)
         return entries, nbytes
@@ -238,10 +217,10 @@ async def repair_ledger(
     """Copy every immutable fragment on a bad bookie and record each copy's new home
     (:class:`impl.core.replication.RepairRun` decides; this performs).
 
-    ``candidates`` are the writable bookies (id -> failure domain). Lost and leaving
-    replicas move to ``target`` if given, else to ``local`` (a worker beside a
-    bookie), else to a bookie the placement rules choose; entries-missing replicas are
-    refilled in place. ``plants``: the planted bugs (default: ``BKREF_PLANT``).
+    ``candidates`` are the writable bookies (id -> failure domain). Bad replicas (lost,
+    leaving, or missing entries) move to ``target`` if given, else to ``local`` (a
+    worker beside a bookie), else to a bookie the placement rules choose. ``plants``:
+    the planted bugs (default: ``BKREF_PLANT``).
     """
     try:
         md, version = await asyncio.to_thread(bk.meta.read_ledger, ledger_id)

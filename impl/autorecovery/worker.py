@@ -11,8 +11,8 @@ One round (after BookKeeper's ReplicationWorker, with the StarRocks seed's order
    recovery open, which closes it. A grace period of 0 fences at the first look.
 4. Copy every immutable fragment on a bad bookie (:mod:`.replicator`), under the
    per-bookie repair slots, and CAS each new replica into the metadata.
-5. Once no segment names a lost or leaving bookie (and in-place refills succeeded),
-   delete the task with a version check: a mark that arrived meanwhile keeps it.
+5. Once no segment names a bad bookie, delete the task with a version check: a mark
+   that arrived meanwhile keeps it.
    Otherwise count a failure and back off ``rwRereplicateBackoffMs``.
 
 Every decision is made by the sans-I/O :class:`impl.core.replication.WorkerCore`;

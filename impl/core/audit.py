@@ -19,7 +19,9 @@ at a time. The decisions, after BookKeeper's Auditor:
   marks every ledger naming a lost or decommissioning bookie (:class:`Mark`).
 - The periodic ledger check (:class:`CheckLedgers`) runs :class:`LedgerCheck`
   over each ledger: it probes each live replica of each immutable segment and
-  marks the replicas that miss an entry as ENTRIES_MISSING.
+  marks the replicas that miss an entry as ENTRIES_MISSING, and the bookies of
+  those segments that are not registered as LOST. Unlike the audit's marks, its
+  marks add only bookies the task does not list yet (``Mark.rewrite``).
 
 Spec correspondence (``spec/protocol.py``): one ``ReadLedgers`` answered and its
 ``Mark``\\ s performed is ``auditor_marks_ledgers_of_lost_bookies``; one
@@ -36,6 +38,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from impl.core.actions import LocalProtocolError
+from impl.core.digest import Digest, DigestMismatchError
+from impl.core.frames import ReadResponse, Response, Status
 from impl.core.metadata import LedgerMetadata
 from impl.core.planted import validate as check_plants
 from impl.core.repair import Fragment, Reason, live_replicas, segment_range
@@ -84,11 +88,20 @@ class CheckLedgers:
 
 @dataclass(frozen=True, slots=True)
 class Mark:
-    """Create or rewrite the ledger's under-replication task (always a new version)."""
+    """Create or rewrite the ledger's under-replication task.
+
+    ``rewrite``: a new version even when the task lists every bookie already. The
+    lost-bookie audit needs it: a loss seen after a worker looked at the ledger must
+    make that worker's versioned delete fail (the spec's model checker finds the trace
+    where an idempotent mark lets the delete succeed while the bookie is down again).
+    The periodic check adds only bookies not listed yet, as BookKeeper's
+    ``markLedgerUnderreplicated`` does for every mark.
+    """
 
     ledger_id: int
     replicas: Mapping[str, Reason]
     priority: int  # the fewest live replicas an entry has: lower is more at risk
+    rewrite: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,10 +347,26 @@ class Verdict(enum.Enum):
     UNKNOWN = "unknown"  # the bookie did not answer: the bookie audit covers bookies gone
 
 
+def judge(reply: Response | None, digest: Digest, ledger_id: int, entry: int) -> Verdict:
+    """What one replica's answer to a read of ``entry`` shows (None: no answer)."""
+    if reply is None:
+        return Verdict.UNKNOWN
+    # Missing, or there but unreadable (the bookie's own read failed: a corrupt record).
+    if reply.status in (Status.NO_SUCH_ENTRY, Status.NO_SUCH_LEDGER, Status.IO_ERROR):
+        return Verdict.MISSING
+    if isinstance(reply, ReadResponse) and reply.status is Status.OK:
+        try:
+            digest.verify(reply.body, ledger_id, entry)
+        except DigestMismatchError:
+            return Verdict.MISSING
+    return Verdict.INTACT
+
+
 class LedgerCheck:
     """The periodic check of one ledger (the seed's "periodically check ledgers are
     available"): one :class:`Probe` at a time, per live replica of each immutable
-    segment, then a :class:`Mark` of the replicas that miss entries.
+    segment, then a :class:`Mark` of the replicas that miss entries (ENTRIES_MISSING)
+    and of the bookies of those segments that are not registered (LOST).
 
     A probe reads the fragment's first and last entry plus ``percentage`` percent of
     the rest (100: every entry). With Aq < Wq an acknowledged entry may reach only Aq
@@ -364,8 +393,14 @@ class LedgerCheck:
         self._todo: list[Fragment] = []
         for i, seg in enumerate(metadata.segments):
             first, last = segment_range(metadata, i)
-            if last is None or last < first:
-                continue  # open (it may still grow) or empty
+            if last is None:
+                continue  # open: it may still grow
+            # A bookie that is not registered cannot answer: its replica counts as lost,
+            # as BookKeeper's checker counts an unavailable bookie (without the delay the
+            # lost-bookie audit waits).
+            self.bad.update((b, Reason.LOST) for b in seg.ensemble if b not in self.registered)
+            if last < first:
+                continue  # empty: nothing to read
             self._todo.extend(
                 Fragment(ledger_id, i, first, last, seg.ensemble, idx)
                 for idx in range(len(seg.ensemble))
@@ -405,6 +440,7 @@ class LedgerCheck:
                     self.ledger_id,
                     dict(self.bad),
                     live_replicas(self.metadata, self.registered) - 1,
+                    rewrite=False,
                 )
             )
 

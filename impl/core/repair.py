@@ -49,7 +49,7 @@ class Reason(enum.Enum):
 
     LOST = "lost"  # the bookie is not registered: copy its fragments elsewhere
     LEAVING = "leaving"  # decommissioned: copy elsewhere (it may still serve reads)
-    ENTRIES_MISSING = "entries-missing"  # live but incomplete: re-add the entries in place
+    ENTRIES_MISSING = "entries-missing"  # live but incomplete: its fragments move
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,10 +229,9 @@ def order_tasks(tasks: Iterable[Task], now_ms: int, s: Scheduling) -> list[Task]
 
 
 def is_repaired(metadata: LedgerMetadata, replicas: Mapping[str, Reason]) -> bool:
-    """Nothing left to do for this task: no segment names a lost or leaving bookie.
-    (Entries-missing replicas are repaired in place and tracked by the worker.)"""
-    moving = {b for b, r in replicas.items() if r is not Reason.ENTRIES_MISSING}
-    return not (metadata.bookies() & moving)
+    """Nothing left to do for this task: no segment names a bad bookie (lost, leaving,
+    or missing entries: each moves to a new bookie)."""
+    return not (metadata.bookies() & set(replicas))
 
 
 def needs_fencing(metadata: LedgerMetadata, bad: Collection[str]) -> bool:

@@ -18,8 +18,8 @@ with the StarRocks seed's ordering:
    which closes it. With a grace period of 0 it fences at once.
 3. Copy every immutable fragment on a bad bookie (:class:`RepairRun`: one
    :class:`Copy`, then one :class:`CasReplica` of the new replica, per fragment).
-4. Re-read the metadata: once no segment names a lost or leaving bookie (and the
-   in-place refills succeeded), delete the task with a version check
+4. Re-read the metadata: once no segment names a bad bookie, delete the task with
+   a version check
    (:class:`CompleteTask`): a mark that arrived meanwhile keeps it. Otherwise wait
    (:class:`Defer`) or count a failure (:class:`RecordFailure`) and back off
    ``rwRereplicateBackoffMs``. Every attempt ends with :class:`Unlock`.
@@ -39,11 +39,13 @@ core                                 spec
 ``Unlock``
 ===================================  =====================================
 
-``ReadLedger``, ``RecordFailure`` (a task version bump), the ``Unlock`` of a task
-that vanished under the lock and an in-place ``Copy`` (ENTRIES_MISSING, research
-note D11) have no spec counterpart. The worker keeps the lock through the fence and
-copies in the same attempt (the spec, and BookKeeper, unlock after it: D14); it
-retries a CAS that lost to a concurrent change instead of copying again (D10).
+``ReadLedger``, ``RecordFailure`` (a task version bump) and the ``Unlock`` of a task
+that vanished under the lock have no spec counterpart. A replica that misses
+entries (ENTRIES_MISSING) moves to a new bookie as a lost one does, as
+BookKeeper's ``replicateLedgerFragment`` replaces it (research note D11). The
+worker keeps the lock through the fence and copies in the same attempt (the spec,
+and BookKeeper, unlock after it: D14); it retries a CAS that lost to a concurrent
+change instead of copying again (D10).
 """
 
 from __future__ import annotations
@@ -151,13 +153,11 @@ class ReadOpenLac:
 class Copy:
     """Copy ``fragment``'s entries to ``target`` with recovery adds, read from the other
     replicas (those in ``avoid`` last), holding the repair slots of ``involved``.
-    ``in_place``: refill a live replica, skipping the entries it holds intact. Answer
-    with ``on_copied``, or ``on_copy_busy`` when a slot is taken."""
+    Answer with ``on_copied``, or ``on_copy_busy`` when a slot is taken."""
 
     metadata: LedgerMetadata
     fragment: Fragment
     target: str
-    in_place: bool
     involved: tuple[str, ...]
     avoid: frozenset[str]
 
@@ -241,7 +241,6 @@ class _Step:
     fragment: Fragment
     target: str
     result: FragmentResult
-    in_place: bool
     involved: tuple[str, ...]
     cas_tries: int = 0
     proposed: LedgerMetadata | None = None  # the metadata of the CAS in flight
@@ -253,9 +252,9 @@ class RepairRun:
     order (a metadata change before the copy would name a bookie without the entries;
     a copy never recorded is harmless garbage). One step at a time.
 
-    Lost and leaving replicas move to ``target`` if given, else to ``local`` (a worker
-    beside a bookie), else to a bookie the placement rules choose among ``candidates``
-    (bookie -> failure domain); entries-missing replicas are refilled in place. A CAS
+    Bad replicas (lost, leaving, or missing entries) move to ``target`` if given, else
+    to ``local`` (a worker beside a bookie), else to a bookie the placement rules choose
+    among ``candidates`` (bookie -> failure domain). A CAS
     that meets a concurrent change is retried on the current metadata while the segment
     still starts where it did and names the bad bookie (the order of a closed segment's
     entries cannot change); constructing the run plans its first step.
@@ -327,10 +326,7 @@ class RepairRun:
     def on_copied(self, entries: int, nbytes: int) -> None:
         step = self._expect("a copy")
         step.result.entries, step.result.bytes = entries, nbytes
-        if step.in_place:
-            self._finish_step()
-        else:
-            self._cas(step)
+        self._cas(step)
 
     def on_copy_busy(self) -> None:
         """A repair slot of a bookie involved is taken: another repair's turn first."""
@@ -368,18 +364,10 @@ class RepairRun:
         only = self.target if self.target is not None else self.local
         while self._todo:
             frag = self._todo.pop(0)
-            in_place = self.bad[frag.bookie] is Reason.ENTRIES_MISSING
-            if in_place:
-                dest: str | None = frag.bookie
-            else:
-                taken = self._gained.setdefault(frag.segment, set())
-                dest = choose_target(
-                    frag,
-                    self.candidates,
-                    local=only,
-                    exclude=set(self.bad) | taken,
-                    joining=taken,
-                )
+            taken = self._gained.setdefault(frag.segment, set())
+            dest = choose_target(
+                frag, self.candidates, local=only, exclude=set(self.bad) | taken, joining=taken
+            )
             res = FragmentResult(frag.segment, frag.bookie, dest)
             self.result.fragments.append(res)
             if dest is None:
@@ -393,19 +381,15 @@ class RepairRun:
                 self._incomplete = True
                 continue
             involved = tuple(sorted({dest, *(b for b in frag.ensemble if b != frag.bookie)}))
-            step = _Step(frag, dest, res, in_place, involved)
+            step = _Step(frag, dest, res, involved)
             self._step = step
             self.pending = (frag.segment, frag.bookie, self.version)
             if PLANT_NO_COPY not in self.plants:
-                self._actions.append(
-                    Copy(self.metadata, frag, dest, in_place, involved, frozenset(self.bad))
-                )
+                self._actions.append(Copy(self.metadata, frag, dest, involved, frozenset(self.bad)))
                 return
             # PLANTED BUG: the new replica is recorded without copying the fragment.
-            if not in_place:
-                self._cas(step)
-                return
-            self._step = self.pending = None
+            self._cas(step)
+            return
         self._step = self.pending = None
         self.result.complete = not self._incomplete
         self.done = True

@@ -95,8 +95,17 @@ class UnderreplicationManager:
             int(d.get("failures", 0)),
         )
 
-    def mark(self, ledger_id: int, replicas: Mapping[str, Reason], priority: int) -> Task:
-        """Create the ledger's task or merge ``replicas`` into it; always a new version."""
+    def mark(
+        self,
+        ledger_id: int,
+        replicas: Mapping[str, Reason],
+        priority: int,
+        *,
+        rewrite: bool = True,
+    ) -> Task:
+        """Create the ledger's task or merge ``replicas`` into it, with a new version;
+        without ``rewrite``, a task that lists every bookie of ``replicas`` already is
+        left as it is (see :class:`impl.core.audit.Mark` for why the audit rewrites)."""
         path = task_path(self.root, ledger_id)
         while True:
             try:
@@ -109,6 +118,8 @@ class UnderreplicationManager:
                 except NodeExistsError:
                     continue
             old = self._decode(ledger_id, data)
+            if not rewrite and set(replicas) <= set(old.replicas):
+                return old
             # A bookie keeps its most serious reason: lost, then leaving, then entries-missing.
             merged = dict(old.replicas)
             for b, r in replicas.items():

@@ -237,7 +237,7 @@ def test_enabling_autorecovery_audits_at_once_disabling_does_not() -> None:
     assert core.take_actions() == [ReadLedgers()]
 
 
-def test_the_ledger_check_probes_live_replicas_and_marks_those_missing_entries() -> None:
+def test_the_ledger_check_probes_live_replicas_and_marks_those_missing_and_lost() -> None:
     md = _md((Segment(0, (A, B, C)), Segment(4, (A, B, D))), closed_at=5)
     check = LedgerCheck(9, md, {A, B, C}, 0, random.Random(1))  # D is not registered
     probes: list[Probe] = []
@@ -259,7 +259,9 @@ def test_the_ledger_check_probes_live_replicas_and_marks_those_missing_entries()
         (0, C, (1, 2)),
         (1, B, (4,)),
     ]
-    assert check.take_actions() == [Mark(9, {A: Reason.ENTRIES_MISSING}, 0)]
+    # D cannot answer: counted lost, as BookKeeper's checker counts it, not probed.
+    marked = {A: Reason.ENTRIES_MISSING, D: Reason.LOST}
+    assert check.take_actions() == [Mark(9, marked, 0, rewrite=False)]
     with pytest.raises(LocalProtocolError):
         check.on_probe(probes[0], {})
 
@@ -328,7 +330,7 @@ def test_lock_copy_cas_verify_delete_unlock_one_step_at_a_time() -> None:
     core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
     [copy] = core.take_actions()
     frag = Fragment(1, 0, 0, 5, (A, B, C), 0)
-    assert copy == Copy(CLOSED, frag, D, False, (B, C, D), frozenset({A}))
+    assert copy == Copy(CLOSED, frag, D, (B, C, D), frozenset({A}))
     assert core.pending == (0, A, 10)
     core.on_copied(4, 400)
     repaired = replace_replica(CLOSED, 0, A, D)
@@ -507,16 +509,20 @@ def test_busy_repair_slots_or_no_room_beside_this_worker_defer_not_fail() -> Non
     assert unlock == Unlock(1)
 
 
-def test_a_replica_missing_entries_is_refilled_in_place_without_a_cas() -> None:
+def test_a_live_replica_missing_entries_moves_to_a_new_bookie_as_a_lost_one_does() -> None:
+    # BookKeeper's replicateLedgerFragment replaces the bookie; nothing refills in place.
     core = _locked(_task(replicas={B: Reason.ENTRIES_MISSING}))
     core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
     [copy] = core.take_actions()
     assert isinstance(copy, Copy)
-    assert copy.in_place
-    assert copy.target == B
+    assert (copy.fragment.bookie, copy.target, copy.avoid) == (B, D, frozenset({B}))
     core.on_copied(1, 100)
+    moved = replace_replica(CLOSED, 0, B, D)
+    assert moved is not None
+    assert core.take_actions() == [CasReplica(1, 0, B, D, moved, 10)]
+    core.on_cas(11)
     assert core.take_actions() == [ReadLedger(1, live=True)]
-    core.on_ledger(CLOSED, 10, 0)
+    core.on_ledger(moved, 11, 0)
     assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
 
 
@@ -596,7 +602,7 @@ def test_a_lost_bookie_the_task_does_not_name_is_repaired_too() -> None:
     assert core.bad == {A: Reason.LOST, B: Reason.ENTRIES_MISSING}
     [copy] = core.take_actions()
     assert isinstance(copy, Copy)
-    assert (copy.fragment.bookie, copy.target, copy.in_place) == (A, D, False)
+    assert (copy.fragment.bookie, copy.target) == (A, D)
 
 
 def test_a_bookie_lost_during_the_copies_keeps_the_task() -> None:

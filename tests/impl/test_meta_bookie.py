@@ -19,6 +19,7 @@ from impl.bookie.registration import Registration
 from impl.cli.shell import main as shell_main
 from impl.core.digest import DigestType
 from impl.core.metadata import LedgerMetadata, LedgerState, Segment
+from impl.core.repair import Reason, Task
 from impl.meta.layout import ledger_path
 from impl.meta.store import MetadataConflictError, ZkMetadataStore, connect
 from impl.meta.underreplication import UnderreplicationManager
@@ -207,6 +208,37 @@ def test_a_lock_this_session_holds_is_taken_again_only_by_its_owner(zk_connect: 
         assert urm.try_lock(3, "worker-1")  # its own lock, e.g. a create whose reply was lost
         assert not urm.try_lock(3, "worker-2")  # another worker on the same session
         assert urm.lock_holder(3) == "worker-1"
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@pytest.mark.zookeeper
+def test_the_audit_always_rewrites_a_task_and_the_check_only_adds_bookies(
+    zk_connect: str,
+) -> None:
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=30)
+    try:
+        urm = UnderreplicationManager(zk, "/mark-rewrite")
+        urm.ensure_layout()
+
+        def task() -> tuple[Task, int]:
+            got = urm.get(5)
+            assert got is not None
+            return got
+
+        urm.mark(5, {"a:1": Reason.LOST}, 1)
+        first = task()[1]
+        urm.mark(5, {"a:1": Reason.LOST}, 1)  # the audit: a new version all the same
+        assert task()[1] == first + 1
+        urm.mark(5, {"a:1": Reason.ENTRIES_MISSING}, 1, rewrite=False)  # listed: no write
+        assert task()[1] == first + 1
+        urm.mark(5, {"b:1": Reason.ENTRIES_MISSING}, 1, rewrite=False)  # a new bookie
+        assert task() == (
+            Task(5, {"a:1": Reason.LOST, "b:1": Reason.ENTRIES_MISSING}, 1, task()[0].ctime_ms),
+            first + 2,
+        )
     finally:
         zk.stop()
         zk.close()

@@ -124,7 +124,8 @@ def test_replace_replica_only_where_the_segment_still_names_the_bookie() -> None
     done = replace_replica(new, 1, A, C)
     assert done is not None
     assert is_repaired(done, {A: Reason.LOST})
-    assert is_repaired(md, {A: Reason.ENTRIES_MISSING})  # refilled in place, not moved
+    assert not is_repaired(md, {A: Reason.ENTRIES_MISSING})  # it moves as a lost one does
+    assert is_repaired(done, {A: Reason.ENTRIES_MISSING})
 
 
 def test_most_at_risk_first_with_failures_deprioritised_and_old_tasks_promoted() -> None:

@@ -117,7 +117,6 @@ CASES = [
     case("spec-unknown-config", "spec check --config nonesuch", "unknown config 'nonesuch'"),
     # ---------------------------------------------------------------- refine
     case("refine-no-config", "refine --config nope", "no config 'nope'"),
-    case("refine-unsupported", "refine --config live-check", "config live-check cannot run yet"),
     case("refine-plant", "refine --plant nope", "unknown planted bug(s) ['nope']"),
     case("refine-examples", "refine --examples 0", "argument --examples"),
     case("refine-plant-spec", "refine --driver spec --plant ack-before-fsync", "needs --driver"),
