@@ -8,7 +8,10 @@ switched on is an implementation with that bug, and must be caught.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import replace
+from fnmatch import fnmatch
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +22,7 @@ from refine.spec_driver import SpecDriver
 from spec.config import Config
 from spec.configs import CONFIGS, MUTANT_CONFIGS
 from spec.invariants import INVARIANTS
-from spec.protocol import Label, State, initial_state, next_states
+from spec.protocol import ACTIONS, Label, State, initial_state, next_states
 
 
 @pytest.mark.parametrize("name", ["a-short", "a", "b-short", "c-short", "c-workers"])
@@ -116,3 +119,15 @@ def test_the_projection_keeps_every_invariant_verdict(cfg: Config) -> None:
         for inv in INVARIANTS:
             assert inv(cfg, s) == inv(cfg, p), inv.__name__
         assert project(cfg, p) == p
+
+
+def test_the_docs_map_every_spec_action_to_a_bkref_step() -> None:
+    """docs/refine.md's table names each action of ``spec.protocol.ACTIONS`` (a family of
+    actions by its ``*`` row), so that a new action cannot go unmapped."""
+    text = (Path(__file__).parents[2] / "docs" / "refine.md").read_text()
+    table = text.split("### Spec action → bkref step", 1)[1].split("\n###", 1)[0]
+    rows = re.findall(r"^\| `([a-z_*]+)", table, re.MULTILINE)
+    rows += re.findall(r"^\| `[a-z_]+` / `([a-z_]+)`", table, re.MULTILINE)
+    for action in ACTIONS:
+        name = action.__name__
+        assert any(fnmatch(name, row) for row in rows), f"{name} is not in docs/refine.md"
