@@ -68,6 +68,7 @@ from nemesis.disk import NothingToCorruptError
 from nemesis.generator import (
     AUDITOR_KINDS,
     DEFAULT_KINDS,
+    VICTIM_KINDS,
     FaultWindow,
     Grudge,
     ScheduleSpec,
@@ -359,13 +360,22 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
                 # cluster: with Aq < Wq a crash can leave an acknowledged entry on only Aq
                 # bookies, a gap only a check that reads it finds. Its repairs converge too.
                 urm = UnderreplicationManager(bk.meta.zk, bk.root)
-                marked = await check_replicas(bk, urm, 100, random.Random(rng.getrandbits(64)))
+                found = await check_replicas(bk, urm, 100, random.Random(rng.getrandbits(64)))
+                marked = len(found)
                 log(f"convergence: the full replica check marked {marked} ledger(s)")
+                rows = after["ledgers"]
+                quorums = {r["ledger"]: (r["write_quorum"], r["ack_quorum"]) for r in rows}
                 if marked:
                     first = after["seconds"]
                     after = await _converge(bk, spec.converge_timeout)
                     after["seconds"] = round(first + after["seconds"], 1)
                 after["full_check_marked"] = marked
+                if not VICTIM_KINDS & set(counts):
+                    after["missing_after_convergence"] = [
+                        {"ledger": m.ledger_id, "bookies": sorted(m.replicas)}
+                        for m in found
+                        if len(set(quorums.get(m.ledger_id, (0, 1)))) == 1  # Wq = Aq
+                    ]
             log(
                 f"convergence: {'done' if after['converged'] else 'NOT converged'} "
                 f"after {after['seconds']} s"
@@ -510,6 +520,23 @@ def _check_replication(
             f.write(json.dumps(row) + "\n")
     result = audit_replication(entries, ledgers)
     anomalies = list(result["anomalies"])
+    # With Wq = Aq every entry of a closed ledger is on its whole write set, in a correct
+    # cluster, and stays there through crashes, since a bookie fsyncs before it answers
+    # and a repair copies before it records; only a fault that destroys fsynced data
+    # (VICTIM_KINDS) can take a replica away. So once the cluster converged, a replica
+    # the full check finds missing was lost by the protocol or a repair, even if the
+    # repair it then triggered has put the entries back (as it may: the replica moves
+    # to a bookie that may still hold them).
+    anomalies.extend(
+        {
+            "kind": "under-replicated",
+            "ledger": m["ledger"],
+            "bookies": m["bookies"],
+            "message": f"ledger {m['ledger']} (Wq = Aq): after the cluster converged "
+            f"the full replica check found replicas missing on {', '.join(m['bookies'])}",
+        }
+        for m in after.get("missing_after_convergence", [])
+    )
     if not after.get("converged"):
         anomalies.insert(
             0,
@@ -522,7 +549,7 @@ def _check_replication(
             },
         )
     return {
-        "valid": bool(after.get("converged")) and result["valid"],
+        "valid": bool(after.get("converged")) and result["valid"] and not anomalies,
         "converge_seconds": after.get("seconds"),
         "full_check_marked": after.get("full_check_marked"),
         "entries_audited": result["entries_audited"],

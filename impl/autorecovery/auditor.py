@@ -327,8 +327,8 @@ class Auditor:
         if not await asyncio.to_thread(self.urm.is_enabled):
             return 0
         started = time.monotonic()
-        marked = await check_replicas(
-            self.bk, self.urm, self.config.verification_percentage, self._rng
+        marked = len(
+            await check_replicas(self.bk, self.urm, self.config.verification_percentage, self._rng)
         )
         self.stats.checks += 1
         self.stats.last_check_s = time.monotonic() - started
@@ -347,17 +347,17 @@ CHECK_CONCURRENCY = 64  # reads in flight per replica while checking it
 
 async def check_replicas(
     bk: BookKeeper, urm: UnderreplicationManager, percentage: int, rng: random.Random
-) -> int:
+) -> list[Mark]:
     """Run :class:`impl.core.audit.LedgerCheck` over every ledger: read from every live
     replica of every immutable segment its first and last entry, plus ``percentage``
     percent of the rest (100: every entry); mark replicas that miss entries or hold
-    corrupt ones as ENTRIES_MISSING, and bookies not registered as LOST. Returns how
-    many ledgers it found replicas missing in.
+    corrupt ones as ENTRIES_MISSING, and bookies not registered as LOST. Returns the
+    marks, one per ledger it found replicas missing in.
 
     The auditor runs it every ``auditorPeriodicCheckInterval``; ``bkref shell
     checkledgers`` and the campaigns' convergence run it on demand."""
     registered = {b.bookie_id for b in await asyncio.to_thread(bk.meta.bookies)}
-    marked = 0
+    marked: list[Mark] = []
     for lid in await bk.list_ledgers():
         try:
             md, _ = await asyncio.to_thread(bk.meta.read_ledger, lid)
@@ -378,7 +378,7 @@ async def check_replicas(
                 sorted(action.replicas),
             )
             await _mark(urm, action)
-            marked += 1
+            marked.append(action)
     return marked
 
 

@@ -151,7 +151,7 @@ async def run(bk: BookKeeper, args: argparse.Namespace, out: Printer) -> int:
         if not 0 <= args.percentage <= 100:
             print("bkref shell: --percentage must be between 0 and 100", file=sys.stderr)
             return 2
-        marked = await check_replicas(bk, urm, args.percentage, random.Random())
+        marked = len(await check_replicas(bk, urm, args.percentage, random.Random()))
         out(args, {"marked": marked}, f"{marked} ledger(s) marked under-replicated")
         return 0
     if args.cmd == "lostbookierecoverydelay":

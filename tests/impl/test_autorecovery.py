@@ -921,7 +921,7 @@ def test_a_lock_left_by_a_failed_unlock_never_keeps_the_ledger_from_repair(
             assert flaky.try_lock(lid, "worker-1")
             assert not w2.urm.try_lock(lid, "worker-2")  # another session still cannot
 
-            urm.mark(lid, {ids[1]: Reason.ENTRIES_MISSING}, 1)  # marked again later
+            urm.mark(lid, {ids[0]: Reason.LOST}, 1)  # marked again later
             await w2.run_once()
             assert w2.stats.lock_busy == 1
             await w1.run_once()  # releases the lock it left, then repairs

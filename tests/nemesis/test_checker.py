@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from linearizability.history import Op
 from nemesis.checker import check_durability
+from nemesis.runner import _check_replication
 
 
 class _History:
@@ -89,3 +92,32 @@ def test_reads_before_the_last_recovery_are_not_final() -> None:
     h.op(4, "read", 7, {"entry": 0}, {"entry": 0, "found": True, "data": "a"})
     result = check_durability(h.ops)
     assert (result["valid"], result["unknown_ledgers"]) == (True, 0)
+
+
+def _converged(**extra: object) -> dict[str, object]:
+    """A converged cluster's record: one closed ledger, Wq = Aq = 2, on a and b."""
+    row = {
+        "ledger": 1,
+        "state": "CLOSED",
+        "last_entry": 0,
+        "ensemble_size": 2,
+        "write_quorum": 2,
+        "ack_quorum": 2,
+        "segments": [{"first_entry": 0, "ensemble": ["a", "b"]}],
+    }
+    return {"converged": True, "seconds": 1.0, "ledgers": [row], **extra}
+
+
+def test_a_replica_the_full_check_found_missing_after_convergence_is_an_anomaly(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "dumps").mkdir()
+    entries = [{"bookie": b, "ledger": 1, "entry": 0, "digest": "d"} for b in ("a", "b")]
+    clean = _check_replication(_converged(missing_after_convergence=[]), entries, tmp_path)
+    assert clean["valid"], clean
+    # The dumps are whole again (the repair moved the replica back), yet with Wq = Aq a
+    # replica missing once the cluster converged was lost by the protocol or a repair.
+    lost = _converged(missing_after_convergence=[{"ledger": 1, "bookies": ["b"]}])
+    found = _check_replication(lost, entries, tmp_path)
+    assert not found["valid"]
+    assert [a["kind"] for a in found["anomalies"]] == ["under-replicated"]
