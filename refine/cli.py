@@ -21,14 +21,14 @@ from pathlib import Path
 
 from refine.driver import Driver, ImplementationError
 from refine.machine import RunStats, run
+from spec import configs
 from spec.cli_args import positive_int
 from spec.config import Config
-from spec.configs import CONFIGS, MUTANT_CONFIGS
 
 DRIVERS = ("bkref", "spec")
 # Every named config: the full and short ones, and the mutants' (run here with the correct
 # spec: they are small configs with the faults that expose each known bug).
-NAMED: dict[str, Config] = {**CONFIGS, **{c.name: c for c in MUTANT_CONFIGS.values()}}
+NAMED = configs.NAMED
 PROGRESS_EVERY = 10.0  # seconds between progress lines on stderr
 PARTS = ("setup", "implementation", "abstraction", "comparison", "spec")
 

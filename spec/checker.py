@@ -24,7 +24,7 @@ from typing import TextIO
 
 from spec.config import Config
 from spec.invariants import INVARIANTS, Invariant
-from spec.protocol import State, format_label, initial_state, next_states
+from spec.protocol import State, Step, format_label, initial_state, next_states
 from spec.symmetry import canonical
 
 
@@ -87,12 +87,17 @@ def check(
     progress: TextIO | None = None,
     progress_every: float = 5.0,
     workers: int = 1,
+    expand: Callable[[Config, State], list[Step]] = next_states,
 ) -> Result:
     """Breadth-first exhaustive check of every invariant; stops at the first violation.
 
     With ``workers`` > 1, forked processes expand each large BFS layer (see
     ``_expand``); the result is the same in every field, trace included.
+    ``expand`` computes a state's steps (``spec.coverage`` passes one that counts
+    them); forked workers always use ``next_states``, so it needs ``workers=1``.
     """
+    if expand is not next_states and workers > 1:
+        raise ValueError("a custom expand runs in the checker's own process: use workers=1")
     # States are tuples of ints and tuples: no reference cycles for the cyclic
     # collector to find, yet its passes over millions of live tuples cost a
     # fifth of the run. It is off for the search and restored after.
@@ -107,6 +112,7 @@ def check(
             progress=progress,
             progress_every=progress_every,
             workers=workers if workers > 1 and _can_fork() else 1,
+            expand=expand,
         )
     finally:
         if gc_was_enabled:
@@ -135,6 +141,7 @@ def _bfs(
     progress: TextIO | None,
     progress_every: float,
     workers: int,
+    expand: Callable[[Config, State], list[Step]],
 ) -> Result:
     invariants = active_invariants(cfg)
     result = Result(config=cfg, skipped=tuple(sorted(cfg.skip_invariants)))
@@ -168,7 +175,7 @@ def _bfs(
             layer = ((i, [], [], []) for i in frontier)
         for i, names, succ, verdicts in layer:
             if not names and not succ:  # expand here; else a worker did
-                for label, t in next_states(cfg, states[i]):
+                for label, t in expand(cfg, states[i]):
                     names.append(label[0])
                     succ.append(canon(t))
                     verdicts.append(UNCHECKED)

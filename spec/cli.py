@@ -3,9 +3,12 @@
     bkref spec list
     bkref spec check --config NAME [--mutant NAME] [--workers N] [--walk N --seed S] [--json]
     bkref spec check --mutant NAME          (uses the config the mutant needs)
+    bkref spec coverage [--config NAME ...] [--json]
 
 Exit status: 0 when no invariant is violated (and liveness holds, where the
 config names a liveness goal), 1 with a trace when one is, 2 on bad arguments.
+``coverage`` exits 1 when a branch of an action no config reaches has no recorded
+reason (``spec.coverage``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any, NoReturn
 from spec.checker import Result, WalkResult, check, print_progress_header, walk
 from spec.cli_args import positive_int
 from spec.config import MUTANTS, Config
-from spec.configs import CONFIGS, MUTANT_CONFIGS
+from spec.configs import CONFIGS, MUTANT_CONFIGS, NAMED
 from spec.trace import dumps, format_trace, trace_json
 
 
@@ -64,6 +67,25 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--no-fairness", action="store_true", help="liveness without fairness")
     c.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     c.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    v = sub.add_parser(
+        "coverage",
+        help="which actions and branches of the spec the configs reach",
+        description="Check configs exhaustively and report, per action, the distinct states "
+        "it is enabled in, and per return statement of each action function (a guard "
+        "refusing the step, or a path to a successor) the configs that reach it. Exit 1 "
+        "when a branch no config reaches has no '# unreachable: <why>' comment beside it.",
+    )
+    v.add_argument(
+        "--config",
+        action="append",
+        metavar="NAME",
+        help="a config name (repeatable; default: every named config)",
+    )
+    v.add_argument(
+        "--max-states", type=positive_int, metavar="N", help="stop each check after N states"
+    )
+    v.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    v.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return p
 
 
@@ -82,13 +104,10 @@ def _resolve(args: argparse.Namespace) -> Config:
         raise SystemExit(_bad(f"unknown mutant {args.mutant!r}; see `bkref spec list`"))
     if args.config is None:
         cfg = MUTANT_CONFIGS[args.mutant]
-    elif args.config in CONFIGS:
-        cfg = CONFIGS[args.config]
+    elif args.config in NAMED:
+        cfg = NAMED[args.config]
     else:
-        configs = {c.name: c for c in MUTANT_CONFIGS.values()}
-        if args.config not in configs:
-            raise SystemExit(_bad(f"unknown config {args.config!r}; see `bkref spec list`"))
-        cfg = configs[args.config]
+        raise SystemExit(_bad(f"unknown config {args.config!r}; see `bkref spec list`"))
     return cfg.with_mutant(args.mutant) if args.mutant else cfg
 
 
@@ -125,6 +144,24 @@ def _walk_summary(r: WalkResult) -> dict[str, Any]:
         "violation": r.violation,
         "trace": trace_json(r.trace) if r.violation else [],
     }
+
+
+def _coverage(args: argparse.Namespace) -> int:
+    from spec.coverage import report
+
+    names = args.config or list(NAMED)
+    unknown = [n for n in names if n not in NAMED]
+    if unknown:
+        return _bad(f"unknown config(s) {unknown}; see `bkref spec list`")
+    progress = None if args.quiet else sys.stderr
+    if progress is not None:
+        print(f"coverage of {len(names)} config(s), exhaustive checks:", file=progress)
+    r = report([NAMED[n] for n in names], max_states=args.max_states, progress=progress)
+    if args.json:
+        print(dumps(r.to_json()))
+    else:
+        r.write_text(sys.stdout)
+    return 1 if r.unexplained() else 0
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -195,6 +232,8 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
         if args.command == "list":
             return _list()
+        if args.command == "coverage":
+            return _coverage(args)
         return _check(args)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2

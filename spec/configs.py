@@ -234,6 +234,10 @@ MUTANT_CONFIGS: dict[str, Config] = {
 }
 assert MUTANT_CONFIGS.keys() == MUTANTS.keys()
 
+# Every config by its name: the configs above, then the mutants' own (``m-*``), which
+# run with the correct spec unless a mutant is switched on.
+NAMED: dict[str, Config] = {**CONFIGS, **{c.name: c for c in MUTANT_CONFIGS.values()}}
+
 
 def mutant_config(mutant: str) -> Config:
     """The config that re-creates ``mutant``'s bug, with the mutant switched on."""

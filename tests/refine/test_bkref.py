@@ -21,8 +21,8 @@ from kazoo.client import KazooClient
 from impl.cluster.zookeeper import ZooKeeperEnsemble
 from impl.core.planted import PLANTS
 from refine.bkref_driver import BkrefDriver
-from refine.cli import NAMED
 from refine.machine import run
+from spec.configs import NAMED
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 
