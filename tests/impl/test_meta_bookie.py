@@ -6,6 +6,8 @@ import json
 import re
 import time
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -197,31 +199,34 @@ def test_shell_says_clearly_when_zookeeper_is_unreachable(
     assert "cannot connect to ZooKeeper" in capsys.readouterr().err
 
 
-@pytest.mark.zookeeper
-def test_a_lock_this_session_holds_is_taken_again_only_by_its_owner(zk_connect: str) -> None:
+@contextmanager
+def _urm(zk_connect: str, root: str) -> Iterator[UnderreplicationManager]:
+    """AutoRecovery's ZooKeeper state under ``root``, on a session of its own."""
     zk = KazooClient(hosts=zk_connect)
     zk.start(timeout=30)
     try:
-        urm = UnderreplicationManager(zk, "/lock-owner")
+        urm = UnderreplicationManager(zk, root)
         urm.ensure_layout()
-        assert urm.try_lock(3, "worker-1")
-        assert urm.try_lock(3, "worker-1")  # its own lock, e.g. a create whose reply was lost
-        assert not urm.try_lock(3, "worker-2")  # another worker on the same session
-        assert urm.lock_holder(3) == "worker-1"
+        yield urm
     finally:
         zk.stop()
         zk.close()
 
 
 @pytest.mark.zookeeper
+def test_a_lock_this_session_holds_is_taken_again_only_by_its_owner(zk_connect: str) -> None:
+    with _urm(zk_connect, "/lock-owner") as urm:
+        assert urm.try_lock(3, "worker-1")
+        assert urm.try_lock(3, "worker-1")  # its own lock, e.g. a create whose reply was lost
+        assert not urm.try_lock(3, "worker-2")  # another worker on the same session
+        assert urm.lock_holder(3) == "worker-1"
+
+
+@pytest.mark.zookeeper
 def test_the_audit_always_rewrites_a_task_and_the_check_only_adds_bookies(
     zk_connect: str,
 ) -> None:
-    zk = KazooClient(hosts=zk_connect)
-    zk.start(timeout=30)
-    try:
-        urm = UnderreplicationManager(zk, "/mark-rewrite")
-        urm.ensure_layout()
+    with _urm(zk_connect, "/mark-rewrite") as urm:
 
         def task() -> tuple[Task, int]:
             got = urm.get(5)
@@ -239,9 +244,6 @@ def test_the_audit_always_rewrites_a_task_and_the_check_only_adds_bookies(
             Task(5, {"a:1": Reason.LOST, "b:1": Reason.ENTRIES_MISSING}, 1, task()[0].ctime_ms),
             first + 2,
         )
-    finally:
-        zk.stop()
-        zk.close()
 
 
 @pytest.mark.zookeeper
