@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -36,11 +35,9 @@ def test_every_mutant_has_an_expectation() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_mutant_is_caught_by_its_invariant_within_60_seconds(mutant: str) -> None:
-    started = time.monotonic()
+def test_mutant_is_caught_by_its_invariant_with_its_documented_trace(mutant: str) -> None:
     r = check(mutant_config(mutant))
     assert r.violation == CAUGHT_BY[mutant]
-    assert time.monotonic() - started < 60
     assert r.trace[0].action == "Init"
     assert len(r.trace) == r.depth + 1
     # The documented example is this very trace.
