@@ -421,8 +421,11 @@ def writer_creates_ledger(cfg: Config, s: State, ens: tuple[int, ...]) -> State 
     """
     wl = cfg.writer_ledger
     if s.w_status != W_NONE or s.meta_status[wl] != NONE:
+        # unreachable: next_states offers it only while the writer is NONE, and the writer's
+        # ledger gets metadata only from this action (or starts with it, the writer OPEN).
         return None
     if any(s.b_up[b] != UP for b in ens):
+        # unreachable: next_states offers only ensembles of live bookies (``_ensembles``).
         return None
     segs: Segments = ((0, ens),)
     return s._replace(
@@ -444,8 +447,11 @@ def writer_sends_add(cfg: Config, s: State) -> State | None:
     unconfirmed adds.
     """
     if s.w_status != W_OPEN or s.w_change is not None or s.w_next >= cfg.entries:
+        # unreachable: next_states offers it only while the writer is OPEN, with no change in
+        # flight and an entry left.
         return None
     if s.w_next - s.w_lac > cfg.pipeline:  # at most `pipeline` adds unconfirmed
+        # unreachable: next_states tests the pipeline bound first.
         return None
     e = s.w_next
     ws = last_ensemble_write_set(cfg, s.w_segments, e)
@@ -514,11 +520,16 @@ def writer_changes_ensemble(cfg: Config, s: State, failed: int, new: int) -> Sta
     and until then acks are held.
     """
     if s.w_status != W_OPEN or s.w_change is not None:
+        # unreachable: next_states offers it only while the writer is OPEN with no change in
+        # flight.
         return None
     last_ens = s.w_segments[-1][1]
     if failed not in last_ens or new in last_ens or s.b_up[new] != UP:
+        # unreachable: next_states offers only a bookie of the last ensemble, and a live one
+        # outside it.
         return None
     if not _writer_timed_out(cfg, s, failed):
+        # unreachable: next_states offers it only for a bookie that timed out (the same test).
         return None
     first = s.w_lac + 1
     change = with_segment_change(s.w_segments, first, failed, new)
@@ -539,6 +550,8 @@ def writer_resends_add(cfg: Config, s: State, e: int, b: int) -> State | None:
     LACs differ).
     """
     if s.w_status != W_OPEN or not s.w_lac < e < s.w_next:
+        # unreachable: next_states offers it only for w_lac < e < w_next while the writer is
+        # OPEN.
         return None
     ws = write_set(cfg, _writer_view(s), e)
     if not ws & bit(b) or s.w_sent[e] & bit(b):
@@ -559,6 +572,8 @@ def writer_completes_ensemble_change(cfg: Config, s: State) -> State | None:
     held acks are released: the LAC catches up.
     """
     if s.w_status != W_OPEN or s.w_change is None:
+        # unreachable: next_states offers it only while the writer is OPEN with a change in
+        # flight.
         return None
     wl = cfg.writer_ledger
     if s.meta_status[wl] != OPEN:
@@ -585,6 +600,8 @@ def writer_closes_ledger(cfg: Config, s: State) -> State | None:
     (BookKeeper's close succeeds on a ledger closed at the same last entry).
     """
     if s.w_status != W_OPEN or s.w_change is not None:
+        # unreachable: next_states offers it only while the writer is OPEN with no change in
+        # flight.
         return None
     wl = cfg.writer_ledger
     if s.meta_status[wl] != OPEN:
@@ -624,6 +641,8 @@ def bookie_handles_add(cfg: Config, s: State, m: Msg, reply_lost: int) -> State 
     """
     kind, b, e, lac, rec = m
     if kind != ADD or s.b_up[b] != UP:
+        # unreachable: next_states hands a request only to its kind's handler, and only while
+        # its bookie is up.
         return None
     wl = cfg.writer_ledger
     synced, unsynced, fenced, b_lac = ledger_on(s, b, wl)
@@ -639,6 +658,8 @@ def bookie_handles_add(cfg: Config, s: State, m: Msg, reply_lost: int) -> State 
         stored = (synced, unsynced, fenced, max(b_lac, lac))
         t = _handled(s, m, reply_lost, b_ledgers=set_ledger_on(s, b, wl, stored))
     if t is None:
+        # unreachable: ``_handled`` refuses only a lost reply with no loss left, and next_states
+        # offers a lost reply only while a loss is left.
         return None
     if reply_lost:
         return t
@@ -652,7 +673,11 @@ def bookie_syncs_journal(cfg: Config, s: State, b: int) -> State | None:
     wl = cfg.writer_ledger
     synced, unsynced, fenced, lac = ledger_on(s, b, wl)
     if s.b_up[b] != UP or not unsynced:
+        # unreachable: next_states offers it only for a live bookie with unsynced entries.
         return None
+    # unreachable: no entry is ever unsynced in the correct spec (``bookie_handles_add`` syncs
+    # before it answers); only the mutant ack-before-journal-sync leaves one, and coverage
+    # checks the correct spec.
     return s._replace(b_ledgers=set_ledger_on(s, b, wl, (synced | unsynced, 0, fenced, lac)))
 
 
@@ -664,11 +689,15 @@ def bookie_handles_fencing_lac_read(cfg: Config, s: State, m: Msg, reply_lost: i
     """
     kind, b, _e, _a, _r = m
     if kind != FENCE or s.b_up[b] != UP:
+        # unreachable: next_states hands a request only to its kind's handler, and only while
+        # its bookie is up.
         return None
     wl = cfg.writer_ledger
     synced, unsynced, _f, lac = ledger_on(s, b, wl)
     t = _handled(s, m, reply_lost, b_ledgers=set_ledger_on(s, b, wl, (synced, unsynced, 1, lac)))
     if t is None:
+        # unreachable: ``_handled`` refuses only a lost reply with no loss left, and next_states
+        # offers a lost reply only while a loss is left.
         return None
     return t if reply_lost else recovery_client_receives_fencing_response(cfg, t, b, lac)
 
@@ -677,6 +706,8 @@ def bookie_handles_recovery_read(cfg: Config, s: State, m: Msg, reply_lost: int)
     """A bookie answers a recovery read (found or NoSuchEntry), fencing first if asked."""
     kind, b, e, fence, _r = m
     if kind != READ or s.b_up[b] != UP:
+        # unreachable: next_states hands a request only to its kind's handler, and only while
+        # its bookie is up.
         return None
     wl = cfg.writer_ledger
     synced, unsynced, fenced, lac = ledger_on(s, b, wl)
@@ -684,6 +715,8 @@ def bookie_handles_recovery_read(cfg: Config, s: State, m: Msg, reply_lost: int)
     stored = (synced, unsynced, fenced | fence, lac)
     t = _handled(s, m, reply_lost, b_ledgers=set_ledger_on(s, b, wl, stored))
     if t is None:
+        # unreachable: ``_handled`` refuses only a lost reply with no loss left, and next_states
+        # offers a lost reply only while a loss is left.
         return None
     return t if reply_lost else recovery_client_receives_read_response(cfg, t, b, e, found)
 
@@ -699,6 +732,7 @@ def bookie_crashes(cfg: Config, s: State, b: int) -> State | None:
     its registration disappears, which the auditor notices.
     """
     if s.b_up[b] != UP or s.budget[B_CRASH] == 0:
+        # unreachable: next_states offers it only for a live bookie while a crash is left.
         return None
     ledgers = tuple((sy, 0, f, lac) for sy, _u, f, lac in s.b_ledgers[b])
     return s._replace(
@@ -713,6 +747,7 @@ def bookie_crashes(cfg: Config, s: State, b: int) -> State | None:
 def bookie_restarts(cfg: Config, s: State, b: int) -> State | None:
     """A crashed bookie restarts with its synced data: entries, fences and LACs (journal replay)."""
     if not cfg.restarts or s.b_up[b] != DOWN:
+        # unreachable: next_states offers it only for a DOWN bookie, in a config with restarts.
         return None
     return s._replace(b_up=set_at(s.b_up, b, UP), au_stale=1 if cfg.autorecovery else 0)
 
@@ -726,6 +761,7 @@ def bookie_restarts_with_wiped_disk(cfg: Config, s: State, b: int) -> State | No
     check: the bookie rejoins with no entries and no fences.
     """
     if s.b_up[b] != DOWN or s.budget[B_WIPE] == 0:
+        # unreachable: next_states offers it only for a DOWN bookie while a wipe is left.
         return None
     empty = ((0, 0, 0, -1),) * cfg.ledgers
     up = UP if "wiped-bookie-rejoins" in cfg.mutants else REFUSED
@@ -749,6 +785,7 @@ def network_loses_message(cfg: Config, s: State, m: Msg) -> State | None:
     no behaviour. A lost add leads to an ensemble change instead.
     """
     if s.budget[B_LOSS] == 0 or m[0] != ADD:
+        # unreachable: next_states offers it only for an add while a loss is left.
         return None
     return s._replace(
         msgs=consume(s.msgs, m), budget=set_at(s.budget, B_LOSS, s.budget[B_LOSS] - 1)
@@ -758,6 +795,7 @@ def network_loses_message(cfg: Config, s: State, m: Msg) -> State | None:
 def network_duplicates_message(cfg: Config, s: State, m: Msg) -> State | None:
     """The network delivers a message twice."""
     if s.budget[B_DUP] == 0:
+        # unreachable: next_states offers it only while a duplicate is left.
         return None
     return s._replace(msgs=send(s.msgs, m), budget=set_at(s.budget, B_DUP, s.budget[B_DUP] - 1))
 
@@ -827,6 +865,7 @@ def recovery_client_completes_fencing(cfg: Config, s: State) -> State | None:
     the LAC). Each recovery read also fences.
     """
     if s.rc_phase != RC_FENCING:
+        # unreachable: next_states offers it only while the recovery client is FENCING.
         return None
     ens = s.rc_segments[-1][1]
     positions = sum(bit(p) for p, b in enumerate(ens) if s.rc_fenced & bit(b))
@@ -893,9 +932,11 @@ def recovery_client_receives_read_response(
 def recovery_client_retries_request(cfg: Config, s: State, b: int) -> State | None:
     """A fencing LAC read or recovery read to a live bookie was lost: it is sent again."""
     if s.b_up[b] != UP:
+        # unreachable: ``_emit_retries`` offers only live bookies.
         return None
     if s.rc_phase == RC_FENCING:
         if not ensemble_mask(s.rc_segments[-1][1]) & bit(b) & ~s.rc_fenced:
+            # unreachable: ``_emit_retries`` offers only unfenced bookies of the last ensemble.
             return None
         if in_flight(s.msgs, FENCE, b, -1):
             return None
@@ -903,11 +944,14 @@ def recovery_client_retries_request(cfg: Config, s: State, b: int) -> State | No
     if s.rc_phase == RC_READING:
         e = s.rc_reading
         if not write_set(cfg, _read_segments(cfg, s), e) & bit(b) & ~s.rc_negative:
+            # unreachable: ``_emit_retries`` offers only bookies of the entry's write set
+            # without a negative answer.
             return None
         if in_flight(s.msgs, READ, b, e):
             return None
         fence = 0 if "recovery-reads-without-fencing" in cfg.mutants else 1
         return s._replace(msgs=send(s.msgs, (READ, b, e, fence, 0)))
+    # unreachable: next_states offers it only while the recovery client is FENCING or READING.
     return None
 
 
@@ -948,11 +992,16 @@ def recovery_client_changes_ensemble(cfg: Config, s: State, failed: int, new: in
     written to the store with the close, so a failed recovery leaves no trace.
     """
     if s.rc_phase not in (RC_READING, RC_WRITING):
+        # unreachable: next_states offers it only while the recovery client is READING or
+        # WRITING.
         return None
     last_ens = s.rc_segments[-1][1]
     if failed not in last_ens or new in last_ens or s.b_up[new] != UP:
+        # unreachable: next_states offers only a bookie of the last ensemble, and a live one
+        # outside it.
         return None
     if not _rc_timed_out(cfg, s, failed):
+        # unreachable: next_states offers it only for a bookie that timed out (the same test).
         return None
     first = s.rc_lac + 1
     segs = with_segment_change(s.rc_segments, first, failed, new)
@@ -963,9 +1012,12 @@ def recovery_client_changes_ensemble(cfg: Config, s: State, failed: int, new: in
 def recovery_client_resends_add(cfg: Config, s: State, e: int, b: int) -> State | None:
     """The recovery client writes a recovered entry to a bookie that joined its write set."""
     if s.rc_phase not in (RC_READING, RC_WRITING) or not s.rc_sent[e]:
+        # unreachable: next_states offers it only while READING or WRITING, for an entry already
+        # sent.
         return None
     ws = last_ensemble_write_set(cfg, s.rc_segments, e)
     if not ws & bit(b) or s.rc_sent[e] & bit(b):
+        # unreachable: next_states offers only write-set bookies the entry was not sent to.
         return None
     return s._replace(
         rc_sent=set_at(s.rc_sent, e, s.rc_sent[e] | bit(b)),
@@ -983,6 +1035,9 @@ def recovery_client_closes_ledger(cfg: Config, s: State) -> State | None:
     """
     wl = cfg.writer_ledger
     if s.rc_phase != RC_WRITING or s.meta_status[wl] != IN_RECOVERY:
+        # unreachable: next_states offers it only while WRITING, and the ledger stays
+        # IN_RECOVERY from the recovery's start to this close (the writer's steps need it OPEN;
+        # workers change segments, not the status).
         return None
     if s.rc_lac < s.rc_last:
         return None
@@ -1088,6 +1143,8 @@ def node_wins_auditor_election(cfg: Config, s: State, node: int) -> State | None
     if holder >= 0:
         if "auditor-without-election" not in cfg.mutants:
             return None
+        # unreachable: only the mutant auditor-without-election lets a node lead while another
+        # node holds the znode; coverage checks the correct spec.
         return s._replace(au_leads=set_at(s.au_leads, node, epoch))
     return s._replace(
         meta_auditor=(epoch + 1, node), au_leads=set_at(s.au_leads, node, epoch + 1), au_stale=1
