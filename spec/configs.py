@@ -103,6 +103,14 @@ CONFIGS: dict[str, Config] = {
         ),
         replace(
             _A,
+            name="a-reply",
+            entries=1,
+            reply_losses=True,
+            description="config a with one entry; its message loss may hit an add's reply "
+            "instead (stored by the bookie, never heard by the writer)",
+        ),
+        replace(
+            _A,
             name="a-dup",
             entries=1,
             losses=0,

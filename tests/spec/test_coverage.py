@@ -64,6 +64,16 @@ def test_reached_branches_are_those_the_configs_take() -> None:
     assert not any(action == "writer_sends_add" for action, _kind in reached)
 
 
+def test_a_lost_add_reply_is_reached_by_config_a_reply() -> None:
+    # Found by coverage: no config set reply_losses, so no check explored a lost reply.
+    cov = measure(NAMED["a-reply"])
+    lost_reply = next(
+        b for b in branches() if b.action == "bookie_handles_add" and b.text == "return t"
+    )
+    assert lost_reply.line in cov.reached
+    assert cov.fired["bookie_handles_add"] > cov.enabled["bookie_handles_add"]
+
+
 def test_a_branch_no_config_reaches_without_a_reason_is_unexplained() -> None:
     r = report([NAMED["c"]])
     unexplained = r.unexplained()
