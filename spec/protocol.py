@@ -1258,6 +1258,11 @@ def worker_updates_segment_ensemble(cfg: Config, s: State, w: int) -> State | No
     segs = s.meta_segments[ledger]
     first, ens = segs[idx]
     if lost not in ens or bookie in ens:
+        # unreachable: the worker holds the ledger's lock from its copy to this CAS, and only
+        # the lock holder changes a closed segment: the writer's ensemble change and a
+        # recovery's close rewrite only the segment that was last when they began, which a copy
+        # never touches (it was not closed). Only a second worker without the lock could (the
+        # mutant worker-skips-ledger-lock, whose check stops at the double lock first).
         return s._replace(wk=wk)
     new_segs = set_at(segs, idx, (first, tuple(bookie if b == lost else b for b in ens)))
     rerepl = tuple(sorted({*s.meta_rereplicated[ledger], (idx, bookie)}))
