@@ -363,8 +363,9 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
                 found = await check_replicas(bk, urm, 100, random.Random(rng.getrandbits(64)))
                 marked = len(found)
                 log(f"convergence: the full replica check marked {marked} ledger(s)")
-                rows = after["ledgers"]
-                quorums = {r["ledger"]: (r["write_quorum"], r["ack_quorum"]) for r in rows}
+                wq_is_aq = {
+                    r["ledger"] for r in after["ledgers"] if r["write_quorum"] == r["ack_quorum"]
+                }
                 if marked:
                     first = after["seconds"]
                     after = await _converge(bk, spec.converge_timeout)
@@ -374,7 +375,7 @@ async def _drive(  # noqa: PLR0917 (one run's parts, each used once)
                     after["missing_after_convergence"] = [
                         {"ledger": m.ledger_id, "bookies": sorted(m.replicas)}
                         for m in found
-                        if len(set(quorums.get(m.ledger_id, (0, 1)))) == 1  # Wq = Aq
+                        if m.ledger_id in wq_is_aq
                     ]
             log(
                 f"convergence: {'done' if after['converged'] else 'NOT converged'} "

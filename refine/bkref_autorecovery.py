@@ -454,9 +454,7 @@ class AutoRecoveryActors:
         entries = nbytes = 0
         for e in frag.entries(md):
             body = None
-            srcs = [b for b in frag.sources(md, e) if b != act.target]
-            srcs = [b for b in srcs if b not in act.avoid] + [b for b in srcs if b in act.avoid]
-            for src in srcs:
+            for src in frag.copy_sources(md, e, act.target, act.avoid):
                 node = d.bookies[d.index[src]]
                 if node.core is None:
                     continue

@@ -111,9 +111,9 @@ async def copy_fragment(
 
     async def one(entry: int) -> None:
         async with sem:
-            srcs = [b for b in frag.sources(md, entry) if b != target]
-            srcs = [b for b in srcs if b not in avoid] + [b for b in srcs if b in avoid]
-            body = await _read_verified(bk, digest, lid, entry, srcs)
+            body = await _read_verified(
+                bk, digest, lid, entry, frag.copy_sources(md, entry, target, avoid)
+            )
             try:
                 resp = await bk.request(
                     target, lambda rid: AddRequest(rid, lid, entry, key, body, recovery=True)

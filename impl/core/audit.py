@@ -425,7 +425,7 @@ class LedgerCheck:
     def _next(self) -> None:
         while self._todo:
             frag = self._todo.pop(0)
-            if frag.bookie not in self.registered or frag.bookie in self.bad:
+            if frag.bookie in self.bad:  # found bad, or not registered (counted lost)
                 continue
             entries = self._sample(frag)
             if not entries:

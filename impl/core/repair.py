@@ -77,6 +77,14 @@ class Fragment:
         ws = metadata.quorum.write_set(entry_id)
         return [self.ensemble[i] for i in ws if i != self.index]
 
+    def copy_sources(
+        self, metadata: LedgerMetadata, entry_id: int, target: str, avoid: Collection[str]
+    ) -> list[str]:
+        """Where a copy of ``entry_id`` to ``target`` reads from: the other replicas,
+        those in ``avoid`` (bad ones, which may still serve what they hold) last."""
+        srcs = [b for b in self.sources(metadata, entry_id) if b != target]
+        return [b for b in srcs if b not in avoid] + [b for b in srcs if b in avoid]
+
 
 def segment_range(metadata: LedgerMetadata, i: int) -> tuple[int, int | None]:
     """First and last (inclusive) entry of segment ``i``; last is None while it may grow."""
