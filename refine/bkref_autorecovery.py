@@ -244,6 +244,16 @@ class AutoRecoveryActors:
         self._audit(n)
         return ()
 
+    def auditor_runs_periodic_bookie_check(self) -> tuple[Label, ...]:
+        n = self._leader()
+        if n is None:
+            raise CannotDecideError("no node is auditor")
+        if n.auditor.stale:
+            raise ImplementationError(f"{n.auditor.node_id} has an audit due already")
+        n.auditor.on_periodic_bookie_check(self._tick())
+        self._audit(n)
+        return ()
+
     def _audit(self, n: Node) -> None:
         """``n``'s due audit: read the ledgers and perform its marks."""
         n.auditor.tick(max(self._tick(), n.auditor.audit_due_at or 0))

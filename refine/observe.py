@@ -28,6 +28,12 @@ guard or an invariant reads and forgets the rest:
    the set of bookies it names, at version 0, and a worker's version becomes 0
    if it is the task's current one, 1 if not (so projecting twice changes
    nothing).
+7. ``au_missed``, a ghost (history) variable of the spec with no counterpart in
+   an implementation: which ledgers a metadata write gave a bookie already
+   down after the last audit. It decides only when the spec lets the periodic
+   bookie check run (a reduction; bkref's check may run at any time) and when an
+   invariant deems repair quiescent; the implementation's side of both is the
+   audit itself, whose marks are compared.
 
 Each removal keeps the guards' and invariants' verdicts, so a projected match
 is a match for every decision the spec makes.
@@ -72,6 +78,7 @@ def project(cfg: Config, s: State) -> State:
         meta_task=tuple((0, lost) for _v, lost in s.meta_task),
         wk=wk,
         au_stale=s.au_stale if auditor_node(s) >= 0 else 0,
+        au_missed=0,
         w_version=0,
         rc_version=0,
         w_acks=tuple(acks),

@@ -136,9 +136,28 @@ CONFIGS: dict[str, Config] = {
             closed_ledgers=0,
             crashes=0,
             periodic_check=True,
+            toggles=1,
+            elections=1,
             liveness="fully-replicated",
             description="liveness: the periodic check repairs a replica lost without a "
-            "bookie loss (the writer closes before its third add lands)",
+            "bookie loss (the writer closes before its third add lands), through an auditor "
+            "session loss and autorecovery off and on",
+        ),
+        replace(
+            _C,
+            name="c-race",
+            bookies=3,
+            ensemble=2,
+            write_quorum=2,
+            ack_quorum=2,
+            first_entry_confirmed=False,
+            closed_ledgers=0,
+            crashes=2,
+            restarts=False,
+            description="AutoRecovery meets the writer's open ledger, two crashes without "
+            "restarts: every pair of metadata writers races on the ledger; a new bookie "
+            "crashes before its ensemble change lands (the periodic bookie check finds it); "
+            "both copies of an entry are lost while a worker repairs it",
         ),
     )
 }

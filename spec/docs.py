@@ -27,15 +27,22 @@ def _doc(obj: object) -> str:
 
 def _variables() -> list[str]:
     lines = ["## Variables", ""]
+    above: list[str] = []  # a comment block above a field describes it too
     for raw in inspect.getsource(protocol.State).splitlines():
         line = raw.strip()
         if line.startswith("# ---"):
             lines += ["", f"**{line.removeprefix('# ---').strip().capitalize()}**", ""]
+            above = []
+            continue
+        if line.startswith("#"):
+            above.append(line.lstrip("#").strip())
             continue
         m = re.match(r"(\w+): ([^#]+?)(?:\s+#\s*(.*))?$", line)
         if m and not line.startswith(('"', "def")):
             name, typ, comment = m.groups()
-            lines.append(f"- `{name}` ({typ.strip()}): {comment or ''}".rstrip(": "))
+            text = " ".join([*above, comment or ""]).strip()
+            lines.append(f"- `{name}` ({typ.strip()}): {text}".rstrip(": "))
+        above = []
     return lines
 
 

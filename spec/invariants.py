@@ -216,9 +216,13 @@ def repair_quiescent(cfg: Config, s: State) -> bool:
     """AutoRecovery has nothing left to do that it knows of.
 
     Enabled, an auditor elected that has audited since the last change of
-    bookie registrations, no under-replication task and no lock outstanding.
+    bookie registrations, no ledger left for its periodic bookie check (the
+    ghost ``au_missed``: a metadata write named a bookie already down after the
+    last audit), no under-replication task and no lock outstanding.
     """
-    if not cfg.autorecovery or not s.meta_autorecovery or auditor_node(s) < 0 or s.au_stale:
+    if not cfg.autorecovery or not s.meta_autorecovery or auditor_node(s) < 0:
+        return False
+    if s.au_stale or s.au_missed:
         return False
     return all(lost == 0 for _v, lost in s.meta_task) and all(lk < 0 for lk in s.meta_lock)
 

@@ -145,6 +145,11 @@ class State(NamedTuple):
     # --- auditor candidates (one per worker node): epoch it believes it leads, 0 none
     au_leads: tuple[int, ...]
     au_stale: int  # 1 when bookie registrations changed since the auditor's last audit
+    # Ghost (history) variable, ledgers (mask) whose metadata named a bookie already down in
+    # a write that landed after the auditor's last audit: that audit cannot have marked them,
+    # and the next registration change may never come. Only BookKeeper's periodic bookie
+    # check finds them (``auditor_runs_periodic_bookie_check``).
+    au_missed: int
     # --- network and environment
     msgs: tuple[Msg, ...]  # messages in flight, a sorted multiset
     budget: tuple[int, ...]  # losses, duplicates, crashes, wipes, elections, disables left
@@ -316,6 +321,22 @@ def auditor_node(s: State) -> int:
 # ------------------------------------------------------------------ initial state
 
 
+def with_segments(cfg: Config, s: State, ledger: int, segs: Segments) -> State:
+    """``s`` after a metadata write that gives ``ledger`` the segments ``segs``.
+
+    A bookie the write names for the first time may have gone down after it
+    was chosen; the auditor's audit of that loss read the old metadata, so
+    the ledger is recorded in the ghost ``au_missed`` for the periodic bookie
+    check.
+    """
+    missed = s.au_missed
+    if cfg.autorecovery:
+        before = {b for _f, ens in s.meta_segments[ledger] for b in ens}
+        if any(s.b_up[b] != UP for _f, ens in segs for b in ens if b not in before):
+            missed |= bit(ledger)
+    return s._replace(meta_segments=set_at(s.meta_segments, ledger, segs), au_missed=missed)
+
+
 def initial_state(cfg: Config) -> State:
     """Closed ledgers fully written on the first E bookies; the writer's ledger not yet created."""
     n_l = cfg.ledgers
@@ -405,6 +426,7 @@ def initial_state(cfg: Config) -> State:
         wk=wk,
         au_leads=au_leads,
         au_stale=0,
+        au_missed=0,
         msgs=(),
         budget=(cfg.losses, cfg.duplicates, cfg.crashes, cfg.wipes, cfg.elections, cfg.toggles),
     )
@@ -581,8 +603,7 @@ def writer_completes_ensemble_change(cfg: Config, s: State) -> State | None:
     n = len(s.w_segments)
     merged = s.meta_segments[wl][: n - 1] + s.w_change[n - 1 :]
     version = s.meta_version[wl] + 1
-    s2 = s._replace(
-        meta_segments=set_at(s.meta_segments, wl, merged),
+    s2 = with_segments(cfg, s, wl, merged)._replace(
         meta_version=set_at(s.meta_version, wl, version),
         w_version=version,
         w_segments=merged,
@@ -1043,9 +1064,8 @@ def recovery_client_closes_ledger(cfg: Config, s: State) -> State | None:
         return None
     segs = s.meta_segments[wl][: s.rc_base] + s.rc_segments[s.rc_base :]
     version = s.meta_version[wl] + 1
-    return s._replace(
+    return with_segments(cfg, s, wl, segs)._replace(
         meta_status=set_at(s.meta_status, wl, CLOSED),
-        meta_segments=set_at(s.meta_segments, wl, segs),
         meta_last=set_at(s.meta_last, wl, s.rc_last),
         meta_version=set_at(s.meta_version, wl, version),
         rc_phase=RC_CLOSED,
@@ -1070,6 +1090,11 @@ def auditor_marks_ledgers_of_lost_bookies(cfg: Config, s: State) -> State | None
     """
     if not s.au_stale or auditor_node(s) < 0 or not s.meta_autorecovery:
         return None
+    return _audit(s)
+
+
+def _audit(s: State) -> State:
+    """An audit's marks: every ledger that names a bookie that is not up."""
     tasks = list(s.meta_task)
     for ledger, segs in enumerate(s.meta_segments):
         version, lost = tasks[ledger]
@@ -1080,7 +1105,23 @@ def auditor_marks_ledgers_of_lost_bookies(cfg: Config, s: State) -> State | None
                     missing |= bit(b)
         if missing:
             tasks[ledger] = (version + 1, lost | missing)
-    return s._replace(meta_task=tuple(tasks), au_stale=0)
+    return s._replace(meta_task=tuple(tasks), au_stale=0, au_missed=0)
+
+
+def auditor_runs_periodic_bookie_check(cfg: Config, s: State) -> State | None:
+    """The auditor's periodic bookie check (``auditorPeriodicBookieCheckInterval``): an audit
+    with no registration change behind it.
+
+    Key points: it finds the ledgers the last audit could not mark, because
+    a metadata write named a bookie that was already down after that audit
+    read the metadata (a writer's ensemble change or a worker's swap whose
+    new bookie crashed before the CAS landed). The spec runs it only then
+    (``au_missed``), a reduction: at any other time it would rewrite tasks that
+    already list every lost bookie, as the audit of their loss did.
+    """
+    if not s.au_missed or s.au_stale or auditor_node(s) < 0 or not s.meta_autorecovery:
+        return None
+    return _audit(s)
 
 
 def auditor_checks_ledger_replicas(cfg: Config, s: State, ledger: int) -> State | None:
@@ -1266,8 +1307,7 @@ def worker_updates_segment_ensemble(cfg: Config, s: State, w: int) -> State | No
         return s._replace(wk=wk)
     new_segs = set_at(segs, idx, (first, tuple(bookie if b == lost else b for b in ens)))
     rerepl = tuple(sorted({*s.meta_rereplicated[ledger], (idx, bookie)}))
-    return s._replace(
-        meta_segments=set_at(s.meta_segments, ledger, new_segs),
+    return with_segments(cfg, s, ledger, new_segs)._replace(
         meta_version=set_at(s.meta_version, ledger, s.meta_version[ledger] + 1),
         meta_rereplicated=set_at(s.meta_rereplicated, ledger, rerepl),
         wk=wk,
@@ -1610,6 +1650,7 @@ def next_states(cfg: Config, s: State) -> list[Step]:
     # auditor and workers
     if cfg.autorecovery:
         emit(auditor_marks_ledgers_of_lost_bookies)
+        emit(auditor_runs_periodic_bookie_check)
         if cfg.periodic_check:
             for lg in range(cfg.ledgers):
                 emit(auditor_checks_ledger_replicas, lg)
@@ -1683,6 +1724,7 @@ ACTIONS: tuple[Callable[..., State | None], ...] = (
     recovery_client_resends_add,
     recovery_client_closes_ledger,
     auditor_marks_ledgers_of_lost_bookies,
+    auditor_runs_periodic_bookie_check,
     auditor_checks_ledger_replicas,
     auditor_loses_session,
     node_wins_auditor_election,

@@ -13,6 +13,10 @@ def _bookies(mask: int) -> str:
     return "{" + ",".join(f"b{i}" for i in range(mask.bit_length()) if mask >> i & 1) + "}"
 
 
+def _ledgers(mask: int) -> str:
+    return "{" + ",".join(f"L{i}" for i in range(mask.bit_length()) if mask >> i & 1) + "}"
+
+
 def _entries(mask: int) -> str:
     return "{" + ",".join(f"e{i}" for i in range(mask.bit_length()) if mask >> i & 1) + "}"
 
@@ -65,8 +69,10 @@ def describe(s: State) -> dict[str, str]:
         out[f"worker{w}"] = f"on b{bookie}, " + (
             f"L{ledger} task v{tv} {_pending(pending)}" if ledger >= 0 else "idle"
         )
-    out["auditor"] = " ".join(f"node{n}:epoch {e}" for n, e in enumerate(s.au_leads)) + (
-        " stale" if s.au_stale else ""
+    out["auditor"] = (
+        " ".join(f"node{n}:epoch {e}" for n, e in enumerate(s.au_leads))
+        + (" stale" if s.au_stale else "")
+        + (f" missed {_ledgers(s.au_missed)}" if s.au_missed else "")
     )
     for m in sorted(set(s.msgs)):
         out["msg " + format_label(("", (m,)))[1:-1]] = f"x{s.msgs.count(m)}"

@@ -310,14 +310,24 @@ class AuditorCore:
             return
         now = self.now_ms
         if self._bookie_check_at is not None and now >= self._bookie_check_at:
-            self._audit_at = now
-            self._bookie_check_at = self._after(self.config.periodic_bookie_check_interval)
+            self.on_periodic_bookie_check(now)
         if self._audit_at is not None and now >= self._audit_at:
             self._audit_at = None
             self._actions.append(ReadLedgers())
         if self._check_at is not None and now >= self._check_at:
             self._check_at = None  # rescheduled when this check is over
             self._actions.append(CheckLedgers())
+
+    def on_periodic_bookie_check(self, now_ms: int) -> None:
+        """``auditorPeriodicBookieCheckInterval`` is up: an audit is due now, with no
+        registration change behind it. It finds a ledger whose metadata named a bookie
+        already down after the last audit read it (an ensemble change whose new bookie
+        crashed before the CAS landed), which no registration watch reports."""
+        self._clock(now_ms)
+        if not self.leading:
+            return
+        self._audit_at = self.now_ms
+        self._bookie_check_at = self._after(self.config.periodic_bookie_check_interval)
 
     # ------------------------------------------------------------ answers
 

@@ -5,18 +5,22 @@ from __future__ import annotations
 from dataclasses import replace
 
 from spec.config import Config
+from spec.invariants import AllClosedLedgersRepairedWhenQuiescent
 from spec.protocol import (
     ADD,
     CLOSED,
+    DOWN,
     IN_RECOVERY,
     OPEN,
     REFUSED,
     UP,
     W_WITHDRAWN,
     State,
+    auditor_runs_periodic_bookie_check,
     bookie_crashes,
     bookie_handles_add,
     bookie_restarts_with_wiped_disk,
+    format_label,
     initial_state,
     network_loses_message,
     next_states,
@@ -148,3 +152,53 @@ def test_the_initial_state_is_open_only_when_configured() -> None:
     assert initial_state(CFG).meta_status == (0,)
     cfg = replace(CFG, writer_ledger_created=True)
     assert initial_state(cfg).meta_status == (OPEN,)
+
+
+def _replay(cfg: Config, labels: list[str]) -> State:
+    """The state after the steps named (as ``format_label`` spells them) from Init."""
+    s = initial_state(cfg)
+    for want in labels:
+        steps = {format_label(label): t for label, t in next_states(cfg, s)}
+        assert want in steps, f"{want} not enabled; enabled: {sorted(steps)}"
+        s = steps[want]
+    return s
+
+
+def test_the_periodic_bookie_check_marks_a_bookie_that_went_down_before_its_cas() -> None:
+    # Found while widening configs for coverage: the writer's new bookie crashes after the
+    # writer chose it and before its ensemble change lands. The audit of that crash reads
+    # the old metadata, so nothing marks the ledger; only BookKeeper's periodic bookie
+    # check does. Before the ghost ``au_missed``, the invariant deemed repair quiescent here.
+    cfg = replace(
+        Config(name="t", description="", autorecovery=True),
+        writer_ledger_created=True,
+        entries=1,
+        recovery_client=False,
+        crashes=2,
+    )
+    s = _replay(
+        cfg,
+        [
+            "writer_sends_add",
+            "bookie_crashes(0)",
+            "writer_changes_ensemble(0, 3)",
+            "bookie_restarts(0)",
+            "bookie_crashes(3)",
+            "auditor_marks_ledgers_of_lost_bookies",
+            "writer_completes_ensemble_change",
+            "writer_closes_ledger",
+        ],
+    )
+    assert s.meta_status[0] == CLOSED
+    assert 3 in s.meta_segments[0][-1][1]
+    assert s.b_up[3] == DOWN
+    assert s.meta_task[0] == (0, 0)
+    assert s.au_missed == 1
+    assert not s.au_stale
+    assert AllClosedLedgersRepairedWhenQuiescent(cfg, s)  # not quiescent: a check is due
+    assert not AllClosedLedgersRepairedWhenQuiescent(cfg, s._replace(au_missed=0))
+    t = auditor_runs_periodic_bookie_check(cfg, s)
+    assert t is not None
+    assert t.meta_task[0][1] == 1 << 3
+    assert t.au_missed == 0
+    assert auditor_runs_periodic_bookie_check(cfg, t) is None
