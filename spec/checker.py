@@ -13,14 +13,19 @@ follows random enabled actions instead, deeper than BFS can reach.
 from __future__ import annotations
 
 import gc
+import itertools
+import marshal
 import multiprocessing
+import os
 import random
+import resource
 import sys
+import tempfile
 import time
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, BinaryIO, TextIO, cast
 
 from spec.config import Config
 from spec.invariants import INVARIANTS, Invariant
@@ -50,6 +55,13 @@ class Result:
     trace: list[TraceStep] = field(default_factory=list)
     skipped: tuple[str, ...] = ()  # invariants not checked under this config
     graph: Graph | None = None
+    fingerprints: bool = False  # the visited set held 64-bit fingerprints
+    rss: int = 0  # the process's resident memory at the end, bytes
+
+    @property
+    def collision_probability(self) -> float:
+        """With fingerprints, the estimated chance that two states were taken for one."""
+        return collision_probability(self.distinct) if self.fingerprints else 0.0
 
     @property
     def rate(self) -> float:
@@ -78,12 +90,40 @@ def first_violation(cfg: Config, s: State, invariants: list[Invariant]) -> str |
     return None
 
 
+def fingerprint(s: State) -> int:
+    """A state's 64-bit fingerprint: Python's SipHash of its marshal encoding.
+
+    Not ``hash(s)``: CPython hashes the int -1 as -2, so two states that differ
+    only in a -1 where the other has -2 (a LAC, ``rc_last``) would always
+    collide. Marshal version 2 writes no back-references, so equal states
+    encode to equal bytes however their tuples are shared. Forked workers
+    inherit the hash secret, so they agree with the checker.
+    """
+    return hash(marshal.dumps(tuple(s), 2))
+
+
+def collision_probability(n: int) -> float:
+    """The chance that two of ``n`` distinct states share a 64-bit fingerprint, if
+    fingerprints were uniform and independent (TLC's optimistic estimate): n^2 / 2^65."""
+    return min(1.0, n * (n - 1) / 2 / 2.0**64)
+
+
+def rss_bytes() -> int:
+    """The process's resident memory now (Linux ``/proc``; else its peak so far)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def check(
     cfg: Config,
     *,
     symmetry: bool = True,
     max_states: int | None = None,
     keep_graph: bool = False,
+    fingerprints: bool = False,
     progress: TextIO | None = None,
     progress_every: float = 5.0,
     workers: int = 1,
@@ -95,9 +135,20 @@ def check(
     ``_expand``); the result is the same in every field, trace included.
     ``expand`` computes a state's steps (``spec.coverage`` passes one that counts
     them); forked workers always use ``next_states``, so it needs ``workers=1``.
+
+    With ``fingerprints``, the visited set holds each state's 64-bit
+    ``fingerprint`` instead of the state, as TLC's does, and only the BFS layer
+    being expanded and the next one are kept whole: a fraction of the memory.
+    Two states that share a fingerprint would be taken for one, so a part of
+    the state space could go unexplored; ``Result.collision_probability``
+    estimates the chance of that. A trace is rebuilt by replaying successors
+    whose fingerprints follow the recorded path. The graph (liveness) needs
+    whole states: not with ``keep_graph``.
     """
     if expand is not next_states and workers > 1:
         raise ValueError("a custom expand runs in the checker's own process: use workers=1")
+    if fingerprints and keep_graph:
+        raise ValueError("the state graph needs whole states: no fingerprints with keep_graph")
     # States are tuples of ints and tuples: no reference cycles for the cyclic
     # collector to find, yet its passes over millions of live tuples cost a
     # fifth of the run. It is off for the search and restored after.
@@ -109,6 +160,7 @@ def check(
             canon=canonical if symmetry else _identity,
             max_states=max_states,
             keep_graph=keep_graph,
+            fingerprints=fingerprints,
             progress=progress,
             progress_every=progress_every,
             workers=workers if workers > 1 and _can_fork() else 1,
@@ -132,63 +184,153 @@ def _can_fork() -> bool:
 PARALLEL_MIN_LAYER = 4_000
 
 
+class _Visited:
+    """The states seen so far: whole states (index by state) or their fingerprints.
+
+    ``key`` is what the set holds for a state; ``known`` looks a key up (an
+    index, any non-negative number for a fingerprint, None if new); ``add``
+    records a new key under the next index and says whether it was new.
+    """
+
+    def __init__(self, fingerprints: bool) -> None:
+        self.fingerprints = fingerprints
+        self.index: dict[State, int] = {}
+        self.seen: set[int] = set()
+        self.fps = array("q")  # fingerprint by state index (fingerprint mode)
+        self.count = 0
+
+    def key(self, s: State) -> State | int:
+        return fingerprint(s) if self.fingerprints else s
+
+    def known(self, key: State | int) -> int | None:
+        if self.fingerprints:
+            return 0 if key in self.seen else None
+        return self.index.get(cast(State, key))
+
+    def add(self, key: State | int) -> int:
+        """The key's index: a new one (== the count before) if it was not seen."""
+        n = self.count
+        if self.fingerprints:
+            k = cast(int, key)
+            if k in self.seen:
+                return 0  # not n: the caller tests for n
+            self.seen.add(k)
+            self.fps.append(k)
+        else:
+            j = self.index.setdefault(cast(State, key), n)  # one hash of the state, not two
+            if j != n:
+                return j
+        self.count = n + 1
+        return n
+
+
+class _Layer:
+    """The states of one BFS layer, in index order: in a list, or (with fingerprints)
+    in a temporary file, marshalled one after another, so that a wide layer costs disk
+    and not memory (TLC keeps its queue on disk too)."""
+
+    def __init__(self, on_disk: bool) -> None:
+        self.states: list[State] = []
+        self.file: BinaryIO | None = tempfile.TemporaryFile() if on_disk else None  # noqa: SIM115
+        self.count = 0
+
+    def append(self, s: State) -> None:
+        self.count += 1
+        if self.file is None:
+            self.states.append(s)
+        else:
+            marshal.dump(tuple(s), self.file, 2)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[State]:
+        if self.file is None:
+            yield from self.states
+            return
+        f, new = self.file, tuple.__new__
+        f.flush()
+        f.seek(0)
+        for _ in range(self.count):
+            yield new(State, marshal.load(f))  # noqa: S302 - our own file
+
+    def close(self) -> None:
+        self.states = []
+        if self.file is not None:
+            self.file.close()
+
+
 def _bfs(
     cfg: Config,
     *,
     canon: Callable[[State], State],
     max_states: int | None,
     keep_graph: bool,
+    fingerprints: bool,
     progress: TextIO | None,
     progress_every: float,
     workers: int,
     expand: Callable[[Config, State], list[Step]],
 ) -> Result:
     invariants = active_invariants(cfg)
-    result = Result(config=cfg, skipped=tuple(sorted(cfg.skip_invariants)))
+    result = Result(
+        config=cfg, skipped=tuple(sorted(cfg.skip_invariants)), fingerprints=fingerprints
+    )
     started = time.monotonic()
     init = canon(initial_state(cfg))
-    index: dict[State, int] = {init: 0}
-    states: list[State] = [init]
+    visited = _Visited(fingerprints)
+    visited.add(visited.key(init))
+    # Whole states by index, unless fingerprints: then only the layer's (``current``).
+    states: list[State] = [] if fingerprints else [init]
     parent = array("i", [-1])
     edges: list[list[tuple[int, int]]] = [[]] if keep_graph else []
     action_ids: dict[str, int] = {}
-    frontier = [0]
+    # The layer being expanded: its states' indices (new states get the next index, so a
+    # layer's are consecutive) and the states themselves.
+    frontier = range(1)
+    current = _Layer(on_disk=False)
+    current.append(init)
     depth = 0
     explored = 0
     last_report = started
     bad = first_violation(cfg, init, invariants)
     bad_index = 0 if bad else -1
     while frontier and bad is None:
-        next_frontier: list[int] = []
+        next_start = visited.count
+        next_current = _Layer(on_disk=fingerprints)
         if workers > 1 and len(frontier) >= PARALLEL_MIN_LAYER:
-            layer: Iterator[tuple[int, list[str], list[int | State], list[str | None]]] = _expand(
+            layer: Iterator[_Expanded] = _expand(
                 cfg,
                 canon=canon,
                 invariants=invariants,
-                index=index,
-                states=states,
-                frontier=frontier,
+                visited=visited,
+                current=current,
                 workers=workers,
                 keep_graph=keep_graph,
             )
         else:
-            layer = ((i, [], [], []) for i in frontier)
-        for i, names, succ, verdicts in layer:
-            if not names and not succ:  # expand here; else a worker did
-                for label, t in expand(cfg, states[i]):
+            layer = ((pos, st, [], [], []) for pos, st in enumerate(current))  # to expand here
+        for pos, st, names, succ, verdicts in layer:
+            i = frontier[pos]
+            if st is not None:  # expand here; else a worker did
+                for label, t in expand(cfg, st):
+                    c = canon(t)
                     names.append(label[0])
-                    succ.append(canon(t))
+                    succ.append((visited.key(c), c))
                     verdicts.append(UNCHECKED)
-            for k, c in enumerate(succ):
+            for k, item in enumerate(succ):
                 explored += 1
-                if isinstance(c, int):
-                    j = c  # known before the layer (a worker looked it up)
+                if isinstance(item, int):
+                    j = item  # known before the layer (a worker looked it up)
                 else:
-                    j = index.setdefault(c, len(states))  # one hash of the state, not two
-                    if j == len(states):
-                        states.append(c)
+                    key, c = item
+                    n = visited.count
+                    j = visited.add(key)
+                    if j == n:
+                        if not fingerprints:
+                            states.append(c)
                         parent.append(i)
-                        next_frontier.append(j)
+                        next_current.append(c)
                         if keep_graph:
                             edges.append([])
                         v = verdicts[k]
@@ -202,37 +344,43 @@ def _bfs(
                     break
             if bad_index >= 0:
                 break
-            if max_states is not None and len(states) >= max_states:
+            if max_states is not None and visited.count >= max_states:
                 break
             if progress is not None and time.monotonic() - last_report >= progress_every:
                 last_report = time.monotonic()
                 secs = last_report - started
                 print(
-                    f"  depth {depth + 1}: {len(states):,} distinct, {explored:,} explored, "
-                    f"queue {len(next_frontier):,}, {len(states) / secs:,.0f} states/s",
+                    f"  depth {depth + 1}: {visited.count:,} distinct, {explored:,} explored, "
+                    f"queue {len(frontier) - pos - 1 + len(next_current):,}, "
+                    f"{visited.count / secs:,.0f} states/s, {rss_bytes() / 2**20:,.0f} MiB",
                     file=progress,
                     flush=True,
                 )
-        if bad is not None or (max_states is not None and len(states) >= max_states):
-            if next_frontier:
+        current.close()
+        frontier, current = range(next_start, visited.count), next_current
+        if bad is not None or (max_states is not None and visited.count >= max_states):
+            if frontier:
                 depth += 1
             break
-        frontier = next_frontier
         if frontier:
             depth += 1
+    current.close()
     result.explored = explored
-    result.distinct = len(states)
+    result.distinct = visited.count
     result.depth = depth
     result.seconds = time.monotonic() - started
     result.complete = bad is None and not frontier
+    result.rss = rss_bytes()
     if bad is not None:
         result.violation = bad
-        path = []
+        path: list[Any] = []
         k = bad_index
         while k >= 0:
-            path.append(states[k])
+            path.append(visited.fps[k] if fingerprints else states[k])
             k = parent[k]
-        result.trace = concrete_trace(cfg, path[::-1], canon)
+        result.trace = concrete_trace(
+            cfg, path[::-1], (lambda s: fingerprint(canon(s))) if fingerprints else canon
+        )
     if keep_graph:
         result.graph = Graph(
             states=states,
@@ -246,17 +394,27 @@ def _bfs(
 # A verdict not computed yet (a worker's verdicts are None or an invariant's name).
 UNCHECKED = ""
 
+# A successor new to the checker's visited set when it was generated: its key there
+# (the state, or its fingerprint) and its canonical state.
+Fresh = tuple["State | int", State]
+
+# A layer's state as the BFS merges it: its position in the layer, the state itself if
+# the checker is to expand it (None: a worker did), and when a worker did, the action
+# names, successors (an index if known before the layer) and their verdicts.
+_Expanded = tuple[int, "State | None", list[str], list["int | Fresh"], list["str | None"]]
+
 # One chunk of a layer, expanded by a worker: per frontier state its number of
 # successors; per successor (in next_states order) the index of a state known
-# before the layer, or -1 - k for the chunk's k-th state new to the layer; those
-# states (plain tuples: cheaper to pickle) and their first violated invariants;
-# the action names when the graph is kept.
-Chunk = tuple[list[int], list[int], list[tuple[object, ...]], list["str | None"], list[str]]
+# before the layer (0 for any, with fingerprints), or -1 - k for the chunk's k-th
+# state new to the layer; those states (plain tuples: cheaper to pickle), their
+# fingerprints (with fingerprints) and first violated invariants; the action
+# names when the graph is kept.
+Chunk = tuple[
+    list[int], list[int], list[tuple[object, ...]], list[int], list["str | None"], list[str]
+]
 
 # What forked workers read: set before the pool forks, inherited copy-on-write.
-_LAYER: tuple[
-    Config, Callable[[State], State], list[Invariant], dict[State, int], list[State], bool
-]
+_LAYER: tuple[Config, Callable[[State], State], list[Invariant], _Visited, list[State], bool]
 
 
 def _expand(
@@ -264,81 +422,104 @@ def _expand(
     *,
     canon: Callable[[State], State],
     invariants: list[Invariant],
-    index: dict[State, int],
-    states: list[State],
-    frontier: list[int],
+    visited: _Visited,
+    current: _Layer,
     workers: int,
     keep_graph: bool,
-) -> Iterator[tuple[int, list[str], list[int | State], list[str | None]]]:
+) -> Iterator[_Expanded]:
     """Expand a BFS layer in ``workers`` forked processes, yielding in frontier order.
 
     Each worker takes chunks of the frontier and does what costs: the
-    successors, their canonical forms, the look-up among the states known
-    before the layer (its forked copy of ``index``) and the invariants of
-    the others. The checker merges the chunks in frontier order, numbering
-    new states as a sequential run would: the same states, depths, counts
-    and traces. Only states new to the layer travel back (pickled).
+    successors, their canonical forms (and fingerprints), the look-up among
+    the states known before the layer (its forked copy of the visited set) and
+    the invariants of the others. The checker merges the chunks in frontier
+    order, numbering new states as a sequential run would: the same states,
+    depths, counts and traces. Only states new to the layer travel back
+    (pickled). A layer on disk is read and expanded a batch at a time.
     """
     global _LAYER  # noqa: PLW0603 - how a forked worker sees the layer
-    _LAYER = (cfg, canon, invariants, index, states, keep_graph)
-    size = max(500, len(frontier) // (workers * 16))
-    chunks = [frontier[k : k + size] for k in range(0, len(frontier), size)]
+    states = iter(current)
+    size = max(500, len(current) // (workers * 16))
+    for offset in range(0, len(current), LAYER_BATCH):
+        batch = list(itertools.islice(states, LAYER_BATCH))
+        _LAYER = (cfg, canon, invariants, visited, batch, keep_graph)
+        for pos, names, succ, verdicts in _expand_batch(workers, batch, size, visited):
+            yield offset + pos, None, names if keep_graph else [""] * len(succ), succ, verdicts
+    _LAYER = (cfg, canon, invariants, visited, [], keep_graph)
+
+
+# States of a layer expanded by one pool of forked workers: bounds the memory a layer
+# on disk takes while it is expanded.
+LAYER_BATCH = 100_000
+
+
+def _expand_batch(
+    workers: int, batch: list[State], size: int, visited: _Visited
+) -> Iterator[tuple[int, list[str], list[int | Fresh], list[str | None]]]:
+    chunks = [range(k, min(k + size, len(batch))) for k in range(0, len(batch), size)]
     new = tuple.__new__
+    fps = visited.fingerprints
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        for chunk, (counts, codes, fresh, verdicts, names) in zip(
+        for chunk, (counts, codes, fresh, keys, verdicts, names) in zip(
             chunks, pool.imap(_expand_chunk, chunks), strict=True
         ):
             fresh_states = [new(State, t) for t in fresh]
             pos = 0
             for i, n in zip(chunk, counts, strict=True):
-                succ: list[int | State] = []
+                succ: list[int | Fresh] = []
                 checked: list[str | None] = []
                 for code in codes[pos : pos + n]:
                     if code >= 0:
                         succ.append(code)
                         checked.append(None)
                     else:
-                        succ.append(fresh_states[-1 - code])
+                        st = fresh_states[-1 - code]
+                        succ.append((keys[-1 - code] if fps else st, st))
                         checked.append(verdicts[-1 - code])
-                yield i, names[pos : pos + n] if keep_graph else [""] * n, succ, checked
+                yield i, names[pos : pos + n], succ, checked
                 pos += n
 
 
-def _expand_chunk(chunk: list[int]) -> Chunk:
-    cfg, canon, invariants, index, states, keep_graph = _LAYER
+def _expand_chunk(chunk: range) -> Chunk:
+    cfg, canon, invariants, visited, current, keep_graph = _LAYER
     counts: list[int] = []
     codes: list[int] = []
     fresh: list[tuple[object, ...]] = []
+    keys: list[int] = []
     verdicts: list[str | None] = []
     names: list[str] = []
-    seen: dict[State, int] = {}  # new to the layer: code (one per state and chunk)
-    for i in chunk:
-        steps = next_states(cfg, states[i])
+    seen: dict[State | int, int] = {}  # new to the layer: code (one per state and chunk)
+    for pos in chunk:
+        steps = next_states(cfg, current[pos])
         counts.append(len(steps))
         for label, t in steps:
             c = canon(t)
-            code = index.get(c)
+            key = visited.key(c)
+            code = visited.known(key)
             if code is None:
-                code = seen.get(c)
+                code = seen.get(key)
                 if code is None:
-                    code = seen[c] = -1 - len(fresh)
+                    code = seen[key] = -1 - len(fresh)
                     fresh.append(tuple(c))
+                    if visited.fingerprints:
+                        keys.append(cast(int, key))
                     verdicts.append(first_violation(cfg, c, invariants))
             codes.append(code)
             if keep_graph:
                 names.append(label[0])
-    return counts, codes, fresh, verdicts, names
+    return counts, codes, fresh, keys, verdicts, names
 
 
 def concrete_trace(
-    cfg: Config, path: list[State], canon: Callable[[State], State]
+    cfg: Config, path: list[State] | list[int], key: Callable[[State], object]
 ) -> list[TraceStep]:
-    """Replay a path of canonical states from the real initial state, with action labels."""
+    """Replay a path from the real initial state, with action labels: ``path`` holds the
+    key of each state (its canonical form, or its fingerprint) and ``key`` computes it."""
     cur = initial_state(cfg)
     trace = [TraceStep("Init", cur)]
     for target in path[1:]:
         for label, t in next_states(cfg, cur):
-            if canon(t) == target:
+            if key(t) == target:
                 trace.append(TraceStep(format_label(label), t))
                 cur = t
                 break

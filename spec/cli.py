@@ -8,7 +8,7 @@
 Exit status: 0 when no invariant is violated (and liveness holds, where the
 config names a liveness goal), 1 with a trace when one is, 2 on bad arguments.
 ``coverage`` exits 1 when a branch of an action no config reaches has no recorded
-reason (``spec.coverage``).
+reason, or when two metadata writers race on a ledger in no config (``spec.coverage``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from spec.checker import Result, WalkResult, check, print_progress_header, walk
 from spec.cli_args import positive_int
 from spec.config import MUTANTS, Config
-from spec.configs import CONFIGS, MUTANT_CONFIGS, NAMED
+from spec.configs import BIG_CONFIGS, CHECKABLE, CONFIGS, MUTANT_CONFIGS, NAMED
 from spec.trace import dumps, format_trace, trace_json
 
 
@@ -63,6 +63,13 @@ def _parser() -> argparse.ArgumentParser:
         help="processes expanding each large BFS layer (>= 1; default 1; same result for every N)",
     )
     c.add_argument("--no-symmetry", action="store_true", help="do not identify bookie renamings")
+    c.add_argument(
+        "--fingerprints",
+        action="store_true",
+        help="keep 64-bit fingerprints of visited states, and BFS layers on disk, instead of "
+        "whole states: a fraction of the memory, for big configs; prints the estimated "
+        "chance that two states collided",
+    )
     c.add_argument("--no-liveness", action="store_true", help="skip the config's liveness goal")
     c.add_argument("--no-fairness", action="store_true", help="liveness without fairness")
     c.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -72,8 +79,10 @@ def _parser() -> argparse.ArgumentParser:
         help="which actions and branches of the spec the configs reach",
         description="Check configs exhaustively and report, per action, the distinct states "
         "it is enabled in, and per return statement of each action function (a guard "
-        "refusing the step, or a path to a successor) the configs that reach it. Exit 1 "
-        "when a branch no config reaches has no '# unreachable: <why>' comment beside it.",
+        "refusing the step, or a path to a successor) the configs that reach it, and per "
+        "pair of metadata writers (writer, recovery client, worker, auditor) the configs in "
+        "which they race on one ledger. Exit 1 when a branch no config reaches has no "
+        "'# unreachable: <why>' comment beside it, or a pair races in no config.",
     )
     v.add_argument(
         "--config",
@@ -85,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
         "--max-states", type=positive_int, metavar="N", help="stop each check after N states"
     )
     v.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    v.add_argument(
+        "--markdown", metavar="FILE", help="also write the coverage page for reviewers to FILE"
+    )
     v.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return p
 
@@ -92,6 +104,8 @@ def _parser() -> argparse.ArgumentParser:
 def _list() -> int:
     for name, cfg in CONFIGS.items():
         print(f"config {name}: {cfg.description} ({cfg.bounds()})")
+    for name, cfg in BIG_CONFIGS.items():
+        print(f"big config {name}: {cfg.description} ({cfg.bounds()}; check with --fingerprints)")
     for name, bug in MUTANTS.items():
         print(f"mutant {name}: {bug} [config {MUTANT_CONFIGS[name].name}]")
     return 0
@@ -104,8 +118,8 @@ def _resolve(args: argparse.Namespace) -> Config:
         raise SystemExit(_bad(f"unknown mutant {args.mutant!r}; see `bkref spec list`"))
     if args.config is None:
         cfg = MUTANT_CONFIGS[args.mutant]
-    elif args.config in NAMED:
-        cfg = NAMED[args.config]
+    elif args.config in CHECKABLE:
+        cfg = CHECKABLE[args.config]
     else:
         raise SystemExit(_bad(f"unknown config {args.config!r}; see `bkref spec list`"))
     return cfg.with_mutant(args.mutant) if args.mutant else cfg
@@ -126,6 +140,9 @@ def _summary(r: Result) -> dict[str, Any]:
         "seconds": round(r.seconds, 2),
         "states_per_second": round(r.rate),
         "complete": r.complete,
+        "fingerprints": r.fingerprints,
+        "collision_probability": r.collision_probability,
+        "rss_bytes": r.rss,
         "skipped_invariants": list(r.skipped),
         "violation": r.violation,
         "trace": trace_json(r.trace) if r.violation else [],
@@ -147,7 +164,7 @@ def _walk_summary(r: WalkResult) -> dict[str, Any]:
 
 
 def _coverage(args: argparse.Namespace) -> int:
-    from spec.coverage import report
+    from spec.coverage import ViolationError, report, write_markdown
 
     names = args.config or list(NAMED)
     unknown = [n for n in names if n not in NAMED]
@@ -156,12 +173,19 @@ def _coverage(args: argparse.Namespace) -> int:
     progress = None if args.quiet else sys.stderr
     if progress is not None:
         print(f"coverage of {len(names)} config(s), exhaustive checks:", file=progress)
-    r = report([NAMED[n] for n in names], max_states=args.max_states, progress=progress)
+    try:
+        r = report([NAMED[n] for n in names], max_states=args.max_states, progress=progress)
+    except ViolationError as e:
+        print(f"bkref spec coverage: {e}", file=sys.stderr)
+        return 1
+    if args.markdown is not None:
+        with open(args.markdown, "w") as f:
+            write_markdown(r, f)
     if args.json:
         print(dumps(r.to_json()))
     else:
         r.write_text(sys.stdout)
-    return 1 if r.unexplained() else 0
+    return 1 if r.unexplained() or r.unraced() else 0
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -190,15 +214,19 @@ def _check(args: argparse.Namespace) -> int:
         max_states=args.max_states,
         progress=progress,
         workers=args.workers,
+        fingerprints=args.fingerprints,
     )
     if args.json:
         summary = _summary(r)
     else:
         print(
             f"{r.distinct:,} distinct states, {r.explored:,} explored, depth {r.depth}, "
-            f"{r.seconds:.1f} s, {r.rate:,.0f} states/s"
+            f"{r.seconds:.1f} s, {r.rate:,.0f} states/s, {r.rss / 2**20:,.0f} MiB"
             + ("" if r.complete or r.violation else " (incomplete: state limit)")
         )
+        if r.fingerprints:
+            p = r.collision_probability
+            print(f"64-bit fingerprints: estimated collision probability {p:.1e}")
         if r.skipped:
             print(f"not checked under this config: {', '.join(r.skipped)}")
         if r.violation:

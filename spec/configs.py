@@ -162,6 +162,27 @@ CONFIGS: dict[str, Config] = {
     )
 }
 
+# Configs too big for `make verify` and `make spec-check`: `make spec-big` checks them with
+# fingerprints (``bkref spec check --fingerprints``); BENCHMARKS.md has their time and memory.
+BIG_CONFIGS: dict[str, Config] = {
+    c.name: c
+    for c in (
+        replace(
+            _A,
+            name="a3",
+            entries=3,
+            description="config a with three entries: the writer's pipeline, recovery and a "
+            "message loss over a longer ledger",
+        ),
+        replace(
+            _A,
+            name="a-crash",
+            crashes=1,
+            description="config a with a bookie crash (and restart) besides the message loss",
+        ),
+    )
+}
+
 _M = Config(
     name="m",
     description="a ledger with a writer and a recovery client, one entry",
@@ -264,6 +285,9 @@ assert MUTANT_CONFIGS.keys() == MUTANTS.keys()
 # Every config by its name: the configs above, then the mutants' own (``m-*``), which
 # run with the correct spec unless a mutant is switched on.
 NAMED: dict[str, Config] = {**CONFIGS, **{c.name: c for c in MUTANT_CONFIGS.values()}}
+
+# What `bkref spec check --config` accepts: the named configs and the big ones.
+CHECKABLE: dict[str, Config] = {**NAMED, **BIG_CONFIGS}
 
 
 def mutant_config(mutant: str) -> Config:

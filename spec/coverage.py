@@ -20,6 +20,17 @@ without a reason; ``make spec-check`` runs it over every named config.
 
 Granularity: a return statement, not an expression; the two arms of a
 conditional expression inside one return are one branch.
+
+Races. The writer, the recovery client, a replication worker and the auditor
+each write a ledger's metadata or its under-replication task. Two of them
+race on a ledger when one writes either while the other holds a read of it
+that its own next write depends on (``holds``): the writer, OPEN, at the
+metadata version it last wrote; the recovery client, between its IN_RECOVERY
+CAS and its close, at the version it wrote; a worker, under the ledger's lock,
+at the task version it read or the metadata version of the copy it is to
+swap in. The auditor holds nothing: its audit reads the metadata and writes
+the tasks in one step, and each mark is one conditional write of the task
+znode. Every pair of the four must be reached by some config.
 """
 
 from __future__ import annotations
@@ -35,7 +46,15 @@ from typing import Any, TextIO
 from spec import protocol
 from spec.checker import check
 from spec.config import Config
-from spec.protocol import ACTIONS, State, Step
+from spec.protocol import (
+    ACTIONS,
+    OPEN,
+    RC_FENCING,
+    RC_WRITING,
+    W_OPEN,
+    State,
+    Step,
+)
 
 SOURCE = Path(protocol.__file__)
 REASON = "# unreachable:"
@@ -141,6 +160,74 @@ def instrumented() -> tuple[dict[str, Any], dict[int, int]]:
     return namespace, reached
 
 
+# The actors that write a ledger's metadata or task, by the prefix of their actions' names.
+ACTORS = ("writer", "recovery_client", "worker", "auditor")
+RACES: tuple[tuple[str, str], ...] = tuple(
+    (a, b) for i, a in enumerate(ACTORS) for b in ACTORS[i + 1 :]
+)
+
+
+def actor(action: str) -> str | None:
+    for a in ACTORS:
+        if action.startswith(a + "_"):
+            return a
+    return None
+
+
+def holds(cfg: Config, s: State, who: str, ledger: int) -> bool:
+    """``who`` has read ``ledger``'s metadata or task, at its current version, for a write
+    of its own still to come (see the module docstring)."""
+    if who == "writer":
+        return (
+            cfg.writer
+            and ledger == cfg.writer_ledger
+            and s.w_status == W_OPEN
+            and s.meta_status[ledger] == OPEN
+            and s.w_version == s.meta_version[ledger]
+        )
+    if who == "recovery_client":
+        return (
+            ledger == cfg.writer_ledger
+            and RC_FENCING <= s.rc_phase <= RC_WRITING
+            and s.rc_version == s.meta_version[ledger]
+        )
+    if who == "worker":
+        for _b, locked, tv, pending in s.wk:
+            if locked != ledger:
+                continue
+            if tv == s.meta_task[ledger][0]:
+                return True
+            if pending is not None and pending[0] >= 0 and pending[2] == s.meta_version[ledger]:
+                return True
+        return False
+    return False  # the auditor: see the module docstring
+
+
+def races(cfg: Config, s: State, action: str, t: State) -> Iterable[tuple[str, str]]:
+    """(writer, holder) for each actor whose held read of a ledger the step ``s -> t``
+    makes stale by writing that ledger's metadata or task."""
+    who = actor(action)
+    if who is None:
+        return
+    for ledger in range(cfg.ledgers):
+        if (
+            s.meta_version[ledger] == t.meta_version[ledger]
+            and s.meta_task[ledger] == t.meta_task[ledger]
+        ):
+            continue
+        for other in ACTORS:
+            if other != who and holds(cfg, s, other, ledger):
+                yield who, other
+
+
+def _pair(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if ACTORS.index(a) < ACTORS.index(b) else (b, a)
+
+
+class ViolationError(Exception):
+    """A config's check found an invariant violated: coverage of a wrong spec means nothing."""
+
+
 @dataclass
 class ConfigCoverage:
     """What one config's exhaustive check reached."""
@@ -152,6 +239,7 @@ class ConfigCoverage:
     enabled: Counter[str] = field(default_factory=Counter)  # distinct states enabled in
     fired: Counter[str] = field(default_factory=Counter)  # transitions taken
     reached: frozenset[int] = frozenset()  # lines of the branches reached
+    races: Counter[tuple[str, str]] = field(default_factory=Counter)  # (writer, holder) steps
 
 
 def measure(cfg: Config, *, max_states: int | None = None) -> ConfigCoverage:
@@ -165,12 +253,17 @@ def measure(cfg: Config, *, max_states: int | None = None) -> ConfigCoverage:
         names = [label[0] for label, _t in out]
         cov.fired.update(names)
         cov.enabled.update(set(names))
+        for (name, _args), t in out:
+            cov.races.update(races(c, s, name, t))
         return out
 
     started = time.monotonic()
     r = check(cfg, max_states=max_states, expand=expand)
     if r.violation is not None:
-        raise ValueError(f"config {cfg.name} violates {r.violation}: coverage of a wrong spec")
+        raise ViolationError(
+            f"config {cfg.name} violates {r.violation}: see its trace with "
+            f"`bkref spec check --config {cfg.name}`"
+        )
     cov.distinct, cov.complete = r.distinct, r.complete
     cov.seconds = time.monotonic() - started
     cov.reached = frozenset(reached)
@@ -190,6 +283,20 @@ class Report:
     def unexplained(self) -> list[Branch]:
         """Branches no config reaches and no recorded reason explains."""
         return [b for b in self.branches if not self.reached_by(b) and b.reason is None]
+
+    def raced_by(self, pair: tuple[str, str]) -> dict[str, int]:
+        """Per config, the steps in which one actor of ``pair`` made the other's read stale."""
+        a, b = pair
+        out = {}
+        for c in self.configs:
+            n = c.races[(a, b)] + c.races[(b, a)]
+            if n:
+                out[c.config] = n
+        return out
+
+    def unraced(self) -> list[tuple[str, str]]:
+        """Pairs of metadata writers that no config has racing on one ledger."""
+        return [p for p in RACES if not self.raced_by(p)]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -220,7 +327,21 @@ class Report:
                 }
                 for b in self.branches
             ],
+            "races": [
+                {
+                    "actors": list(p),
+                    "reached_by": self.raced_by(p),
+                    "directions": {
+                        f"{x} writes while {y} holds": [
+                            c.config for c in self.configs if c.races[(x, y)]
+                        ]
+                        for x, y in (p, p[::-1])
+                    },
+                }
+                for p in RACES
+            ],
             "unexplained": len(self.unexplained()),
+            "unraced": len(self.unraced()),
         }
 
     def write_text(self, out: TextIO) -> None:
@@ -240,6 +361,52 @@ class Report:
                 continue
             why = f"unreachable: {b.reason}" if b.reason else "UNREACHED, no reason recorded"
             out.write(f"  {b.action} line {b.line} ({b.kind}) `{b.text}`: {why}\n")
+        out.write("races: pairs of metadata writers on one ledger, steps per config\n")
+        for p in RACES:
+            by = self.raced_by(p)
+            cells = ", ".join(f"{n} {k:,}" for n, k in by.items()) or "UNREACHED"
+            out.write(f"  {p[0]} / {p[1]}: {cells}\n")
+
+
+def write_markdown(r: Report, out: TextIO) -> None:
+    """The coverage page for reviewers (``docs/coverage.md``, written by ``make spec-check``)."""
+    w = out.write
+    w("# Spec coverage\n\n")
+    w(
+        "Generated by `make spec-check` (`bkref spec coverage --markdown docs/coverage.md`): "
+        "every named config checked exhaustively with a copy of `spec/protocol.py` whose "
+        "action returns record themselves (see `spec/coverage.py`). Do not edit.\n\n"
+    )
+    w("## Configs\n\n| config | distinct states | seconds |\n|---|---:|---:|\n")
+    for c in r.configs:
+        done = "" if c.complete else " (stopped)"
+        w(f"| `{c.config}` | {c.distinct:,}{done} | {c.seconds:.1f} |\n")
+    w("\n## Actions\n\nPer action, the configs in which some state enables it, and the ")
+    w("distinct states it is enabled in over all of them.\n\n")
+    w("| action | configs | states enabled in |\n|---|---:|---:|\n")
+    for fn in ACTIONS:
+        name = fn.__name__
+        n = sum(1 for c in r.configs if c.enabled[name])
+        w(f"| `{name}` | {n} | {sum(c.enabled[name] for c in r.configs):,} |\n")
+    reached = sum(1 for b in r.branches if r.reached_by(b))
+    w(f"\n## Branches\n\n{reached} of {len(r.branches)} return statements reached; ")
+    w("each other one says why no config can reach it.\n\n")
+    w("| action | kind | return | reached by, or why unreachable |\n|---|---|---|---|\n")
+    for b in r.branches:
+        by = r.reached_by(b)
+        if by:
+            cell = ", ".join(f"`{n}`" for n in by)
+        else:
+            cell = f"unreachable: {b.reason}" if b.reason else "**UNREACHED, no reason**"
+        text = b.text.replace("|", "\\|")
+        w(f"| `{b.action}` | {b.kind} | `{text}` | {cell} |\n")
+    w("\n## Races\n\nTwo metadata writers race on a ledger when one writes its metadata ")
+    w("or task while the other holds a read of it that its next write depends on. Steps ")
+    w("in which that happens, per config.\n\n| actors | configs (steps) |\n|---|---|\n")
+    for p in RACES:
+        raced = r.raced_by(p)
+        cell = ", ".join(f"`{n}` ({k:,})" for n, k in raced.items()) or "**UNREACHED**"
+        w(f"| {p[0]} / {p[1]} | {cell} |\n")
 
 
 def report(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from spec import liveness, protocol, symmetry
 from spec.config import MUTANTS
-from spec.configs import CONFIGS, MUTANT_CONFIGS
+from spec.configs import BIG_CONFIGS, CONFIGS, MUTANT_CONFIGS
 from spec.examples import EXAMPLES
 from spec.invariants import GOALS, INVARIANTS
 
@@ -64,7 +64,15 @@ def render() -> str:
         "",
     ]
     out += _variables()
-    out += ["", "## Actions", "", "Each action: guard first, then effect.", ""]
+    out += [
+        "",
+        "## Actions",
+        "",
+        "Each action: guard first, then effect. Which configs reach each action, each of "
+        "its branches and each race between metadata writers: [coverage.md](coverage.md) "
+        "(written by `make spec-check`).",
+        "",
+    ]
     for fn in protocol.ACTIONS:
         fair = "environment, no fairness" if fn.__name__ in protocol.ENVIRONMENT_ACTIONS else ""
         out += [f"### `{_signature(fn)}`" + (f" ({fair})" if fair else ""), "", _doc(fn), ""]
@@ -78,6 +86,8 @@ def render() -> str:
     out += ["## Configs", "", "| config | what it bounds |", "|---|---|"]
     for name, cfg in CONFIGS.items():
         out.append(f"| `{name}` | {cfg.description}: {cfg.bounds()} |")
+    for name, cfg in BIG_CONFIGS.items():
+        out.append(f"| `{name}` (big: `make spec-big`) | {cfg.description}: {cfg.bounds()} |")
     out += ["", "## Mutants", ""]
     for name, bug in MUTANTS.items():
         cfg = MUTANT_CONFIGS[name]

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from spec.checker import check, walk
+from spec.checker import check, collision_probability, fingerprint, walk
 from spec.configs import CONFIGS, mutant_config
 from spec.protocol import W_OPEN, initial_state, next_states
 from spec.symmetry import canonical, rename
@@ -103,3 +103,41 @@ def test_workers_give_the_same_result_as_one_process(monkeypatch: pytest.MonkeyP
         assert two.graph is not None
         assert two.graph.states == one.graph.states
         assert two.graph.edges == one.graph.edges
+
+
+def test_fingerprints_and_layers_on_disk_give_the_same_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import spec.checker
+
+    monkeypatch.setattr(spec.checker, "PARALLEL_MIN_LAYER", 1)
+    monkeypatch.setattr(spec.checker, "LAYER_BATCH", 300)  # several pools per layer
+    for cfg in (CONFIGS["c-short"], mutant_config("delete-task-without-version-check")):
+        whole = check(cfg)
+        for workers in (1, 2):
+            fp = check(cfg, fingerprints=True, workers=workers)
+            assert (fp.distinct, fp.explored, fp.depth) == (
+                whole.distinct,
+                whole.explored,
+                whole.depth,
+            )
+            assert fp.violation == whole.violation
+            assert fp.trace == whole.trace
+            assert fp.fingerprints
+            assert 0 < fp.collision_probability < 1e-9
+    assert whole.collision_probability == 0.0
+
+
+def test_fingerprints_tell_minus_one_from_minus_two() -> None:
+    # CPython's hash(-1) == hash(-2): a fingerprint built on hash(state) would merge these.
+    s = initial_state(CONFIGS["a"])
+    assert hash(s._replace(rc_last=-1)) == hash(s._replace(rc_last=-2))
+    assert fingerprint(s._replace(rc_last=-1)) != fingerprint(s._replace(rc_last=-2))
+
+
+def test_the_collision_estimate_is_the_birthday_bound() -> None:
+    assert collision_probability(1) == 0.0
+    assert collision_probability(2**32) == pytest.approx(0.5, rel=1e-6)
+    assert collision_probability(2**40) == 1.0
+    with pytest.raises(ValueError, match="keep_graph"):
+        check(CONFIGS["c-short"], fingerprints=True, keep_graph=True)

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from spec.checker import check
 from spec.cli import main
 from spec.configs import NAMED
-from spec.coverage import _reason, branches, measure, report
-from spec.protocol import ACTIONS
+from spec.coverage import RACES, _reason, branches, measure, races, report
+from spec.protocol import (
+    ACTIONS,
+    initial_state,
+    recovery_client_starts_recovery,
+    writer_sends_add,
+)
 
 
 def test_every_action_has_branches_and_each_is_a_guard_or_a_path() -> None:
@@ -96,3 +102,56 @@ def test_the_command_exits_1_and_names_the_unexplained_branches(
     assert "UNREACHED, no reason recorded" in out
     assert "writer_sends_add" in out
     assert main(["coverage", "--config", "nonesuch"]) == 2
+
+
+def test_a_write_over_a_held_read_is_a_race_and_over_a_stale_one_is_not() -> None:
+    cfg = NAMED["m-581"]  # the writer's ledger already OPEN, a recovery client
+    s = initial_state(cfg)
+    t = recovery_client_starts_recovery(cfg, s)
+    assert t is not None
+    assert list(races(cfg, s, "recovery_client_starts_recovery", t)) == [
+        ("recovery_client", "writer")
+    ]
+    stale = s._replace(w_version=s.w_version - 1)  # the writer's next CAS fails anyway
+    t = recovery_client_starts_recovery(cfg, stale)
+    assert t is not None
+    assert list(races(cfg, stale, "recovery_client_starts_recovery", t)) == []
+    # A step that writes neither metadata nor task races with no one.
+    t = writer_sends_add(cfg, s)
+    assert t is not None
+    assert list(races(cfg, s, "writer_sends_add", t)) == []
+
+
+def test_without_autorecovery_only_the_writer_and_the_recovery_client_race() -> None:
+    r = report([NAMED["a-short"]])
+    assert set(r.raced_by(("writer", "recovery_client"))) == {"a-short"}
+    assert len(r.unraced()) == len(RACES) - 1
+    data = r.to_json()
+    assert data["unraced"] == len(RACES) - 1
+    row = next(x for x in data["races"] if x["actors"] == ["writer", "recovery_client"])
+    assert row["directions"]["recovery_client writes while writer holds"] == ["a-short"]
+
+
+def test_config_c_race_has_every_pair_of_metadata_writers_racing() -> None:
+    r = report([NAMED["c-race"]])
+    assert r.unraced() == []
+    periodic = [b for b in branches() if b.action == "auditor_runs_periodic_bookie_check"]
+    assert any(r.reached_by(b) == ["c-race"] for b in periodic if b.kind == "path")
+
+
+def test_the_coverage_page_lists_every_branch_and_race_of_the_spec_as_it_is() -> None:
+    # docs/coverage.md is written by `make spec-check` (minutes); this keeps it from going
+    # stale: every return statement of today's spec, in order, and every race, reached.
+    page = (Path(__file__).parents[2] / "docs" / "coverage.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| `") and "` | " in line]
+    listed = [
+        (cells[0].strip(" `"), cells[1].strip(), cells[2].strip(" `").replace("\\|", "|"))
+        for cells in (row.strip("|").split(" | ") for row in rows)
+        if len(cells) == 4
+    ]
+    assert listed == [(b.action, b.kind, b.text) for b in branches()], (
+        "docs/coverage.md is stale: run `make spec-check`"
+    )
+    assert "UNREACHED" not in page
+    for a, b in RACES:
+        assert f"| {a} / {b} | `" in page

@@ -9,7 +9,7 @@ import pytest
 from spec import docs, protocol
 from spec.cli import main
 from spec.config import MUTANTS
-from spec.configs import CONFIGS
+from spec.configs import BIG_CONFIGS, CONFIGS
 from spec.invariants import INVARIANTS
 
 
@@ -42,8 +42,8 @@ def test_list_prints_one_line_per_config_and_mutant(capsys: pytest.CaptureFixtur
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split(":")[0] for ln in lines] == [f"config {c}" for c in CONFIGS] + [
-        f"mutant {m}" for m in MUTANTS
-    ]
+        f"big config {c}" for c in BIG_CONFIGS
+    ] + [f"mutant {m}" for m in MUTANTS]
 
 
 def test_check_exits_0_without_violation(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,29 @@
+"""The configs too big for `make spec-check` (``BIG_CONFIGS``), checked with fingerprints."""
+
+from __future__ import annotations
+
+from spec.configs import BIG_CONFIGS, CONFIGS
+from tests.bench.bench_spec import measure
+
+TITLE = "Spec model checker: the big configs, with fingerprints"
+
+
+def run(quick: bool) -> str:
+    configs = {"c-short": CONFIGS["c-short"]} if quick else BIG_CONFIGS
+    rows = [
+        "| config | bounds | distinct states | explored | depth | seconds | peak MiB "
+        "| bytes/state | collision probability |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, cfg in configs.items():
+        r = measure(cfg, fingerprints=True)
+        rows.append(
+            f"| `{name}` | {cfg.bounds()} | {r.distinct:,} | {r.explored:,} | {r.depth} "
+            f"| {r.seconds:.1f} | {r.peak / 2**20:,.0f} | {r.per_state:,.0f} "
+            f"| {r.collision:.1e} |"
+        )
+    return (
+        "\n".join(rows)
+        + "\n\n`bkref spec check --fingerprints --workers 2` (`make spec-big`), each in a forked "
+        "child, measured as in the section above.\n"
+    )
