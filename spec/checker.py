@@ -234,10 +234,13 @@ class _Layer:
         self.file: BinaryIO | None = tempfile.TemporaryFile() if on_disk else None  # noqa: SIM115
         self.count = 0
 
-    def append(self, s: State) -> None:
+    def append(self, s: State | bytes) -> None:
+        """Add a state, or on disk its marshal bytes as a worker sent them."""
         self.count += 1
         if self.file is None:
-            self.states.append(s)
+            self.states.append(cast(State, s))
+        elif isinstance(s, bytes):
+            self.file.write(s)
         else:
             marshal.dump(tuple(s), self.file, 2)
 
@@ -323,18 +326,20 @@ def _bfs(
                 if isinstance(item, int):
                     j = item  # known before the layer (a worker looked it up)
                 else:
-                    key, c = item
+                    key, new_state = item
                     n = visited.count
                     j = visited.add(key)
                     if j == n:
                         if not fingerprints:
-                            states.append(c)
+                            states.append(cast(State, new_state))
                         parent.append(i)
-                        next_current.append(c)
+                        next_current.append(new_state)
                         if keep_graph:
                             edges.append([])
                         v = verdicts[k]
-                        bad = first_violation(cfg, c, invariants) if v == UNCHECKED else v
+                        if v == UNCHECKED:  # expanded here: a State
+                            v = first_violation(cfg, cast(State, new_state), invariants)
+                        bad = v
                         if bad is not None:
                             bad_index = j
                 if keep_graph:
@@ -395,8 +400,9 @@ def _bfs(
 UNCHECKED = ""
 
 # A successor new to the checker's visited set when it was generated: its key there
-# (the state, or its fingerprint) and its canonical state.
-Fresh = tuple["State | int", State]
+# (the state, or its fingerprint) and its canonical state (from a worker, with
+# fingerprints: its marshal bytes, which only the layer file reads).
+Fresh = tuple["State | int", "State | bytes"]
 
 # A layer's state as the BFS merges it: its position in the layer, the state itself if
 # the checker is to expand it (None: a worker did), and when a worker did, the action
@@ -410,7 +416,12 @@ _Expanded = tuple[int, "State | None", list[str], list["int | Fresh"], list["str
 # fingerprints (with fingerprints) and first violated invariants; the action
 # names when the graph is kept.
 Chunk = tuple[
-    list[int], list[int], list[tuple[object, ...]], list[int], list["str | None"], list[str]
+    list[int],
+    list[int],
+    list["tuple[object, ...] | bytes"],
+    list[int],
+    list["str | None"],
+    list[str],
 ]
 
 # What forked workers read: set before the pool forks, inherited copy-on-write.
@@ -450,7 +461,7 @@ def _expand(
 
 # States of a layer expanded by one pool of forked workers: bounds the memory a layer
 # on disk takes while it is expanded.
-LAYER_BATCH = 100_000
+LAYER_BATCH = 25_000
 
 
 def _expand_batch(
@@ -463,7 +474,10 @@ def _expand_batch(
         for chunk, (counts, codes, fresh, keys, verdicts, names) in zip(
             chunks, pool.imap(_expand_chunk, chunks), strict=True
         ):
-            fresh_states = [new(State, t) for t in fresh]
+            # With fingerprints a new state stays marshalled until the layer file has it.
+            fresh_states: list[State | bytes] = [
+                t if isinstance(t, bytes) else new(State, t) for t in fresh
+            ]
             pos = 0
             for i, n in zip(chunk, counts, strict=True):
                 succ: list[int | Fresh] = []
@@ -474,7 +488,7 @@ def _expand_batch(
                         checked.append(None)
                     else:
                         st = fresh_states[-1 - code]
-                        succ.append((keys[-1 - code] if fps else st, st))
+                        succ.append((keys[-1 - code], st) if fps else (cast(State, st), st))
                         checked.append(verdicts[-1 - code])
                 yield i, names[pos : pos + n], succ, checked
                 pos += n
@@ -484,7 +498,7 @@ def _expand_chunk(chunk: range) -> Chunk:
     cfg, canon, invariants, visited, current, keep_graph = _LAYER
     counts: list[int] = []
     codes: list[int] = []
-    fresh: list[tuple[object, ...]] = []
+    fresh: list[tuple[object, ...] | bytes] = []
     keys: list[int] = []
     verdicts: list[str | None] = []
     names: list[str] = []
@@ -494,15 +508,18 @@ def _expand_chunk(chunk: range) -> Chunk:
         counts.append(len(steps))
         for label, t in steps:
             c = canon(t)
-            key = visited.key(c)
+            blob = marshal.dumps(tuple(c), 2) if visited.fingerprints else b""
+            key = hash(blob) if blob else c  # visited.key(c), marshalling once
             code = visited.known(key)
             if code is None:
                 code = seen.get(key)
                 if code is None:
                     code = seen[key] = -1 - len(fresh)
-                    fresh.append(tuple(c))
-                    if visited.fingerprints:
+                    if blob:
+                        fresh.append(blob)  # sent as is, and written as is
                         keys.append(cast(int, key))
+                    else:
+                        fresh.append(tuple(c))
                     verdicts.append(first_violation(cfg, c, invariants))
             codes.append(code)
             if keep_graph:

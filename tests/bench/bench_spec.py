@@ -22,6 +22,9 @@ from spec.configs import CONFIGS
 TITLE = "Spec model checker: exhaustive BFS per named config"
 
 WORKERS = 2  # processes expanding each large BFS layer (the result is the same for any number)
+# Fingerprints are measured in one process: with forked workers, the batch of a layer being
+# expanded and its successors add a constant (~100 MiB) that hides the cost per state.
+FP_WORKERS = 1
 
 
 @dataclass
@@ -49,7 +52,7 @@ def _cpu() -> float:
 def _child(cfg: Config, fingerprints: bool, out: Connection) -> None:
     before = rss_bytes()
     cpu = _cpu()
-    r = check(cfg, workers=WORKERS, fingerprints=fingerprints)
+    r = check(cfg, workers=FP_WORKERS if fingerprints else WORKERS, fingerprints=fingerprints)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out.send(
         _Run(
@@ -99,7 +102,8 @@ def run(quick: bool) -> str:
     return (
         "\n".join(rows)
         + f"\n\nPure Python, symmetry over bookies, `--workers {WORKERS}` (layers of 4,000 states "
-        "or more are expanded by forked processes; same result as one process). Each check "
+        "or more are expanded by forked processes; same result as one process); the "
+        f"fingerprint columns with `--workers {FP_WORKERS}` (see bench_spec.py). Each check "
         "runs in a forked child: peak MiB is its peak resident memory, bytes/state the growth "
         "from its memory before the check over the distinct states (the visited set, the "
         "parent pointers and the BFS layers in memory). With fingerprints the visited set "

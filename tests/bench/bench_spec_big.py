@@ -24,6 +24,6 @@ def run(quick: bool) -> str:
         )
     return (
         "\n".join(rows)
-        + "\n\n`bkref spec check --fingerprints --workers 2` (`make spec-big`), each in a forked "
-        "child, measured as in the section above.\n"
+        + "\n\nFingerprints, one process (`make spec-big` uses `--workers 2`), each in a "
+        "forked child, measured as in the section above.\n"
     )
