@@ -47,6 +47,11 @@ MUTANTS: dict[str, str] = {
         "a bookie acknowledges an add before its journal is synced, then crashes and "
         "loses the unsynced entry"
     ),
+    "fence-lost-on-restart": (
+        "a bookie keeps a ledger's fence only in memory: restarted after a crash with all "
+        "its entries, it takes the old writer's adds again after recovery closed the "
+        "ledger (BOOKKEEPER-500)"
+    ),
     "wiped-bookie-rejoins": (
         "a bookie restarted with a wiped disk rejoins under the same identity, "
         "forgetting entries and fences (no cookie check, BOOKKEEPER-2612)"

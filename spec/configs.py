@@ -197,6 +197,13 @@ _TWO_WORKERS = replace(
     description="a closed ledger, one bookie crash, two workers (each an auditor candidate)",
 )
 
+_CRASH = replace(
+    _M,
+    name="m-journal",
+    crashes=1,
+    description="one entry, one bookie crash and restart",
+)
+
 # The config each mutant needs: small, so that the BFS finds the bug fast.
 MUTANT_CONFIGS: dict[str, Config] = {
     "recovery-reads-without-fencing": replace(
@@ -256,12 +263,8 @@ MUTANT_CONFIGS: dict[str, Config] = {
         crashes=2,
         description="a closed ledger, two bookie crashes, auditor and a worker",
     ),
-    "ack-before-journal-sync": replace(
-        _M,
-        name="m-journal",
-        crashes=1,
-        description="one entry, one bookie crash and restart",
-    ),
+    "ack-before-journal-sync": _CRASH,
+    "fence-lost-on-restart": _CRASH,
     "wiped-bookie-rejoins": replace(
         _M,
         name="m-2612",

@@ -750,12 +750,15 @@ def bookie_crashes(cfg: Config, s: State, b: int) -> State | None:
     """A bookie crashes: its connections drop (messages to and from it are lost).
 
     Key points: unsynced entries are lost (none exist in the correct spec);
-    its registration disappears, which the auditor notices.
+    fences survive, as the journal holds them; its registration disappears,
+    which the auditor notices. The mutant ``fence-lost-on-restart`` forgets
+    fences (BOOKKEEPER-500: before its fix, a fence lived only in memory).
     """
     if s.b_up[b] != UP or s.budget[B_CRASH] == 0:
         # unreachable: next_states offers it only for a live bookie while a crash is left.
         return None
-    ledgers = tuple((sy, 0, f, lac) for sy, _u, f, lac in s.b_ledgers[b])
+    keep = 0 if "fence-lost-on-restart" in cfg.mutants else 1
+    ledgers = tuple((sy, 0, f & keep, lac) for sy, _u, f, lac in s.b_ledgers[b])
     return s._replace(
         b_up=set_at(s.b_up, b, DOWN),
         b_ledgers=set_at(s.b_ledgers, b, ledgers),

@@ -22,6 +22,7 @@ CAUGHT_BY = {
     "replicate-open-segment-without-fencing": "NoReplicationLosesAckedEntries",
     "delete-task-without-version-check": "AllClosedLedgersRepairedWhenQuiescent",
     "ack-before-journal-sync": "AllCommittedEntriesReachAckQuorum",
+    "fence-lost-on-restart": "NoDivergenceBetweenClientAndMetaData",
     "wiped-bookie-rejoins": "NoDivergenceBetweenClientAndMetaData",
     "worker-skips-ledger-lock": "AtMostOneWorkerHoldsLedgerLock",
     "auditor-without-election": "OneAuditorPerElectionEpoch",
