@@ -99,7 +99,11 @@ def fingerprint(s: State) -> int:
     encode to equal bytes however their tuples are shared. Forked workers
     inherit the hash secret, so they agree with the checker.
     """
-    return hash(marshal.dumps(tuple(s), 2))
+    return hash(_marshal(s))
+
+
+def _marshal(s: State) -> bytes:
+    return marshal.dumps(tuple(s), 2)
 
 
 def collision_probability(n: int) -> float:
@@ -187,9 +191,11 @@ PARALLEL_MIN_LAYER = 4_000
 class _Visited:
     """The states seen so far: whole states (index by state) or their fingerprints.
 
-    ``key`` is what the set holds for a state; ``known`` looks a key up (an
-    index, any non-negative number for a fingerprint, None if new); ``add``
-    records a new key under the next index and says whether it was new.
+    ``encode`` gives what the set holds for a state (its key) and, with
+    fingerprints, the marshal bytes the key was hashed from, which a layer on
+    disk stores as they are (a state is marshalled once); ``known`` looks a key
+    up (an index, any non-negative number for a fingerprint, None if new);
+    ``add`` records a new key under the next index and says whether it was new.
     """
 
     def __init__(self, fingerprints: bool) -> None:
@@ -199,8 +205,11 @@ class _Visited:
         self.fps = array("q")  # fingerprint by state index (fingerprint mode)
         self.count = 0
 
-    def key(self, s: State) -> State | int:
-        return fingerprint(s) if self.fingerprints else s
+    def encode(self, s: State) -> tuple[State | int, bytes | None]:
+        if not self.fingerprints:
+            return s, None
+        blob = _marshal(s)
+        return hash(blob), blob  # fingerprint(s)
 
     def known(self, key: State | int) -> int | None:
         if self.fingerprints:
@@ -234,15 +243,15 @@ class _Layer:
         self.file: BinaryIO | None = tempfile.TemporaryFile() if on_disk else None  # noqa: SIM115
         self.count = 0
 
-    def append(self, s: State | bytes) -> None:
-        """Add a state, or on disk its marshal bytes as a worker sent them."""
+    def append(self, s: State | None, blob: bytes | None) -> None:
+        """Add a state: in memory the state, on disk its marshal bytes."""
         self.count += 1
         if self.file is None:
-            self.states.append(cast(State, s))
-        elif isinstance(s, bytes):
-            self.file.write(s)
+            assert s is not None, "a layer in memory holds states"
+            self.states.append(s)
         else:
-            marshal.dump(tuple(s), self.file, 2)
+            assert blob is not None, "a layer on disk holds marshal bytes"
+            self.file.write(blob)
 
     def __len__(self) -> int:
         return self.count
@@ -282,7 +291,7 @@ def _bfs(
     started = time.monotonic()
     init = canon(initial_state(cfg))
     visited = _Visited(fingerprints)
-    visited.add(visited.key(init))
+    visited.add(visited.encode(init)[0])
     # Whole states by index, unless fingerprints: then only the layer's (``current``).
     states: list[State] = [] if fingerprints else [init]
     parent = array("i", [-1])
@@ -292,7 +301,7 @@ def _bfs(
     # layer's are consecutive) and the states themselves.
     frontier = range(1)
     current = _Layer(on_disk=False)
-    current.append(init)
+    current.append(init, None)
     depth = 0
     explored = 0
     last_report = started
@@ -319,25 +328,26 @@ def _bfs(
                 for label, t in expand(cfg, st):
                     c = canon(t)
                     names.append(label[0])
-                    succ.append((visited.key(c), c))
+                    key, blob = visited.encode(c)
+                    succ.append((key, c, blob))
                     verdicts.append(UNCHECKED)
             for k, item in enumerate(succ):
                 explored += 1
                 if isinstance(item, int):
                     j = item  # known before the layer (a worker looked it up)
                 else:
-                    key, new_state = item
+                    key, new_state, blob = item
                     n = visited.count
                     j = visited.add(key)
                     if j == n:
                         if not fingerprints:
                             states.append(cast(State, new_state))
                         parent.append(i)
-                        next_current.append(new_state)
+                        next_current.append(new_state, blob)
                         if keep_graph:
                             edges.append([])
                         v = verdicts[k]
-                        if v == UNCHECKED:  # expanded here: a State
+                        if v == UNCHECKED:  # expanded here, so the state is at hand
                             v = first_violation(cfg, cast(State, new_state), invariants)
                         bad = v
                         if bad is not None:
@@ -400,9 +410,10 @@ def _bfs(
 UNCHECKED = ""
 
 # A successor new to the checker's visited set when it was generated: its key there
-# (the state, or its fingerprint) and its canonical state (from a worker, with
-# fingerprints: its marshal bytes, which only the layer file reads).
-Fresh = tuple["State | int", "State | bytes"]
+# (the state, or its fingerprint), its canonical state (None when a worker sends it
+# with fingerprints: only the layer file reads it) and, with fingerprints, its
+# marshal bytes.
+Fresh = tuple["State | int", "State | None", "bytes | None"]
 
 # A layer's state as the BFS merges it: its position in the layer, the state itself if
 # the checker is to expand it (None: a worker did), and when a worker did, the action
@@ -450,11 +461,10 @@ def _expand(
     """
     global _LAYER  # noqa: PLW0603 - how a forked worker sees the layer
     states = iter(current)
-    size = max(500, len(current) // (workers * 16))
     for offset in range(0, len(current), LAYER_BATCH):
         batch = list(itertools.islice(states, LAYER_BATCH))
         _LAYER = (cfg, canon, invariants, visited, batch, keep_graph)
-        for pos, names, succ, verdicts in _expand_batch(workers, batch, size, visited):
+        for pos, names, succ, verdicts in _expand_batch(workers, batch, visited):
             yield offset + pos, None, names if keep_graph else [""] * len(succ), succ, verdicts
     _LAYER = (cfg, canon, invariants, visited, [], keep_graph)
 
@@ -465,8 +475,10 @@ LAYER_BATCH = 25_000
 
 
 def _expand_batch(
-    workers: int, batch: list[State], size: int, visited: _Visited
+    workers: int, batch: list[State], visited: _Visited
 ) -> Iterator[tuple[int, list[str], list[int | Fresh], list[str | None]]]:
+    # Chunks of the batch, not of the layer: a chunk as big as the batch keeps a worker idle.
+    size = max(500, len(batch) // (workers * 16))
     chunks = [range(k, min(k + size, len(batch))) for k in range(0, len(batch), size)]
     new = tuple.__new__
     fps = visited.fingerprints
@@ -474,10 +486,6 @@ def _expand_batch(
         for chunk, (counts, codes, fresh, keys, verdicts, names) in zip(
             chunks, pool.imap(_expand_chunk, chunks), strict=True
         ):
-            # With fingerprints a new state stays marshalled until the layer file has it.
-            fresh_states: list[State | bytes] = [
-                t if isinstance(t, bytes) else new(State, t) for t in fresh
-            ]
             pos = 0
             for i, n in zip(chunk, counts, strict=True):
                 succ: list[int | Fresh] = []
@@ -487,8 +495,13 @@ def _expand_batch(
                         succ.append(code)
                         checked.append(None)
                     else:
-                        st = fresh_states[-1 - code]
-                        succ.append((keys[-1 - code], st) if fps else (cast(State, st), st))
+                        # With fingerprints a new state stays marshalled for the layer file.
+                        f = fresh[-1 - code]
+                        if fps:
+                            succ.append((keys[-1 - code], None, cast(bytes, f)))
+                        else:
+                            st = new(State, f)
+                            succ.append((st, st, None))
                         checked.append(verdicts[-1 - code])
                 yield i, names[pos : pos + n], succ, checked
                 pos += n
@@ -508,14 +521,13 @@ def _expand_chunk(chunk: range) -> Chunk:
         counts.append(len(steps))
         for label, t in steps:
             c = canon(t)
-            blob = marshal.dumps(tuple(c), 2) if visited.fingerprints else b""
-            key = hash(blob) if blob else c  # visited.key(c), marshalling once
+            key, blob = visited.encode(c)
             code = visited.known(key)
             if code is None:
                 code = seen.get(key)
                 if code is None:
                     code = seen[key] = -1 - len(fresh)
-                    if blob:
+                    if blob is not None:
                         fresh.append(blob)  # sent as is, and written as is
                         keys.append(cast(int, key))
                     else:

@@ -220,10 +220,6 @@ def races(cfg: Config, s: State, action: str, t: State) -> Iterable[tuple[str, s
                 yield who, other
 
 
-def _pair(a: str, b: str) -> tuple[str, str]:
-    return (a, b) if ACTORS.index(a) < ACTORS.index(b) else (b, a)
-
-
 class ViolationError(Exception):
     """A config's check found an invariant violated: coverage of a wrong spec means nothing."""
 
