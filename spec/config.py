@@ -56,6 +56,11 @@ MUTANTS: dict[str, str] = {
         "a bookie restarted with a wiped disk rejoins under the same identity, "
         "forgetting entries and fences (no cookie check, BOOKKEEPER-2612)"
     ),
+    "open-segment-without-entries-skipped": (
+        "the replication worker finds a lost bookie of an open ledger's last segment "
+        "only through entries it can read there, so a lost bookie that got none yet is "
+        "missed and the task dropped; the ledger is closed naming it (BOOKKEEPER-742)"
+    ),
     "worker-skips-ledger-lock": (
         "a replication worker takes a ledger without checking that another worker "
         "holds its lock, so two workers repair the same ledger at once"

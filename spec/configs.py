@@ -273,6 +273,15 @@ MUTANT_CONFIGS: dict[str, Config] = {
         skip_invariants=frozenset({"AllCommittedEntriesReachAckQuorum"}),
         description="one entry, one bookie crash and a restart on a wiped disk",
     ),
+    "open-segment-without-entries-skipped": replace(
+        _C,
+        name="m-742",
+        write_quorum=2,
+        ack_quorum=2,
+        closed_ledgers=0,
+        description="an open ledger striped E=3 > Wq=2 with e0 confirmed (the third "
+        "bookie holds nothing), one bookie crash, auditor and a worker",
+    ),
     "worker-skips-ledger-lock": _TWO_WORKERS,
     "auditor-without-election": _TWO_WORKERS,
     "auditor-acts-after-session-loss": replace(

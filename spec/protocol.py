@@ -1207,6 +1207,10 @@ def _segment_needs_repair(cfg: Config, s: State, ledger: int, idx: int) -> int:
     ens = s.meta_segments[ledger][idx][1]
     for b in ens:
         if s.b_up[b] != UP:
+            if "open-segment-without-entries-skipped" in cfg.mutants and not _checker_sees(
+                cfg, s, ledger, idx, b
+            ):
+                continue
             return b
     if cfg.periodic_check and segment_is_closed(s, ledger, idx):
         listed = s.meta_task[ledger][1]
@@ -1214,6 +1218,26 @@ def _segment_needs_repair(cfg: Config, s: State, ledger: int, idx: int) -> int:
             if listed & bit(b) and missing_entries(cfg, s, ledger, idx, b):
                 return b
     return -1
+
+
+def _checker_sees(cfg: Config, s: State, ledger: int, idx: int, b: int) -> bool:
+    """Whether the mutant ``open-segment-without-entries-skipped`` sees lost ``b``.
+
+    The mutant finds under-replication only in fragments it can read, as
+    BookKeeper's LedgerChecker did before BOOKKEEPER-742: in the open last
+    segment, a lost bookie counts only if some entry of its write sets is
+    stored on a live bookie of the segment. A lost bookie that got nothing yet
+    (E > Wq, few entries) is missed, and the worker drops the task; the fix
+    recovers the ledger whenever its open last segment names a lost bookie.
+    """
+    if segment_is_closed(s, ledger, idx):
+        return True
+    segs = s.meta_segments[ledger]
+    live = [x for x in segs[idx][1] if s.b_up[x] == UP]
+    return any(
+        write_set(cfg, segs, e) & bit(b) and any(_stored(s, x, ledger) & bit(e) for x in live)
+        for e in range(segs[idx][0], segment_end(s, cfg, ledger, idx) + 1)
+    )
 
 
 def missing_entries(cfg: Config, s: State, ledger: int, idx: int, b: int) -> int:

@@ -24,6 +24,7 @@ CAUGHT_BY = {
     "ack-before-journal-sync": "AllCommittedEntriesReachAckQuorum",
     "fence-lost-on-restart": "NoDivergenceBetweenClientAndMetaData",
     "wiped-bookie-rejoins": "NoDivergenceBetweenClientAndMetaData",
+    "open-segment-without-entries-skipped": "AllClosedLedgersRepairedWhenQuiescent",
     "worker-skips-ledger-lock": "AtMostOneWorkerHoldsLedgerLock",
     "auditor-without-election": "OneAuditorPerElectionEpoch",
     "auditor-acts-after-session-loss": "OneAuditorPerElectionEpoch",
