@@ -406,7 +406,7 @@ class BkrefDriver:
     def _writer_creates_ledger(self, ens: tuple[int, ...]) -> tuple[Label, ...]:
         md = self._new_metadata(tuple(self.bookies[b].name for b in ens))
         self.ledger_id, version = self.store.create_ledger(md)
-        self.writer = LedgerWriter(self.ledger_id, md, version, self.digest)
+        self.writer = LedgerWriter(self.ledger_id, md, version, self.digest, plants=self.plants)
         return ()
 
     def _writer_sends_add(self) -> tuple[Label, ...]:

@@ -31,6 +31,13 @@ MUTANTS: dict[str, str] = {
         "the writer confirms entries acknowledged by the new ensemble before the "
         "ensemble-change metadata write lands (BOOKKEEPER-1591)"
     ),
+    "acks-from-replaced-bookie-count": (
+        "the writer counts acks by write-set index, so the replaced bookie's acks still "
+        "count until after the ensemble change lands, when the held completions are "
+        "released before those acks are unset: an entry is confirmed on a bookie the new "
+        "metadata no longer names, and never resent to its replacement (apache/bookkeeper"
+        "#4651, unfixed)"
+    ),
     "negative-read-without-coverage": (
         "one NoSuchEntry recovery read is taken as final, without quorum coverage "
         "(Wq - Aq + 1 negatives of the write set)"

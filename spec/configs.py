@@ -244,6 +244,22 @@ MUTANT_CONFIGS: dict[str, Config] = {
         losses=1,
         description="one entry, one message loss that forces an ensemble change",
     ),
+    "acks-from-replaced-bookie-count": replace(
+        _M,
+        name="m-4651",
+        bookies=3,
+        ensemble=2,
+        write_quorum=2,
+        ack_quorum=2,
+        entries=2,
+        pipeline=2,
+        writer_ledger_created=True,
+        recovery_client=False,
+        losses=1,
+        description="E=Wq=Aq=2: two entries, both adds in flight at once, one message loss "
+        "(an ensemble change while an add to the replaced bookie is still under way), "
+        "no recovery",
+    ),
     "negative-read-without-coverage": replace(
         _M,
         name="m-coverage",

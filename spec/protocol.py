@@ -486,6 +486,10 @@ def writer_sends_add(cfg: Config, s: State) -> State | None:
     )
 
 
+# The mutant acks-from-replaced-bookie-count (apache/bookkeeper#4651).
+ACKS_BY_INDEX = "acks-from-replaced-bookie-count"
+
+
 def _writer_view(s: State) -> Segments:
     return s.w_change if s.w_change is not None else s.w_segments
 
@@ -513,7 +517,10 @@ def writer_receives_add_response(cfg: Config, s: State, b: int, e: int, ok: int)
             return s
         return s._replace(w_status=W_WITHDRAWN)
     view = _writer_view(s)
-    if not write_set(cfg, view, e) & bit(b):
+    counted = write_set(cfg, view, e)
+    if s.w_change is not None and ACKS_BY_INDEX in cfg.mutants:
+        counted |= write_set(cfg, s.w_segments, e)  # the replaced bookie's index still counts
+    if not counted & bit(b):
         return s
     acks = set_at(s.w_acks, e, s.w_acks[e] | bit(b))
     lac = s.w_lac
@@ -555,8 +562,14 @@ def writer_changes_ensemble(cfg: Config, s: State, failed: int, new: int) -> Sta
         return None
     first = s.w_lac + 1
     change = with_segment_change(s.w_segments, first, failed, new)
-    acks = tuple(a & ~bit(failed) if e >= first else a for e, a in enumerate(s.w_acks))
-    return s._replace(w_change=change, w_acks=acks)
+    if ACKS_BY_INDEX in cfg.mutants:
+        return s._replace(w_change=change)  # the failed bookie's acks are unset after the CAS
+    return s._replace(w_change=change, w_acks=_without_acks_of(s.w_acks, failed, first))
+
+
+def _without_acks_of(acks: tuple[int, ...], b: int, first: int) -> tuple[int, ...]:
+    """``acks`` with ``b``'s acks of entries ``first`` and later dropped."""
+    return tuple(a & ~bit(b) if e >= first else a for e, a in enumerate(acks))
 
 
 def writer_resends_add(cfg: Config, s: State, e: int, b: int) -> State | None:
@@ -609,6 +622,16 @@ def writer_completes_ensemble_change(cfg: Config, s: State) -> State | None:
         w_segments=merged,
         w_change=None,
     )
+    if ACKS_BY_INDEX in cfg.mutants:
+        # The mutant's order (BookKeeper's LedgerHandle today): the change is marked done
+        # and the held completions released, counting acks by write-set index, before the
+        # replaced bookie's acks are unset; entries confirmed so are never resent.
+        lac = _writer_lac(cfg, s2, s2.w_acks, s.w_segments)
+        (failed,) = set(s.w_segments[-1][1]) - set(merged[-1][1])
+        acks = _without_acks_of(s2.w_acks, failed, lac + 1)
+        return s2._replace(
+            w_acks=acks, w_lac=_writer_lac(cfg, s2._replace(w_lac=lac), acks, merged)
+        )
     return s2._replace(w_lac=_writer_lac(cfg, s2, s2.w_acks, merged))
 
 

@@ -39,6 +39,16 @@ unknown name is an error (a typo must not silently test the correct code).
   machine does (``bkref refine --config b --plant bookie-forgets-lac-on-replay``),
   because the bookie's state is no longer the spec's.
 
+- ``acks-from-replaced-bookie-count``: when an ensemble change's CAS lands, the
+  writer releases the completions it held before it unsets the replaced bookie's
+  acks (apache/bookkeeper#4651, as LedgerHandle orders it today). An entry that
+  the replaced bookie acknowledged is confirmed on a bookie the new metadata no
+  longer names and is never re-sent to its replacement: it has fewer than Aq
+  copies where the metadata says. A campaign would need that exact race and then
+  the loss of the last copy; the refinement machine sees the early LAC at once
+  (``bkref refine --config m-4651 --plant acks-from-replaced-bookie-count``).
+  The spec's mutant of the same name re-creates it.
+
 Only tests and campaigns (``bkref campaign --plant NAME``) set the variable;
 the campaign passes it to the bookie and client processes it starts.
 """
@@ -55,11 +65,14 @@ PLANTS = (
     "repair-without-copy",
     "repair-open-segment-without-fence",
     "bookie-forgets-lac-on-replay",
+    "acks-from-replaced-bookie-count",
 )
-# Planted bugs that lose no acknowledged entry and break no hand-written invariant: no
-# campaign check can see them (``make planted`` skips them); only the refinement machine,
-# which compares the implementation's whole state with the spec's, catches them.
-REFINEMENT_ONLY = ("bookie-forgets-lac-on-replay",)
+# Planted bugs that no campaign check can see (``make planted`` skips them): one loses no
+# acknowledged entry and breaks no hand-written invariant; the other leaves an entry short
+# of copies only after a race that a campaign's timing almost never lines up, and loses it
+# only if the last copy goes too. The refinement machine, which compares the
+# implementation's whole state with the spec's step by step, catches both.
+REFINEMENT_ONLY = ("bookie-forgets-lac-on-replay", "acks-from-replaced-bookie-count")
 # The planted bugs whose effect a campaign's checks must catch (``make planted``).
 CAMPAIGN_PLANTS = tuple(p for p in PLANTS if p not in REFINEMENT_ONLY)
 

@@ -9,8 +9,12 @@ shell must perform come out of :meth:`LedgerWriter.take_actions`. Rules:
 - A failed bookie is replaced by an ensemble change: a new segment from LAC + 1
   whose ensemble swaps the failed bookie. Completions are held until the
   metadata CAS lands (acking earlier is BOOKKEEPER-1591: an entry could be
-  confirmed on a bookie that the metadata does not list). Then every pending
-  entry whose write set includes the replaced position is re-sent.
+  confirmed on a bookie that the metadata does not list). When it lands, the
+  replaced position's acks are unset first, and only then are the held
+  completions released (releasing them first is apache/bookkeeper#4651: an
+  ack of the replaced bookie confirms an entry that is never re-sent to its
+  replacement). Then every pending entry whose write set includes the
+  replaced position is re-sent.
 - A fenced response means a recovery client took the ledger over: every
   pending and later add fails as fenced.
 """
@@ -32,6 +36,9 @@ from impl.core.actions import (
 from impl.core.digest import Digest
 from impl.core.frames import Status
 from impl.core.metadata import LedgerMetadata, LedgerState
+from impl.core.planted import active as planted
+
+PLANT_ACKS_BY_INDEX = "acks-from-replaced-bookie-count"
 
 
 class WriterState(enum.Enum):
@@ -60,6 +67,7 @@ class LedgerWriter:
         digest: Digest,
         *,
         add_timeout_ticks: int | None = None,
+        plants: frozenset[str] | None = None,
     ) -> None:
         if metadata.state is not LedgerState.OPEN:
             raise LocalProtocolError(
@@ -84,6 +92,11 @@ class LedgerWriter:
         # ticks counts as a failure of that bookie (BookKeeper's addEntryTimeoutSec).
         self.add_timeout_ticks = add_timeout_ticks
         self.ticks = 0
+        # PLANTED BUG switch (test-only, impl/core/planted.py); ``plants`` None: as
+        # BKREF_PLANT says (the shells); a set: exactly those (harnesses).
+        self._release_before_unset = (
+            planted(PLANT_ACKS_BY_INDEX) if plants is None else PLANT_ACKS_BY_INDEX in plants
+        )
 
     # ------------------------------------------------------------ outputs
 
@@ -227,6 +240,11 @@ class LedgerWriter:
             idx = self._replaced_index
             self._proposed, self._replaced_index = None, None
             self._failed.pop(0)
+            if self._release_before_unset:
+                # PLANTED BUG: the change is marked done and the held completions released
+                # while the replaced position's acks still count.
+                self.state = WriterState.OPEN
+                self._advance()
             for entry, p in self._pending.items():
                 if entry >= first and idx is not None:
                     p.acked.discard(idx)

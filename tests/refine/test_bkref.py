@@ -47,6 +47,8 @@ CAUGHT_IN = {
     "repair-without-copy": "c-short",
     # A worker that meets an open ledger on a lost bookie and does not have it fenced.
     "repair-open-segment-without-fence": "m-open-segment",
+    # The spec's mutant of the same name: an ack of the replaced bookie confirms e0.
+    "acks-from-replaced-bookie-count": "m-4651",
 }
 
 

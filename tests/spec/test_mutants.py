@@ -18,6 +18,7 @@ CAUGHT_BY = {
     "recovery-from-lac-minus-one": "OnlyValidFragments",
     "recovery-reads-from-new-ensemble": "NoDivergenceBetweenClientAndMetaData",
     "acks-before-ensemble-change-lands": "NoDivergenceBetweenClientAndMetaData",
+    "acks-from-replaced-bookie-count": "AllCommittedEntriesReachAckQuorum",
     "negative-read-without-coverage": "NoDivergenceBetweenClientAndMetaData",
     "replicate-open-segment-without-fencing": "NoReplicationLosesAckedEntries",
     "delete-task-without-version-check": "AllClosedLedgersRepairedWhenQuiescent",
