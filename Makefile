@@ -129,7 +129,7 @@ spec-check: setup
 
 # The configs too big for spec-check (spec/configs.py BIG_CONFIGS), with fingerprints.
 spec-big: setup
-	for c in a3 a-crash; do $(VENV)/bin/bkref spec check --fingerprints --workers 2 --config $$c || exit 1; done
+	for c in a3 a-crash a-recoveries-loss; do $(VENV)/bin/bkref spec check --fingerprints --workers 2 --config $$c || exit 1; done
 
 # The same as JSON, for tools: out/spec-coverage.json.
 spec-coverage: setup

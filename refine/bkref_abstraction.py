@@ -199,6 +199,9 @@ def abstract(d: BkrefDriver) -> State:
         rc_acks = [0] * (cfg.entries + 1)
         rc_sent = [0] * (cfg.entries + 1)
         wb = rc.writeback_acks()
+        rc_piggy = [-1] * (cfg.entries + 1)
+        for e, body in rc.writeback_bodies().items():
+            rc_piggy[e] = peek_header(body).lac
         for e, acked in wb.items():
             rc_acks[e] = bookies_at(rc.metadata, e, acked)
             rc_sent[e] = bookies_at(rc.metadata, e, frozenset(rc.quorum.write_set(e)))
@@ -216,21 +219,23 @@ def abstract(d: BkrefDriver) -> State:
             and len(wb[rc_lac + 1] & set(rc.quorum.write_set(rc_lac + 1))) >= cfg.ack_quorum
         ):
             rc_lac += 1
-        s = s._replace(
-            rc_phase=phase,
-            rc_version=rc.version + 1,
-            rc_segments=segments(rc.metadata.segments),
-            rc_read_segments=segments(read_md.segments),
-            rc_base=len(read_md.segments) - 1,
-            rc_fenced=mask(fenced_ens[i] for i in answers),
-            rc_max_lac=max(answers.values(), default=-1),
-            rc_reading=reading,
-            rc_negative=negative,
-            rc_last=rc.last_entry if phase in (sp.RC_WRITING, sp.RC_CLOSED) else -2,
-            rc_lac=rc_lac,
-            rc_acks=tuple(rc_acks),
-            rc_sent=tuple(rc_sent),
+        r = sp.Recovery(
+            phase=phase,
+            version=rc.version + 1,
+            segments=segments(rc.metadata.segments),
+            read_segments=segments(read_md.segments),
+            base=len(read_md.segments) - 1,
+            fenced=mask(fenced_ens[i] for i in answers),
+            max_lac=max(answers.values(), default=-1),
+            reading=reading,
+            negative=negative,
+            last=rc.last_entry if phase in (sp.RC_WRITING, sp.RC_CLOSED) else -2,
+            lac=rc_lac,
+            acks=tuple(rc_acks),
+            sent=tuple(rc_sent),
+            piggy=tuple(rc_piggy),
         )
+        s = s._replace(rc=sp.with_recovery(s, 0, r))  # the driver runs one recovery client
 
     budget = (
         cfg.losses - d.used[sp.B_LOSS],

@@ -211,6 +211,8 @@ class BkrefDriver:
         why = []
         if cfg.mutants:
             why.append("spec mutants (run the correct spec against a planted implementation)")
+        if cfg.recovery_clients > 1:
+            why.append("more than one recovery client (the driver runs one LedgerRecovery)")
         return why
 
     # ------------------------------------------------------------ lifecycle
@@ -490,7 +492,7 @@ class BkrefDriver:
         rc.on_read_lac_response(f.action.bookie, reply.status, reply.lac)
         self._recovery_actions()
         if was is RecoveryPhase.FENCING and rc.phase is not RecoveryPhase.FENCING:
-            return (("recovery_client_completes_fencing", ()),)
+            return (("recovery_client_completes_fencing", (0,)),)
         return ()
 
     def _bookie_handles_recovery_read(self, m: Msg, reply_lost: int) -> tuple[Label, ...]:
@@ -537,7 +539,9 @@ class BkrefDriver:
 
     # recovery client
 
-    def _recovery_client_starts_recovery(self) -> tuple[Label, ...]:
+    # Every recovery step names its client; the driver runs one (``unsupported_reasons``).
+
+    def _recovery_client_starts_recovery(self, _c: int) -> tuple[Label, ...]:
         md, version = self.store.read_ledger(self.ledger_id)
         rc = LedgerRecovery(
             self.ledger_id,
@@ -557,10 +561,10 @@ class BkrefDriver:
             self._cas(marks[0], rc.on_metadata_written, rc.on_metadata_conflict)
         return ()
 
-    def _recovery_client_completes_fencing(self) -> tuple[Label, ...]:
+    def _recovery_client_completes_fencing(self, _c: int) -> tuple[Label, ...]:
         raise CannotTakeStepError("recovery starts reading as soon as fencing covers the ensemble")
 
-    def _recovery_client_retries_request(self, b: int) -> tuple[Label, ...]:
+    def _recovery_client_retries_request(self, _c: int, b: int) -> tuple[Label, ...]:
         rc = self._recovery()
         key = (b, -1) if rc.phase is RecoveryPhase.FENCING else (b, rc.reading)
         req = self.last_request.get(key)
@@ -569,7 +573,9 @@ class BkrefDriver:
         self._post("recovery", [req])
         return ()
 
-    def _recovery_client_changes_ensemble(self, failed: int, new: int) -> tuple[Label, ...]:
+    def _recovery_client_changes_ensemble(
+        self, _c: int, failed: int, new: int
+    ) -> tuple[Label, ...]:
         # The spec's timeout: a write-back to ``failed`` unanswered and no longer in flight.
         # bkref's recovery learns of it as an error answer for that entry, as its client
         # shell reports a lost connection.
@@ -597,15 +603,15 @@ class BkrefDriver:
                 raise ImplementationError(f"recovery asked for {a} instead of a replacement")
             rc.replace(a.failed, self.bookies[new].name)
         self._recovery_actions()
-        return self._resends(before, "recovery", "recovery_client_resends_add")
+        return self._resends(before, "recovery", "recovery_client_resends_add", (0,))
 
-    def _recovery_client_resends_add(self, e: int, b: int) -> tuple[Label, ...]:
+    def _recovery_client_resends_add(self, _c: int, e: int, b: int) -> tuple[Label, ...]:
         # bkref's recovery re-sends as it replaces a bookie (the follow-ups of that step),
         # and only entries not yet at ack quorum, as BookKeeper's pending adds. The spec
         # also lets it copy an entry already at Aq to the new bookie: harmless, not done.
         raise CannotTakeStepError("recovery re-sends only when it replaces a bookie")
 
-    def _recovery_client_closes_ledger(self) -> tuple[Label, ...]:
+    def _recovery_client_closes_ledger(self, _c: int) -> tuple[Label, ...]:
         if self.recovery_close is None:
             raise CannotTakeStepError("the recovery client has not asked to close")
         rc = self._recovery()
@@ -646,12 +652,15 @@ class BkrefDriver:
     def _sent_by(self, sender: str) -> list[Msg]:
         return [f.msg for f in self.inflight if f.sender == sender]
 
-    def _resends(self, before: list[Msg], sender: str, action: str) -> tuple[Label, ...]:
-        """The adds ``sender`` put in flight since ``before``, as follow-ups ``action(e, b)``."""
+    def _resends(
+        self, before: list[Msg], sender: str, action: str, first: tuple[int, ...] = ()
+    ) -> tuple[Label, ...]:
+        """The adds ``sender`` put in flight since ``before``, as follow-ups
+        ``action(*first, e, b)`` (``first``: the recovery client's index)."""
         after = self._sent_by(sender)
         for m in before:
             after.remove(m)
-        return tuple((action, (m[2], m[1])) for m in after if m[0] == sp.ADD)
+        return tuple((action, (*first, m[2], m[1])) for m in after if m[0] == sp.ADD)
 
     def _cfg(self) -> Config:
         assert self.cfg is not None

@@ -7,7 +7,7 @@ guard or an invariant reads and forgets the rest:
    nothing (the spec's own bisimulation quotient, argued at
    ``spec.protocol.dead_request``), and what a finished writer or recovery
    client no longer reads;
-2. ``w_version`` and ``rc_version``: written by the spec, read by no guard and
+2. ``w_version`` and each recovery client's ``version``: written by the spec, read by no guard and
    no invariant (the metadata's version, ``meta_version``, is compared);
 3. the writer's acks, sends and piggybacked LACs of confirmed entries
    (``e <= w_lac``), and the LACs of entries not sent yet: no guard reads them
@@ -41,8 +41,12 @@ is a match for every decision the spec makes.
 
 from __future__ import annotations
 
+from typing import cast
+
 from spec.config import Config
 from spec.protocol import (
+    Recovery,
+    RecoveryTuple,
     State,
     auditor_node,
     drop_dead_requests,
@@ -67,12 +71,7 @@ def project(cfg: Config, s: State) -> State:
             ws = write_set(cfg, view, e)
             acks[e] &= ws
             sent[e] &= ws
-    rc_acks, rc_sent = list(s.rc_acks), list(s.rc_sent)
-    if s.rc_segments:
-        for e in range(len(rc_sent)):
-            ws = last_ensemble_write_set(cfg, s.rc_segments, e)
-            rc_acks[e] &= ws
-            rc_sent[e] = rc_sent[e] & ws or rc_sent[e]
+    rc = tuple(_project_recovery(cfg, Recovery._make(r)) for r in s.rc)
     wk = tuple((b, lg, int(lg >= 0 and tv != s.meta_task[lg][0]), p) for b, lg, tv, p in s.wk)
     return s._replace(
         meta_task=tuple((0, lost) for _v, lost in s.meta_task),
@@ -80,13 +79,22 @@ def project(cfg: Config, s: State) -> State:
         au_stale=s.au_stale if auditor_node(s) >= 0 else 0,
         au_missed=0,
         w_version=0,
-        rc_version=0,
         w_acks=tuple(acks),
         w_sent=tuple(sent),
         w_piggy=tuple(piggy),
-        rc_acks=tuple(rc_acks),
-        rc_sent=tuple(rc_sent),
+        rc=rc,
     )
+
+
+def _project_recovery(cfg: Config, r: Recovery) -> RecoveryTuple:
+    acks, sent = list(r.acks), list(r.sent)
+    if r.segments:
+        for e in range(len(sent)):
+            ws = last_ensemble_write_set(cfg, r.segments, e)
+            acks[e] &= ws
+            sent[e] = sent[e] & ws or sent[e]
+    projected = r._replace(version=0, acks=tuple(acks), sent=tuple(sent))
+    return cast(RecoveryTuple, tuple(projected))
 
 
 def differences(cfg: Config, spec: State, impl: State) -> list[tuple[str, str, str]]:

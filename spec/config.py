@@ -109,6 +109,9 @@ class Config:
     # With writer_ledger_created: e0 is already on its write set and confirmed.
     first_entry_confirmed: bool = False
     recovery_client: bool = True  # a client may open the writer's ledger with recovery
+    # Recovery clients of the writer's ledger, racing each other (with recovery_client, or
+    # when a worker asks for recovery: AutoRecovery configs have one).
+    recovery_clients: int = 1
     closed_ledgers: int = 0
     closed_entries: int = 1
     losses: int = 0  # messages the network may drop
@@ -141,6 +144,8 @@ class Config:
         object.__setattr__(self, "writer_ledger", ledgers - 1)
         if not self.bookies >= self.ensemble >= self.write_quorum >= self.ack_quorum >= 1:
             raise ValueError("need bookies >= E >= Wq >= Aq >= 1")
+        if self.recovery_clients < 1:
+            raise ValueError("need recovery_clients >= 1")
         if self.bookies > 8 or self.entries > 6:
             raise ValueError("bounds too large for explicit-state checking")
         unknown = self.mutants - MUTANTS.keys()
@@ -159,7 +164,8 @@ class Config:
         if self.writer:
             parts.append(f"writer with {self.entries} entries")
             if self.recovery_client:
-                parts.append("a recovery client")
+                n = self.recovery_clients
+                parts.append("a recovery client" if n == 1 else f"{n} recovery clients")
         if self.writer and self.first_entry_confirmed:
             parts.append("e0 already confirmed")
         if self.two_segments:

@@ -19,10 +19,11 @@ _A = Config(
     ensemble=3,
     write_quorum=3,
     ack_quorum=2,
-    # 1,420,437 distinct states (10,248,250 explored), depth 27: 91 s with --workers 2 at
-    # load 2 (1,371,783 before recovery read LC first; 918,134 before the writer ignored
-    # fenced answers that no longer concern it, took a recovery's close at its own LAC as
-    # its own, and could resend after the CAS).
+    # 1,110,060 distinct states (8,146,897 explored), depth 27: 169 s with one process at
+    # load 2 (1,420,437 before a recovery's resend kept the LAC of its first send;
+    # 1,371,783 before recovery read LC first; 918,134 before the writer ignored fenced
+    # answers that no longer concern it, took a recovery's close at its own LAC as its own,
+    # and could resend after the CAS).
     entries=2,
     losses=1,
 )
@@ -144,6 +145,16 @@ CONFIGS: dict[str, Config] = {
             "session loss and autorecovery off and on",
         ),
         replace(
+            _A,
+            name="a-recoveries",
+            entries=1,
+            losses=0,
+            recovery_clients=2,
+            description="config a with one entry and two recovery clients racing: both "
+            "fence and read, one closes, the other finds the ledger closed (at its own last "
+            "entry, or at another: it fails)",
+        ),
+        replace(
             _C,
             name="c-race",
             bookies=3,
@@ -179,6 +190,14 @@ BIG_CONFIGS: dict[str, Config] = {
             name="a-crash",
             crashes=1,
             description="config a with a bookie crash (and restart) besides the message loss",
+        ),
+        replace(
+            _A,
+            name="a-recoveries-loss",
+            entries=1,
+            recovery_clients=2,
+            description="config a with one entry, two recovery clients racing and the "
+            "message loss (a write-back lost: a recovery ensemble change)",
         ),
     )
 }

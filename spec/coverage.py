@@ -52,6 +52,7 @@ from spec.protocol import (
     RC_FENCING,
     RC_WRITING,
     W_OPEN,
+    Recovery,
     State,
     Step,
 )
@@ -186,10 +187,9 @@ def holds(cfg: Config, s: State, who: str, ledger: int) -> bool:
             and s.w_version == s.meta_version[ledger]
         )
     if who == "recovery_client":
-        return (
-            ledger == cfg.writer_ledger
-            and RC_FENCING <= s.rc_phase <= RC_WRITING
-            and s.rc_version == s.meta_version[ledger]
+        return ledger == cfg.writer_ledger and any(
+            RC_FENCING <= r.phase <= RC_WRITING and r.version == s.meta_version[ledger]
+            for r in map(Recovery._make, s.rc)
         )
     if who == "worker":
         for _b, locked, tv, pending in s.wk:

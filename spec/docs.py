@@ -27,11 +27,21 @@ def _doc(obj: object) -> str:
 
 def _variables() -> list[str]:
     lines = ["## Variables", ""]
+    lines += _fields(protocol.State)
+    lines += ["", "**Each recovery client (`Recovery`: one per client in `rc`)**", ""]
+    lines += _fields(protocol.Recovery)
+    return lines
+
+
+def _fields(cls: type) -> list[str]:
+    """A record's fields with their comments, under its ``# ---`` group headings."""
+    lines: list[str] = []
     above: list[str] = []  # a comment block above a field describes it too
-    for raw in inspect.getsource(protocol.State).splitlines():
+    for raw in inspect.getsource(cls).splitlines():
         line = raw.strip()
         if line.startswith("# ---"):
-            lines += ["", f"**{line.removeprefix('# ---').strip().capitalize()}**", ""]
+            head = line.removeprefix("# ---").strip()
+            lines += ["", f"**{head[:1].upper()}{head[1:]}**", ""]
             above = []
             continue
         if line.startswith("#"):

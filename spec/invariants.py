@@ -18,6 +18,7 @@ from spec.protocol import (
     REFUSED,
     UP,
     W_NONE,
+    Recovery,
     State,
     _stored,
     auditor_node,
@@ -101,7 +102,7 @@ def NoDivergenceBetweenClientAndMetaData(cfg: Config, s: State) -> bool:
     last = s.meta_last[wl]
     if s.w_lac > last:
         return False
-    return not (s.rc_phase == RC_CLOSED and s.rc_last != last)
+    return not any(r.phase == RC_CLOSED and r.last != last for r in map(Recovery._make, s.rc))
 
 
 def _readable(s: State, b: int, ledger: int, e: int) -> bool:

@@ -3,9 +3,10 @@
 Scope. One writer's ledger through its whole life: creation, adds striped
 over the ensemble (E >= Wq >= Aq), acknowledgement at ack quorum and the LAC
 over a contiguous prefix, ensemble changes by metadata CAS, the writer's close,
-and recovery by another client (OPEN -> IN_RECOVERY, fencing LAC reads,
-recovery reads that also fence, quorum coverage, write-back with recovery
-adds, recovery ensemble changes, close by CAS). Beside it, closed ledgers and
+and recovery by other clients, one or several racing (OPEN -> IN_RECOVERY,
+fencing LAC reads, recovery reads that also fence, quorum coverage,
+write-back with recovery adds, recovery ensemble changes, close by CAS; a
+close that finds the ledger closed by another recovery re-reads it). Beside it, closed ledgers and
 AutoRecovery: the elected auditor marks the ledgers of a lost bookie as
 under-replicated (and, with ``cfg.periodic_check``, the ledgers whose
 live bookies miss entries), a replication worker locks a ledger, copies the closed
@@ -19,7 +20,7 @@ AutoRecovery off and on.
 Not modelled. Entry payloads and digests (an entry is its id: the writer is
 the only source of data, so equal ids mean equal data); regular (non-recovery)
 reads and long-poll LAC reads (readability is an invariant over stored data
-instead); more than one writer or one recovery client per ledger; ledger
+instead); more than one writer per ledger; ledger
 deletion, garbage collection and compaction; the bookie's journal, entry log
 and index as separate structures (a bookie's synced entries stand for all of
 them: in the correct spec, the journal fsync and the reply are one step);
@@ -36,7 +37,8 @@ State. One frozen, hashable ``State`` tuple. Bookies are indices
 sets are bitmasks. Variables are grouped by owner with a prefix: ``meta_``
 (the metadata store: ledgers, under-replication tasks, locks, the
 AutoRecovery switch, the auditor election), ``b_`` (per bookie), ``w_`` (the
-writer), ``rc_`` (the recovery client of the writer's ledger), ``wk_`` (the
+writer), ``rc`` (the recovery clients of the writer's ledger, one ``Recovery``
+record each), ``wk_`` (the
 replication workers), ``au_`` (auditor candidates), ``msgs`` (messages in
 flight) and ``budget`` (faults the environment may still inject).
 """
@@ -71,18 +73,19 @@ STATUS_NAMES = ("NONE", "OPEN", "IN_RECOVERY", "CLOSED")
 W_NONE, W_OPEN, W_CLOSED, W_WITHDRAWN = 0, 1, 2, 3
 W_NAMES = ("NONE", "OPEN", "CLOSED", "WITHDRAWN")
 
-# Recovery client phase (rc_phase).
-RC_IDLE, RC_FENCING, RC_READING, RC_WRITING, RC_CLOSED = 0, 1, 2, 3, 4
-RC_NAMES = ("IDLE", "FENCING", "READING", "WRITING", "CLOSED")
+# Recovery client phase (Recovery.phase). FAILED: its close found the ledger closed by
+# another recovery client at a different last entry (it gives up, as BookKeeper's does).
+RC_IDLE, RC_FENCING, RC_READING, RC_WRITING, RC_CLOSED, RC_FAILED = 0, 1, 2, 3, 4, 5
+RC_NAMES = ("IDLE", "FENCING", "READING", "WRITING", "CLOSED", "FAILED")
 
 # Bookie liveness (b_up).
 DOWN, UP, REFUSED = 0, 1, 2
 UP_NAMES = ("DOWN", "UP", "REFUSED")
 
 # Request kinds. A request is (kind, bookie, entry, a, b); all concern the
-# writer's ledger. ADD: a = piggybacked LAC, b = recovery flag (1: from the
-# recovery client). FENCE: the fencing LAC read. READ: recovery read, a = fence
-# flag. A bookie's answer reaches its client in the step that handles the
+# writer's ledger. ADD: a = piggybacked LAC, b = sender (0: the writer, c + 1:
+# recovery client c). FENCE: the fencing LAC read, b = client. READ: recovery read,
+# a = fence flag, b = client. A bookie's answer reaches its client in the step that handles the
 # request, or is lost in that step (see the module docstring).
 ADD, FENCE, READ = 0, 1, 2
 MSG_NAMES = ("add", "fence_lac_read", "recovery_read")
@@ -95,6 +98,49 @@ Segments = tuple[Segment, ...]
 Msg = tuple[int, int, int, int, int]
 # Per bookie, per ledger: (synced entries, unsynced entries, fenced, LAC).
 LedgerOnBookie = tuple[int, int, int, int]
+
+
+class Recovery(NamedTuple):
+    """One recovery client of the writer's ledger; field comments say what each variable is.
+
+    ``State.rc`` holds one per client as a plain tuple (states are marshalled);
+    ``recovery_of`` reads one as a record and ``with_recovery`` writes it back.
+    """
+
+    phase: int  # IDLE / FENCING / READING / WRITING / CLOSED / FAILED
+    version: int  # metadata version after marking IN_RECOVERY (or finding it so)
+    segments: Segments  # its copy of the segments, changed locally by recovery ensemble changes
+    # The segments as they were when recovery began: what it reads from (BOOKKEEPER-581);
+    # a replacement its own write-back brought in never had the entries it reads.
+    read_segments: Segments
+    base: int  # index of the last segment when recovery started
+    fenced: int  # bookies that answered the fencing LAC read
+    max_lac: int  # highest LAC among those answers
+    reading: int  # entry being read
+    negative: int  # bookies that answered NoSuchEntry for it
+    last: int  # last recoverable entry once reading is over (-2 before)
+    lac: int  # contiguous prefix of written-back entries at ack quorum
+    acks: tuple[int, ...]  # per entry: bookies that acknowledged the recovery add
+    sent: tuple[int, ...]  # per entry: bookies the recovery add was sent to
+    piggy: tuple[int, ...]  # per entry: the LAC its recovery add carries, fixed at its first send
+
+
+RecoveryTuple = tuple[
+    int,
+    int,
+    Segments,
+    Segments,
+    int,
+    int,
+    int,
+    int,
+    int,
+    int,
+    int,
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[int, ...],
+]
 
 
 class State(NamedTuple):
@@ -123,23 +169,9 @@ class State(NamedTuple):
     w_acks: tuple[int, ...]  # per entry: write-set bookies that acknowledged it
     w_sent: tuple[int, ...]  # per entry: bookies the add was sent to
     w_piggy: tuple[int, ...]  # per entry: the LAC its add carries, fixed at its first send
-    # --- the recovery client of the writer's ledger
-    rc_phase: int  # IDLE / FENCING / READING / WRITING / CLOSED
+    # --- the recovery clients of the writer's ledger
+    rc: tuple[RecoveryTuple, ...]  # one ``Recovery`` (as a plain tuple) per client
     rc_requested: int  # 1 when a replication worker asked for recovery (grace period over)
-    rc_version: int  # metadata version after marking IN_RECOVERY
-    rc_segments: Segments  # its copy of the segments, changed locally by recovery ensemble changes
-    # The segments as they were when recovery began: what it reads from (BOOKKEEPER-581);
-    # a replacement its own write-back brought in never had the entries it reads.
-    rc_read_segments: Segments
-    rc_base: int  # index of the last segment when recovery started
-    rc_fenced: int  # bookies that answered the fencing LAC read
-    rc_max_lac: int  # highest LAC among those answers
-    rc_reading: int  # entry being read
-    rc_negative: int  # bookies that answered NoSuchEntry for it
-    rc_last: int  # last recoverable entry once reading is over (-2 before)
-    rc_lac: int  # contiguous prefix of written-back entries at ack quorum
-    rc_acks: tuple[int, ...]  # per entry: bookies that acknowledged the recovery add
-    rc_sent: tuple[int, ...]  # per entry: bookies the recovery add was sent to
     # --- replication workers: (own bookie, ledger locked or -1, task version, pending copy)
     wk: tuple[tuple[int, int, int, tuple[int, int, int] | None], ...]
     # --- auditor candidates (one per worker node): epoch it believes it leads, 0 none
@@ -158,26 +190,52 @@ class State(NamedTuple):
 Label = tuple[str, tuple[object, ...]]  # action name and its arguments
 
 
-_FIELD_INDEX = {name: i for i, name in enumerate(State._fields)}
+R = TypeVar("R", bound=tuple[object, ...])
 
 
-def _replace_fast(self: State, /, **changes: object) -> State:
-    """``State._replace`` without the generic namedtuple machinery (2x faster).
+def _fast_replace(cls: type[R]) -> Callable[..., R]:
+    """``cls._replace`` without the generic namedtuple machinery (2x faster).
 
     Actions build every successor by ``_replace``, often several times; the
     generic version pops every field name from a dict. Same result; an
     unknown field raises ValueError as the generic one does.
     """
-    values: list[object] = list(self)
-    for name, value in changes.items():
-        i = _FIELD_INDEX.get(name)
-        if i is None:
-            raise ValueError(f"Got unexpected field names: {[name]!r}")
-        values[i] = value
-    return tuple.__new__(State, values)
+    index = {name: i for i, name in enumerate(getattr(cls, "_fields"))}  # noqa: B009
+
+    def replace(self: R, /, **changes: object) -> R:
+        values: list[object] = list(self)
+        for name, value in changes.items():
+            i = index.get(name)
+            if i is None:
+                raise ValueError(f"Got unexpected field names: {[name]!r}")
+            values[i] = value
+        return tuple.__new__(cls, values)
+
+    return replace
 
 
-setattr(State, "_replace", _replace_fast)  # noqa: B010 - a method, assigned after the class
+_replace_fast = _fast_replace(State)
+# Methods, assigned after the classes.
+setattr(State, "_replace", _replace_fast)  # noqa: B010
+setattr(Recovery, "_replace", _fast_replace(Recovery))  # noqa: B010
+
+
+def recovery_of(s: State, c: int) -> Recovery:
+    """Recovery client ``c``'s variables as a record."""
+    return tuple.__new__(Recovery, s.rc[c])
+
+
+def with_recovery(s: State, c: int, r: Recovery) -> tuple[RecoveryTuple, ...]:
+    """``s.rc`` with client ``c``'s variables replaced by ``r``."""
+    return set_at(s.rc, c, cast(RecoveryTuple, tuple(r)))
+
+
+def idle_recovery(cfg: Config) -> RecoveryTuple:
+    """A recovery client that has not started."""
+    zero, none = (0,) * (cfg.entries + 1), (-1,) * (cfg.entries + 1)
+    return (RC_IDLE, 0, (), (), 0, 0, -1, 0, 0, -2, -1, zero, zero, none)
+
+
 Step = tuple[Label, State]
 
 
@@ -409,20 +467,8 @@ def initial_state(cfg: Config) -> State:
         w_acks=w_acks,
         w_sent=w_acks,
         w_piggy=(-1,) * cfg.entries,
-        rc_phase=RC_IDLE,
+        rc=(idle_recovery(cfg),) * cfg.recovery_clients,
         rc_requested=0,
-        rc_version=0,
-        rc_segments=(),
-        rc_read_segments=(),
-        rc_base=0,
-        rc_fenced=0,
-        rc_max_lac=-1,
-        rc_reading=0,
-        rc_negative=0,
-        rc_last=-2,
-        rc_lac=-1,
-        rc_acks=(0,) * (cfg.entries + 1),
-        rc_sent=(0,) * (cfg.entries + 1),
         wk=wk,
         au_leads=au_leads,
         au_stale=0,
@@ -563,7 +609,9 @@ def writer_changes_ensemble(cfg: Config, s: State, failed: int, new: int) -> Sta
     first = s.w_lac + 1
     change = with_segment_change(s.w_segments, first, failed, new)
     if ACKS_BY_INDEX in cfg.mutants:
-        return s._replace(w_change=change)  # the failed bookie's acks are unset after the CAS
+        # unreachable: only the mutant acks-from-replaced-bookie-count keeps the failed
+        # bookie's acks until after the CAS, and coverage checks the correct spec.
+        return s._replace(w_change=change)
     return s._replace(w_change=change, w_acks=_without_acks_of(s.w_acks, failed, first))
 
 
@@ -629,6 +677,8 @@ def writer_completes_ensemble_change(cfg: Config, s: State) -> State | None:
         lac = _writer_lac(cfg, s2, s2.w_acks, s.w_segments)
         (failed,) = set(s.w_segments[-1][1]) - set(merged[-1][1])
         acks = _without_acks_of(s2.w_acks, failed, lac + 1)
+        # unreachable: only under the mutant acks-from-replaced-bookie-count, and coverage
+        # checks the correct spec.
         return s2._replace(
             w_acks=acks, w_lac=_writer_lac(cfg, s2._replace(w_lac=lac), acks, merged)
         )
@@ -708,7 +758,7 @@ def bookie_handles_add(cfg: Config, s: State, m: Msg, reply_lost: int) -> State 
     if reply_lost:
         return t
     if rec:
-        return recovery_client_receives_add_response(cfg, t, b, e)
+        return recovery_client_receives_add_response(cfg, t, rec - 1, b, e)
     return writer_receives_add_response(cfg, t, b, e, ok)
 
 
@@ -731,7 +781,7 @@ def bookie_handles_fencing_lac_read(cfg: Config, s: State, m: Msg, reply_lost: i
     Key points: fencing works for a ledger the bookie has never seen (it must,
     or the old writer could still write to it); the fence is durable.
     """
-    kind, b, _e, _a, _r = m
+    kind, b, _e, _a, c = m
     if kind != FENCE or s.b_up[b] != UP:
         # unreachable: next_states hands a request only to its kind's handler, and only while
         # its bookie is up.
@@ -743,12 +793,12 @@ def bookie_handles_fencing_lac_read(cfg: Config, s: State, m: Msg, reply_lost: i
         # unreachable: ``_handled`` refuses only a lost reply with no loss left, and next_states
         # offers a lost reply only while a loss is left.
         return None
-    return t if reply_lost else recovery_client_receives_fencing_response(cfg, t, b, lac)
+    return t if reply_lost else recovery_client_receives_fencing_response(cfg, t, c, b, lac)
 
 
 def bookie_handles_recovery_read(cfg: Config, s: State, m: Msg, reply_lost: int) -> State | None:
     """A bookie answers a recovery read (found or NoSuchEntry), fencing first if asked."""
-    kind, b, e, fence, _r = m
+    kind, b, e, fence, c = m
     if kind != READ or s.b_up[b] != UP:
         # unreachable: next_states hands a request only to its kind's handler, and only while
         # its bookie is up.
@@ -762,7 +812,7 @@ def bookie_handles_recovery_read(cfg: Config, s: State, m: Msg, reply_lost: int)
         # unreachable: ``_handled`` refuses only a lost reply with no loss left, and next_states
         # offers a lost reply only while a loss is left.
         return None
-    return t if reply_lost else recovery_client_receives_read_response(cfg, t, b, e, found)
+    return t if reply_lost else recovery_client_receives_read_response(cfg, t, c, b, e, found=found)
 
 
 def _drop_messages_of(msgs: tuple[Msg, ...], b: int) -> tuple[Msg, ...]:
@@ -850,56 +900,64 @@ def network_duplicates_message(cfg: Config, s: State, m: Msg) -> State | None:
 # ================================================================== RECOVERY CLIENT ACTIONS
 
 
-def recovery_client_starts_recovery(cfg: Config, s: State) -> State | None:
+def recovery_client_starts_recovery(cfg: Config, s: State, c: int) -> State | None:
     """A client opens the writer's ledger with recovery.
 
     Key points: metadata OPEN -> IN_RECOVERY by CAS (the writer's next CAS
-    fails); a fencing LAC read goes to every bookie of the last segment. In
+    fails); a ledger already IN_RECOVERY (another client's recovery) is
+    recovered as it is, with no write, as BookKeeper's recovery open does; a
+    fencing LAC read goes to every bookie of the last segment. In
     AutoRecovery configs only a replication worker starts it (after the
     open ledger's grace period).
     """
     wl = cfg.writer_ledger
-    if s.rc_phase != RC_IDLE or s.meta_status[wl] not in (OPEN, IN_RECOVERY):
+    r = recovery_of(s, c)
+    if r.phase != RC_IDLE or s.meta_status[wl] not in (OPEN, IN_RECOVERY):
         return None
     if not (cfg.recovery_client or s.rc_requested):
         return None
     segs = s.meta_segments[wl]
-    version = s.meta_version[wl] + 1
-    fences = tuple((FENCE, b, -1, 0, 0) for b in segs[-1][1])
+    version = s.meta_version[wl]
+    if s.meta_status[wl] == OPEN:
+        version += 1
+    fences = tuple((FENCE, b, -1, 0, c) for b in segs[-1][1])
+    r = r._replace(
+        phase=RC_FENCING, version=version, segments=segs, read_segments=segs, base=len(segs) - 1
+    )
     return s._replace(
         meta_status=set_at(s.meta_status, wl, IN_RECOVERY),
         meta_version=set_at(s.meta_version, wl, version),
-        rc_phase=RC_FENCING,
-        rc_version=version,
-        rc_segments=segs,
-        rc_read_segments=segs,
-        rc_base=len(segs) - 1,
+        rc=with_recovery(s, c, r),
         msgs=send(s.msgs, *fences),
     )
 
 
-def _read_segments(cfg: Config, s: State) -> Segments:
+def _read_segments(cfg: Config, r: Recovery) -> Segments:
     """The segments recovery reads from and counts negatives in: as they were when it
     began, not as its own ensemble changes made them (the mutant reads the latter)."""
     if "recovery-reads-from-new-ensemble" in cfg.mutants:
-        return s.rc_segments
-    return s.rc_read_segments
+        return r.segments
+    return r.read_segments
 
 
-def _read_requests(cfg: Config, s: State, e: int) -> tuple[Msg, ...]:
+def _read_requests(cfg: Config, r: Recovery, c: int, e: int) -> tuple[Msg, ...]:
     fence = 0 if "recovery-reads-without-fencing" in cfg.mutants else 1
-    segs = _read_segments(cfg, s)
-    return tuple((READ, b, e, fence, 0) for b in bookies_of(write_set(cfg, segs, e)))
+    segs = _read_segments(cfg, r)
+    return tuple((READ, b, e, fence, c) for b in bookies_of(write_set(cfg, segs, e)))
 
 
-def recovery_client_receives_fencing_response(cfg: Config, s: State, b: int, lac: int) -> State:
+def recovery_client_receives_fencing_response(
+    cfg: Config, s: State, c: int, b: int, lac: int
+) -> State:
     """The recovery client notes a bookie fenced and its LAC; late answers are dropped."""
-    if s.rc_phase != RC_FENCING:
+    r = recovery_of(s, c)
+    if r.phase != RC_FENCING:
         return s
-    return s._replace(rc_fenced=s.rc_fenced | bit(b), rc_max_lac=max(s.rc_max_lac, lac))
+    r = r._replace(fenced=r.fenced | bit(b), max_lac=max(r.max_lac, lac))
+    return s._replace(rc=with_recovery(s, c, r))
 
 
-def recovery_client_completes_fencing(cfg: Config, s: State) -> State | None:
+def recovery_client_completes_fencing(cfg: Config, s: State, c: int) -> State | None:
     """Fencing covers the last ensemble: reading starts at the last confirmed entry.
 
     Key points: fencing is complete when every write set of the last ensemble
@@ -911,28 +969,27 @@ def recovery_client_completes_fencing(cfg: Config, s: State) -> State | None:
     the length from the fencing answers, inexactly when the ledger ends at
     the LAC). Each recovery read also fences.
     """
-    if s.rc_phase != RC_FENCING:
+    r = recovery_of(s, c)
+    if r.phase != RC_FENCING:
         # unreachable: next_states offers it only while the recovery client is FENCING.
         return None
-    ens = s.rc_segments[-1][1]
-    positions = sum(bit(p) for p, b in enumerate(ens) if s.rc_fenced & bit(b))
+    ens = r.segments[-1][1]
+    positions = sum(bit(p) for p, b in enumerate(ens) if r.fenced & bit(b))
     if not fencing_covers_ensemble(positions, cfg.ensemble, cfg.write_quorum, cfg.ack_quorum):
         return None
     if "recovery-from-lac-minus-one" in cfg.mutants:
-        start = s.rc_max_lac + 1
+        start = r.max_lac + 1
     else:
-        start = recovery_start_entry(s.rc_max_lac, s.rc_segments[-1][0])
+        start = recovery_start_entry(r.max_lac, r.segments[-1][0])
     first = max(start - 1, 0)
+    r = r._replace(phase=RC_READING, reading=first, lac=start - 1)
     return s._replace(
-        rc_phase=RC_READING,
-        rc_reading=first,
-        rc_lac=start - 1,
-        msgs=send(s.msgs, *_read_requests(cfg, s, first)),
+        rc=with_recovery(s, c, r), msgs=send(s.msgs, *_read_requests(cfg, r, c, first))
     )
 
 
 def recovery_client_receives_read_response(
-    cfg: Config, s: State, b: int, e: int, found: int
+    cfg: Config, s: State, c: int, b: int, e: int, *, found: int
 ) -> State:
     """The recovery client decides about the entry it reads.
 
@@ -946,156 +1003,181 @@ def recovery_client_receives_read_response(
     stays in the ledger even if copies of it were lost). Answers for other
     entries are dropped.
     """
-    msgs = s.msgs
-    if s.rc_phase != RC_READING or e != s.rc_reading:
+    r = recovery_of(s, c)
+    if r.phase != RC_READING or e != r.reading:
         return s
-    if e <= s.rc_lac and found:  # the confirmed entry: its length, no write-back
-        nxt = e + 1
+    if e <= r.lac and found:  # the confirmed entry: its length, no write-back
+        r = r._replace(reading=e + 1, negative=0)
         return s._replace(
-            rc_reading=nxt, rc_negative=0, msgs=send(msgs, *_read_requests(cfg, s, nxt))
+            rc=with_recovery(s, c, r), msgs=send(s.msgs, *_read_requests(cfg, r, c, e + 1))
         )
     if found:
-        ws = last_ensemble_write_set(cfg, s.rc_segments, e)
-        adds = tuple((ADD, x, e, s.rc_lac, 1) for x in bookies_of(ws))
-        nxt = e + 1
-        return s._replace(
-            rc_sent=set_at(s.rc_sent, e, ws),
-            rc_reading=nxt,
-            rc_negative=0,
-            msgs=send(msgs, *adds, *_read_requests(cfg, s, nxt)),
+        ws = last_ensemble_write_set(cfg, r.segments, e)
+        adds = tuple((ADD, x, e, r.lac, c + 1) for x in bookies_of(ws))
+        r = r._replace(
+            sent=set_at(r.sent, e, ws),
+            piggy=set_at(r.piggy, e, r.lac),
+            reading=e + 1,
+            negative=0,
         )
-    neg = s.rc_negative | bit(b)
-    count = popcount(neg & write_set(cfg, _read_segments(cfg, s), e))
+        return s._replace(
+            rc=with_recovery(s, c, r),
+            msgs=send(s.msgs, *adds, *_read_requests(cfg, r, c, e + 1)),
+        )
+    neg = r.negative | bit(b)
+    count = popcount(neg & write_set(cfg, _read_segments(cfg, r), e))
     if "negative-read-without-coverage" in cfg.mutants:
         decided = count >= 1
     else:
         decided = has_quorum_coverage(count, cfg.write_quorum, cfg.ack_quorum)
     if not decided:
-        return s._replace(rc_negative=neg, msgs=msgs)
-    last = max(e - 1, s.rc_lac)
-    return s._replace(rc_phase=RC_WRITING, rc_negative=0, rc_last=last, msgs=msgs)
+        return s._replace(rc=with_recovery(s, c, r._replace(negative=neg)))
+    r = r._replace(phase=RC_WRITING, negative=0, last=max(e - 1, r.lac))
+    return s._replace(rc=with_recovery(s, c, r))
 
 
-def recovery_client_retries_request(cfg: Config, s: State, b: int) -> State | None:
+def recovery_client_retries_request(cfg: Config, s: State, c: int, b: int) -> State | None:
     """A fencing LAC read or recovery read to a live bookie was lost: it is sent again."""
     if s.b_up[b] != UP:
         # unreachable: ``_emit_retries`` offers only live bookies.
         return None
-    if s.rc_phase == RC_FENCING:
-        if not ensemble_mask(s.rc_segments[-1][1]) & bit(b) & ~s.rc_fenced:
+    r = recovery_of(s, c)
+    if r.phase == RC_FENCING:
+        if not ensemble_mask(r.segments[-1][1]) & bit(b) & ~r.fenced:
             # unreachable: ``_emit_retries`` offers only unfenced bookies of the last ensemble.
             return None
-        if in_flight(s.msgs, FENCE, b, -1):
+        if in_flight(s.msgs, FENCE, b, -1, c):
             return None
-        return s._replace(msgs=send(s.msgs, (FENCE, b, -1, 0, 0)))
-    if s.rc_phase == RC_READING:
-        e = s.rc_reading
-        if not write_set(cfg, _read_segments(cfg, s), e) & bit(b) & ~s.rc_negative:
+        return s._replace(msgs=send(s.msgs, (FENCE, b, -1, 0, c)))
+    if r.phase == RC_READING:
+        e = r.reading
+        if not write_set(cfg, _read_segments(cfg, r), e) & bit(b) & ~r.negative:
             # unreachable: ``_emit_retries`` offers only bookies of the entry's write set
             # without a negative answer.
             return None
-        if in_flight(s.msgs, READ, b, e):
+        if in_flight(s.msgs, READ, b, e, c):
             return None
         fence = 0 if "recovery-reads-without-fencing" in cfg.mutants else 1
-        return s._replace(msgs=send(s.msgs, (READ, b, e, fence, 0)))
+        return s._replace(msgs=send(s.msgs, (READ, b, e, fence, c)))
     # unreachable: next_states offers it only while the recovery client is FENCING or READING.
     return None
 
 
-def _rc_lac(cfg: Config, s: State, acks: tuple[int, ...]) -> int:
-    top = s.rc_reading if s.rc_phase == RC_READING else s.rc_last + 1
+def _rc_lac(cfg: Config, r: Recovery, acks: tuple[int, ...]) -> int:
+    top = r.reading if r.phase == RC_READING else r.last + 1
     counts = tuple(
-        popcount(acks[e] & last_ensemble_write_set(cfg, s.rc_segments, e)) if e < top else 0
+        popcount(acks[e] & last_ensemble_write_set(cfg, r.segments, e)) if e < top else 0
         for e in range(len(acks))
     )
-    return contiguous_confirmed(s.rc_lac, counts, cfg.ack_quorum)
+    return contiguous_confirmed(r.lac, counts, cfg.ack_quorum)
 
 
-def recovery_client_receives_add_response(cfg: Config, s: State, b: int, e: int) -> State:
+def recovery_client_receives_add_response(cfg: Config, s: State, c: int, b: int, e: int) -> State:
     """The recovery client counts an acknowledged recovery add (recovery adds are never fenced)."""
-    if s.rc_phase not in (RC_READING, RC_WRITING):
+    r = recovery_of(s, c)
+    if r.phase not in (RC_READING, RC_WRITING):
         return s
-    if not last_ensemble_write_set(cfg, s.rc_segments, e) & bit(b):
+    if not last_ensemble_write_set(cfg, r.segments, e) & bit(b):
         return s
-    acks = set_at(s.rc_acks, e, s.rc_acks[e] | bit(b))
-    return s._replace(rc_acks=acks, rc_lac=_rc_lac(cfg, s, acks))
+    acks = set_at(r.acks, e, r.acks[e] | bit(b))
+    return s._replace(rc=with_recovery(s, c, r._replace(acks=acks, lac=_rc_lac(cfg, r, acks))))
 
 
-def _rc_timed_out(cfg: Config, s: State, b: int) -> bool:
-    """A recovery add to ``b`` is unanswered and not in flight: a timeout."""
-    for e in range(len(s.rc_sent)):
-        if last_ensemble_write_set(cfg, s.rc_segments, e) & s.rc_sent[e] & ~s.rc_acks[e] & bit(
+def _rc_timed_out(cfg: Config, s: State, c: int, b: int, r: Recovery | None = None) -> bool:
+    """A recovery add of client ``c`` (``r``, if read already) to ``b`` is unanswered and
+    not in flight: a timeout."""
+    if r is None:
+        r = recovery_of(s, c)
+    for e in range(len(r.sent)):
+        if last_ensemble_write_set(cfg, r.segments, e) & r.sent[e] & ~r.acks[e] & bit(
             b
-        ) and not in_flight(s.msgs, ADD, b, e, 1):
+        ) and not in_flight(s.msgs, ADD, b, e, c + 1):
             return True
     return False
 
 
-def recovery_client_changes_ensemble(cfg: Config, s: State, failed: int, new: int) -> State | None:
+def recovery_client_changes_ensemble(
+    cfg: Config, s: State, c: int, failed: int, new: int
+) -> State | None:
     """A recovery add timed out: the recovery client replaces the bookie locally.
 
     Key points: the new segment starts after the recovery client's own
     confirmed prefix (never before the recovery start); the change is only
     written to the store with the close, so a failed recovery leaves no trace.
     """
-    if s.rc_phase not in (RC_READING, RC_WRITING):
+    r = recovery_of(s, c)
+    if r.phase not in (RC_READING, RC_WRITING):
         # unreachable: next_states offers it only while the recovery client is READING or
         # WRITING.
         return None
-    last_ens = s.rc_segments[-1][1]
+    last_ens = r.segments[-1][1]
     if failed not in last_ens or new in last_ens or s.b_up[new] != UP:
         # unreachable: next_states offers only a bookie of the last ensemble, and a live one
         # outside it.
         return None
-    if not _rc_timed_out(cfg, s, failed):
+    if not _rc_timed_out(cfg, s, c, failed):
         # unreachable: next_states offers it only for a bookie that timed out (the same test).
         return None
-    first = s.rc_lac + 1
-    segs = with_segment_change(s.rc_segments, first, failed, new)
-    acks = tuple(a & ~bit(failed) if e >= first else a for e, a in enumerate(s.rc_acks))
-    return s._replace(rc_segments=segs, rc_acks=acks)
+    first = r.lac + 1
+    segs = with_segment_change(r.segments, first, failed, new)
+    acks = tuple(a & ~bit(failed) if e >= first else a for e, a in enumerate(r.acks))
+    return s._replace(rc=with_recovery(s, c, r._replace(segments=segs, acks=acks)))
 
 
-def recovery_client_resends_add(cfg: Config, s: State, e: int, b: int) -> State | None:
-    """The recovery client writes a recovered entry to a bookie that joined its write set."""
-    if s.rc_phase not in (RC_READING, RC_WRITING) or not s.rc_sent[e]:
+def recovery_client_resends_add(cfg: Config, s: State, c: int, e: int, b: int) -> State | None:
+    """The recovery client writes a recovered entry to a bookie that joined its write set.
+
+    Key points: the add carries the LAC of the entry's first send, as the
+    writer's resend does (``writer_resends_add``): BookKeeper's recovery adds
+    are pending adds of the recovery's handle, signed once.
+    """
+    r = recovery_of(s, c)
+    if r.phase not in (RC_READING, RC_WRITING) or not r.sent[e]:
         # unreachable: next_states offers it only while READING or WRITING, for an entry already
         # sent.
         return None
-    ws = last_ensemble_write_set(cfg, s.rc_segments, e)
-    if not ws & bit(b) or s.rc_sent[e] & bit(b):
+    ws = last_ensemble_write_set(cfg, r.segments, e)
+    if not ws & bit(b) or r.sent[e] & bit(b):
         # unreachable: next_states offers only write-set bookies the entry was not sent to.
         return None
-    return s._replace(
-        rc_sent=set_at(s.rc_sent, e, s.rc_sent[e] | bit(b)),
-        msgs=send(s.msgs, (ADD, b, e, s.rc_lac, 1)),
-    )
+    r = r._replace(sent=set_at(r.sent, e, r.sent[e] | bit(b)))
+    add = (ADD, b, e, r.piggy[e], c + 1)
+    return s._replace(rc=with_recovery(s, c, r), msgs=send(s.msgs, add))
 
 
-def recovery_client_closes_ledger(cfg: Config, s: State) -> State | None:
+def recovery_client_closes_ledger(cfg: Config, s: State, c: int) -> State | None:
     """Recovery is over: CLOSED by CAS with the last recovered entry and its segments.
 
-    Key points: all written-back entries reached Aq; the ledger must still be
-    IN_RECOVERY. A version conflict (a worker swapped a bookie of an earlier,
-    closed segment) is merged: earlier segments from the store, the rest
-    from the recovery client.
+    Key points: all written-back entries reached Aq. A version conflict with
+    the ledger still IN_RECOVERY (a worker swapped a bookie of an earlier,
+    closed segment) is merged: earlier segments from the store, the rest from
+    the recovery client. A ledger another recovery client closed meanwhile is
+    re-read, as BookKeeper's close does on a conflict: closed at the same last
+    entry, this recovery is done; at another one, it fails and writes nothing.
     """
     wl = cfg.writer_ledger
-    if s.rc_phase != RC_WRITING or s.meta_status[wl] != IN_RECOVERY:
-        # unreachable: next_states offers it only while WRITING, and the ledger stays
-        # IN_RECOVERY from the recovery's start to this close (the writer's steps need it OPEN;
-        # workers change segments, not the status).
+    r = recovery_of(s, c)
+    if r.phase != RC_WRITING:
+        # unreachable: next_states offers it only while WRITING.
         return None
-    if s.rc_lac < s.rc_last:
+    if r.lac < r.last:
         return None
-    segs = s.meta_segments[wl][: s.rc_base] + s.rc_segments[s.rc_base :]
+    if s.meta_status[wl] != IN_RECOVERY:
+        if s.meta_status[wl] != CLOSED:
+            # unreachable: the ledger is IN_RECOVERY from a recovery's start until a recovery
+            # closes it (the writer's steps need it OPEN; workers change segments, not the
+            # status).
+            return None
+        if s.meta_last[wl] == r.last:
+            return s._replace(rc=with_recovery(s, c, r._replace(phase=RC_CLOSED)))
+        return s._replace(rc=with_recovery(s, c, r._replace(phase=RC_FAILED)))
+    segs = s.meta_segments[wl][: r.base] + r.segments[r.base :]
     version = s.meta_version[wl] + 1
     return with_segments(cfg, s, wl, segs)._replace(
         meta_status=set_at(s.meta_status, wl, CLOSED),
-        meta_last=set_at(s.meta_last, wl, s.rc_last),
+        meta_last=set_at(s.meta_last, wl, r.last),
         meta_version=set_at(s.meta_version, wl, version),
-        rc_phase=RC_CLOSED,
-        rc_version=version,
+        rc=with_recovery(s, c, r._replace(phase=RC_CLOSED, version=version)),
     )
 
 
@@ -1490,27 +1572,39 @@ def drop_dead_requests(cfg: Config, s: State) -> State:
 
     A writer that is no longer OPEN keeps only its LAC and next entry id; a
     recovery client forgets the fencing answers once it reads, and all but
-    its last entry once it has closed the ledger.
+    its last entry once it has closed the ledger (all but its phase once it
+    failed).
 
     Once the writer is no longer OPEN it sends nothing and reads no answer,
     so fences matter only to a recovery client still fencing, and recovery
     reads only for the entry it is reading. Once, moreover, the ledger is
-    CLOSED, every request left could only add fences or copies of entries up
-    to the last one: they are dropped (a state-space reduction; the behaviours
-    lost are ones where those requests are never delivered anyway).
+    CLOSED and no recovery client is still at work, every request left could
+    only add fences or copies of entries up to the last one: they are dropped
+    (a state-space reduction; the behaviours lost are ones where those
+    requests are never delivered anyway).
     """
-    w_status, phase = s.w_status, s.rc_phase
+    w_status = s.w_status
     if w_status not in (W_OPEN, W_NONE) and (s.w_segments or any(s.w_acks)):
         # A writer that is done keeps only what the invariants read: LAC and next id.
         zero, none = (0,) * cfg.entries, (-1,) * cfg.entries
         s = s._replace(w_segments=(), w_change=None, w_acks=zero, w_sent=zero, w_piggy=none)
-    if phase >= RC_READING and (s.rc_fenced or s.rc_max_lac != -1):
-        s = s._replace(rc_fenced=0, rc_max_lac=-1)  # fencing answers are used up
-    if phase >= RC_WRITING and s.rc_read_segments:
-        s = s._replace(rc_read_segments=())  # reading is over
-    if phase == RC_CLOSED and s.rc_segments:
-        zero = (0,) * (cfg.entries + 1)
-        s = s._replace(rc_segments=(), rc_reading=0, rc_lac=-1, rc_acks=zero, rc_sent=zero)
+    rc = s.rc
+    for c, rt in enumerate(rc):
+        # Indexes: 0 phase, 1 version, 2 segments, 3 read_segments, 5 fenced, 6 max_lac
+        # (what _forget_used clears, tested here without building the record).
+        phase = rt[0]
+        if phase >= RC_READING and (
+            rt[5]
+            or rt[6] != -1
+            or (phase >= RC_WRITING and rt[3])
+            or (phase >= RC_CLOSED and rt[2])
+            or (phase == RC_FAILED and rt[1])
+        ):
+            r = _forget_used(cfg, tuple.__new__(Recovery, rt))
+            if r != rt:
+                rc = set_at(rc, c, cast(RecoveryTuple, tuple(r)))
+    if rc is not s.rc:
+        s = s._replace(rc=rc)
     msgs = s.msgs
     if not msgs:
         return s
@@ -1521,7 +1615,9 @@ def drop_dead_requests(cfg: Config, s: State) -> State:
         if not reduce or msgs[-1][0] == ADD:
             return s
         keep = [m for m in msgs if m[0] == ADD or not dead_request(cfg, s, m)]
-    elif s.meta_status[cfg.writer_ledger] == CLOSED:
+    elif s.meta_status[cfg.writer_ledger] == CLOSED and not any(
+        RC_FENCING <= r[0] <= RC_WRITING for r in rc
+    ):
         return s._replace(msgs=())
     else:
         keep = [
@@ -1529,12 +1625,26 @@ def drop_dead_requests(cfg: Config, s: State) -> State:
             for m in msgs
             if (
                 m[0] == ADD
-                or (m[0] == FENCE and phase == RC_FENCING)
-                or (m[0] == READ and phase == RC_READING and m[2] == s.rc_reading)
+                or (m[0] == FENCE and rc[m[4]][0] == RC_FENCING)
+                or (m[0] == READ and rc[m[4]][0] == RC_READING and m[2] == rc[m[4]][7])
             )
             and not (reduce and dead_request(cfg, s, m))
         ]
     return s if len(keep) == len(msgs) else s._replace(msgs=tuple(keep))
+
+
+def _forget_used(cfg: Config, r: Recovery) -> Recovery:
+    """A recovery client past fencing without what it no longer reads."""
+    if r.phase == RC_FAILED:
+        return Recovery._make(idle_recovery(cfg))._replace(phase=RC_FAILED)
+    if r.fenced or r.max_lac != -1:
+        r = r._replace(fenced=0, max_lac=-1)  # fencing answers are used up
+    if r.phase >= RC_WRITING and r.read_segments:
+        r = r._replace(read_segments=())  # reading is over
+    if r.phase == RC_CLOSED and r.segments:
+        zero, none = (0,) * (cfg.entries + 1), (-1,) * (cfg.entries + 1)
+        r = r._replace(segments=(), reading=0, lac=-1, acks=zero, sent=zero, piggy=none)
+    return r
 
 
 def dead_request(cfg: Config, s: State, m: Msg) -> bool:
@@ -1570,10 +1680,11 @@ def dead_request(cfg: Config, s: State, m: Msg) -> bool:
     if s.b_up[b] != UP:
         return False  # the disk may yet be wiped: a later delivery could fence it again
     synced, _u, fenced, lac = s.b_ledgers[b][cfg.writer_ledger]
-    if kind == FENCE:
-        return bool(fenced) and s.rc_phase != RC_FENCING  # fencing is over: answer ignored
-    if kind == READ:
-        return (bool(fenced) or not a) and (s.rc_phase != RC_READING or e != s.rc_reading)
+    if kind != ADD:
+        rt = s.rc[rec]  # 0: phase, 7: reading (no record built: called on every request)
+        if kind == FENCE:
+            return bool(fenced) and rt[0] != RC_FENCING  # fencing is over: answer ignored
+        return (bool(fenced) or not a) and (rt[0] != RC_READING or e != rt[7])
     if rec or s.w_status == W_OPEN:
         return False  # the client counts the answer
     return bool(fenced) or (bool(synced >> e & 1) and lac >= a)
@@ -1585,12 +1696,14 @@ HANDLERS = (bookie_handles_add, bookie_handles_fencing_lac_read, bookie_handles_
 def _show(arg: object) -> str:
     if isinstance(arg, tuple) and len(arg) == 5:
         kind, b, e, a, r = arg
+        # Recovery client 0 goes unnumbered: most configs have no other.
         if kind == ADD:
-            who = "recovery client" if r else "writer"
+            who = "writer" if not r else "recovery client" + (f" {r - 1}" if r > 1 else "")
             return f"add e{e} to b{b} from {who} (lac {a})"
+        by = f" by recovery client {r}" if kind != ADD and r else ""
         if kind == FENCE:
-            return f"fencing LAC read to b{b}"
-        return f"recovery read e{e} to b{b}{' (fencing)' if a else ''}"
+            return f"fencing LAC read to b{b}{by}"
+        return f"recovery read e{e} to b{b}{' (fencing)' if a else ''}{by}"
     return str(arg)
 
 
@@ -1640,31 +1753,33 @@ def next_states(cfg: Config, s: State) -> list[Step]:
                         for new in range(n):
                             if up[new] == UP and new not in last_ens:
                                 emit(writer_changes_ensemble, failed, new)
-        # recovery client
-        phase = s.rc_phase
-        if phase == RC_IDLE:
-            emit(recovery_client_starts_recovery)
-        elif phase == RC_FENCING:
-            emit(recovery_client_completes_fencing)
-            _emit_retries(emit, up, ensemble_mask(s.rc_segments[-1][1]) & ~s.rc_fenced)
-        elif phase == RC_READING:
-            ws = write_set(cfg, _read_segments(cfg, s), s.rc_reading)
-            _emit_retries(emit, up, ws & ~s.rc_negative)
-        if phase in (RC_READING, RC_WRITING):
-            if phase == RC_WRITING:
-                emit(recovery_client_closes_ledger)
-            last_ens = s.rc_segments[-1][1]
-            for failed in last_ens:
-                if _rc_timed_out(cfg, s, failed):
-                    for new in range(n):
-                        if up[new] == UP and new not in last_ens:
-                            emit(recovery_client_changes_ensemble, failed, new)
-            for e, sent in enumerate(s.rc_sent):
-                if sent:
-                    missing = last_ensemble_write_set(cfg, s.rc_segments, e) & ~sent
-                    for b in last_ens:
-                        if missing >> b & 1:
-                            emit(recovery_client_resends_add, e, b)
+        # recovery clients
+        for c in range(len(s.rc)):
+            r = recovery_of(s, c)
+            phase = r.phase
+            if phase == RC_IDLE:
+                emit(recovery_client_starts_recovery, c)
+            elif phase == RC_FENCING:
+                emit(recovery_client_completes_fencing, c)
+                _emit_retries(emit, up, c, ensemble_mask(r.segments[-1][1]) & ~r.fenced)
+            elif phase == RC_READING:
+                ws = write_set(cfg, _read_segments(cfg, r), r.reading)
+                _emit_retries(emit, up, c, ws & ~r.negative)
+            if phase in (RC_READING, RC_WRITING):
+                if phase == RC_WRITING:
+                    emit(recovery_client_closes_ledger, c)
+                last_ens = r.segments[-1][1]
+                for failed in last_ens:
+                    if _rc_timed_out(cfg, s, c, failed, r):
+                        for new in range(n):
+                            if up[new] == UP and new not in last_ens:
+                                emit(recovery_client_changes_ensemble, c, failed, new)
+                for e, sent in enumerate(r.sent):
+                    if sent:
+                        missing = last_ensemble_write_set(cfg, r.segments, e) & ~sent
+                        for b in last_ens:
+                            if missing >> b & 1:
+                                emit(recovery_client_resends_add, c, e, b)
     # messages: each distinct message once
     loss = s.budget[B_LOSS]
     dup = s.budget[B_DUP]
@@ -1725,11 +1840,12 @@ def next_states(cfg: Config, s: State) -> list[Step]:
     return out
 
 
-def _emit_retries(emit: Callable[..., None], up: tuple[int, ...], candidates: int) -> None:
-    """``recovery_client_retries_request`` for the live bookies among ``candidates`` (a mask)."""
+def _emit_retries(emit: Callable[..., None], up: tuple[int, ...], c: int, candidates: int) -> None:
+    """``recovery_client_retries_request`` of client ``c`` for the live bookies among
+    ``candidates`` (a mask)."""
     for b in bookies_of(candidates):
         if up[b] == UP:
-            emit(recovery_client_retries_request, b)
+            emit(recovery_client_retries_request, c, b)
 
 
 def _ensembles(cfg: Config, s: State) -> Iterator[tuple[int, ...]]:

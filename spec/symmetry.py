@@ -13,7 +13,9 @@ permutation ``p`` (a test checks it on explored states).
 
 from __future__ import annotations
 
-from spec.protocol import Msg, Segments, State
+from typing import cast
+
+from spec.protocol import Msg, Recovery, RecoveryTuple, Segments, State
 
 
 def _remap_mask(mask: int, perm: tuple[int, ...]) -> int:
@@ -51,12 +53,7 @@ def rename(s: State, perm: tuple[int, ...]) -> State:
         w_change=None if s.w_change is None else _remap_segments(s.w_change, perm),
         w_acks=tuple(mm(x, perm) for x in s.w_acks),
         w_sent=tuple(mm(x, perm) for x in s.w_sent),
-        rc_segments=_remap_segments(s.rc_segments, perm),
-        rc_read_segments=_remap_segments(s.rc_read_segments, perm),
-        rc_fenced=mm(s.rc_fenced, perm),
-        rc_negative=mm(s.rc_negative, perm),
-        rc_acks=tuple(mm(x, perm) for x in s.rc_acks),
-        rc_sent=tuple(mm(x, perm) for x in s.rc_sent),
+        rc=tuple(_rename_recovery(r, perm) for r in s.rc),
         wk=tuple(
             # A copy names its lost bookie; the markers VERIFIED and RECOVERING name none.
             (perm[b], lg, v, p if p is None or p[1] < 0 else (p[0], perm[p[1]], p[2]))
@@ -66,6 +63,20 @@ def rename(s: State, perm: tuple[int, ...]) -> State:
     )
 
 
+def _rename_recovery(rt: RecoveryTuple, perm: tuple[int, ...]) -> RecoveryTuple:
+    r = Recovery._make(rt)
+    mm = _remap_mask
+    r = r._replace(
+        segments=_remap_segments(r.segments, perm),
+        read_segments=_remap_segments(r.read_segments, perm),
+        fenced=mm(r.fenced, perm),
+        negative=mm(r.negative, perm),
+        acks=tuple(mm(x, perm) for x in r.acks),
+        sent=tuple(mm(x, perm) for x in r.sent),
+    )
+    return cast(RecoveryTuple, tuple(r))
+
+
 def _unreferenced_key(s: State, b: int) -> tuple[object, ...]:
     bb = 1 << b
     return (
@@ -73,10 +84,15 @@ def _unreferenced_key(s: State, b: int) -> tuple[object, ...]:
         s.b_ledgers[b],
         tuple(bool(x & bb) for x in s.w_acks),
         tuple(bool(x & bb) for x in s.w_sent),
-        tuple(bool(x & bb) for x in s.rc_acks),
-        tuple(bool(x & bb) for x in s.rc_sent),
-        bool(s.rc_fenced & bb),
-        bool(s.rc_negative & bb),
+        tuple(
+            (
+                tuple(bool(x & bb) for x in r.acks),
+                tuple(bool(x & bb) for x in r.sent),
+                bool(r.fenced & bb),
+                bool(r.negative & bb),
+            )
+            for r in map(Recovery._make, s.rc)
+        ),
         tuple(bool(lost & bb) for _v, lost in s.meta_task),
         tuple(sorted((k, e, a, r) for k, x, e, a, r in s.msgs if x == b)),
     )
@@ -89,13 +105,13 @@ def canonical(s: State) -> State:
     """The representative of ``s`` under renaming of bookies."""
     n = len(s.b_up)
     order: list[int] = []
-    views: tuple[Segments, ...] = (
-        *s.meta_segments,
-        s.w_segments,
-        s.w_change or (),
-        s.rc_segments,
-        s.rc_read_segments,
-    )
+    rc = s.rc
+    # Recovery.segments and .read_segments are fields 2 and 3 of each client's tuple.
+    views: tuple[Segments, ...] = (*s.meta_segments, s.w_segments, s.w_change or ())
+    if len(rc) == 1:
+        views += (rc[0][2], rc[0][3])
+    else:
+        views += tuple(segs for r in rc for segs in (r[2], r[3]))
     for segs in views:
         for _f, ens in segs:
             for b in ens:

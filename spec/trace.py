@@ -6,7 +6,16 @@ import json
 from typing import Any
 
 from spec.checker import TraceStep
-from spec.protocol import RC_NAMES, STATUS_NAMES, UP_NAMES, W_NAMES, Segments, State, format_label
+from spec.protocol import (
+    RC_NAMES,
+    STATUS_NAMES,
+    UP_NAMES,
+    W_NAMES,
+    Recovery,
+    Segments,
+    State,
+    format_label,
+)
 
 
 def _bookies(mask: int) -> str:
@@ -57,14 +66,16 @@ def describe(s: State) -> dict[str, str]:
     out["writer.next"] = str(s.w_next)
     out["writer.lac"] = str(s.w_lac)
     out["writer.acks"] = " ".join(f"e{e}:{_bookies(a)}" for e, a in enumerate(s.w_acks))
-    out["recovery.phase"] = RC_NAMES[s.rc_phase] + (" (requested)" if s.rc_requested else "")
-    out["recovery.segments"] = _segments(s.rc_segments)
-    out["recovery.read_segments"] = _segments(s.rc_read_segments)
-    out["recovery.fenced"] = _bookies(s.rc_fenced) + f" max lac {s.rc_max_lac}"
-    out["recovery.reading"] = f"e{s.rc_reading} negatives {_bookies(s.rc_negative)}"
-    out["recovery.last"] = str(s.rc_last)
-    out["recovery.lac"] = str(s.rc_lac)
-    out["recovery.acks"] = " ".join(f"e{e}:{_bookies(a)}" for e, a in enumerate(s.rc_acks) if a)
+    for c, r in enumerate(map(Recovery._make, s.rc)):
+        p = "recovery." if c == 0 else f"recovery{c}."  # client 0 unnumbered, as in labels
+        out[p + "phase"] = RC_NAMES[r.phase] + (" (requested)" if s.rc_requested else "")
+        out[p + "segments"] = _segments(r.segments)
+        out[p + "read_segments"] = _segments(r.read_segments)
+        out[p + "fenced"] = _bookies(r.fenced) + f" max lac {r.max_lac}"
+        out[p + "reading"] = f"e{r.reading} negatives {_bookies(r.negative)}"
+        out[p + "last"] = str(r.last)
+        out[p + "lac"] = str(r.lac)
+        out[p + "acks"] = " ".join(f"e{e}:{_bookies(a)}" for e, a in enumerate(r.acks) if a)
     for w, (bookie, ledger, tv, pending) in enumerate(s.wk):
         out[f"worker{w}"] = f"on b{bookie}, " + (
             f"L{ledger} task v{tv} {_pending(pending)}" if ledger >= 0 else "idle"

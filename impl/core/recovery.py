@@ -65,6 +65,7 @@ class _Read:
 @dataclass(slots=True)
 class _WriteBack:
     entry: Entry
+    body: bytes  # signed once, with the LAC of its first send: every resend carries it
     acked: set[int] = field(default_factory=set)
     failed: set[int] = field(default_factory=set)
 
@@ -151,6 +152,10 @@ class LedgerRecovery:
     def writeback_acks(self) -> dict[int, frozenset[int]]:
         """Per written-back entry: the ensemble indexes that acknowledged it."""
         return {e: frozenset(w.acked) for e, w in self._writebacks.items()}
+
+    def writeback_bodies(self) -> dict[int, bytes]:
+        """Per written-back entry: the signed body its recovery adds carry."""
+        return {e: w.body for e, w in self._writebacks.items()}
 
     # ------------------------------------------------------------ events
 
@@ -335,7 +340,7 @@ class LedgerRecovery:
             wb.acked.discard(idx)
             wb.failed.discard(idx)
             if idx in self.quorum.write_set(entry):
-                self._actions.append(self._write_back(self.ensemble[idx], wb.entry))
+                self._actions.append(self._write_back(self.ensemble[idx], wb))
         if self._failed:
             self._changing = True
             self._actions.append(NeedReplacement(self._failed[0], self.ensemble))
@@ -374,17 +379,19 @@ class LedgerRecovery:
         self.last_entry, self.length = entry_id, e.length
         if entry_id > self._lc:
             ensemble = self.metadata.ensemble_for(entry_id)
-            self._writebacks[entry_id] = _WriteBack(e)
+            body = self.digest.sign(self.ledger_id, entry_id, self.lac, e.length, e.data)
+            wb = self._writebacks[entry_id] = _WriteBack(e, body)
             for idx in self.quorum.write_set(entry_id):
                 if self._changing and ensemble[idx] in self._failed:
                     continue  # sent once the replacement lands
-                self._actions.append(self._write_back(ensemble[idx], e))
+                self._actions.append(self._write_back(ensemble[idx], wb))
         self._read_entry(entry_id + 1)
 
-    def _write_back(self, bookie: str, e: Entry) -> SendAdd:
-        """A recovery add of ``e``, signed anew with recovery's current LAC."""
-        body = self.digest.sign(self.ledger_id, e.entry_id, self.lac, e.length, e.data)
-        return SendAdd(bookie, self.ledger_id, e.entry_id, body, recovery=True)
+    def _write_back(self, bookie: str, wb: _WriteBack) -> SendAdd:
+        """A recovery add of ``wb``'s entry: its body as first signed, as BookKeeper's
+        pending adds re-send the same buffer (a LAC signed in later could pass the
+        last entry that a concurrent recovery closes the ledger at)."""
+        return SendAdd(bookie, self.ledger_id, wb.entry.entry_id, wb.body, recovery=True)
 
     def _advance(self) -> None:
         aq = self.quorum.ack_quorum

@@ -483,19 +483,21 @@ def test_a_recovery_that_dies_after_replacing_a_bookie_loses_nothing_for_the_nex
     assert store.metadata.last_entry == n - 1
 
 
-def test_recovery_reads_lc_for_the_length_and_writes_back_with_its_own_lac() -> None:
-    """LC is read (for its header's length) but never written back; entries after it are,
-    piggybacking recovery's own LAC; the close's length is the ledger's exact length."""
-    cluster, store, digest = _setup(3, 3, 2, 3)
+def _recovery_after_two_unconfirmed_adds(
+    n_bookies: int, confirmed: list[bytes], unconfirmed: tuple[bytes, bytes]
+) -> tuple[SimCluster, MetaStore, Driver, LedgerRecovery, Driver]:
+    """E=Wq=3, Aq=2: ``confirmed`` added one by one, then both ``unconfirmed`` reach b0 and
+    b1 only and their answers are lost; a recovery has started (cluster, store, writer's
+    driver, recovery, its driver)."""
+    cluster, store, digest = _setup(3, 3, 2, n_bookies)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     wd = Driver(cluster, store, w, "w")
-    for body in (b"a" * 3, b"b" * 5, b"c" * 7):
+    for body in confirmed:
         w.add(body)
         wd.pump()
         _run(cluster, {"w": wd}, None)
-    # Two more adds, both piggybacking LAC 2, reach b0 and b1, whose answers are lost.
-    w.add(b"d" * 11)
-    w.add(b"e" * 13)
+    for body in unconfirmed:
+        w.add(body)
     wd.pump()
     for d in cluster.inflight:
         if d.action.bookie != "b2":
@@ -505,6 +507,16 @@ def test_recovery_reads_lc_for_the_length_and_writes_back_with_its_own_lac() -> 
     rd = Driver(cluster, store, r, "r")
     r.start()
     rd.pump()
+    return cluster, store, wd, r, rd
+
+
+def test_recovery_reads_lc_for_the_length_and_writes_back_with_its_own_lac() -> None:
+    """LC is read (for its header's length) but never written back; entries after it are,
+    piggybacking recovery's own LAC; the close's length is the ledger's exact length."""
+    # The two unconfirmed adds piggyback LAC 2.
+    cluster, store, wd, _r, rd = _recovery_after_two_unconfirmed_adds(
+        3, [b"a" * 3, b"b" * 5, b"c" * 7], (b"d" * 11, b"e" * 13)
+    )
     reads: list[int] = []
     writebacks: list[tuple[int, int]] = []  # (entry, piggybacked LAC)
     while cluster.inflight:
@@ -524,3 +536,36 @@ def test_recovery_reads_lc_for_the_length_and_writes_back_with_its_own_lac() -> 
     assert dict(writebacks) == {3: 2, 4: 3}, "write-backs carry recovery's own LAC"
     md = store.metadata
     assert (md.last_entry, md.length) == (4, 3 + 5 + 7 + 11 + 13)
+
+
+def test_a_write_back_resent_to_a_replacement_carries_the_lac_it_was_first_signed_with() -> None:
+    """A resend is the same signed body (BookKeeper re-sends a pending add's buffer): a LAC
+    signed in later could pass the last entry that a concurrent recovery closes at."""
+    # The two unconfirmed adds piggyback LAC 0; b3 is the spare.
+    cluster, store, wd, r, rd = _recovery_after_two_unconfirmed_adds(4, [b"a"], (b"b", b"c"))
+    sent: list[tuple[str, int, int]] = []  # (bookie, entry, piggybacked LAC) of write-backs
+    failed = False
+    while cluster.inflight:
+        # Reads first: entry 2 is found (and written back) before entry 1's write-back is
+        # acknowledged, so it is signed with LAC 0.
+        adds = [i for i, d in enumerate(cluster.inflight) if isinstance(d.action, SendAdd)]
+        rest = [i for i in range(len(cluster.inflight)) if i not in adds]
+        d = cluster.inflight.pop((rest or adds)[0])
+        if isinstance(d.action, SendAdd) and d.client == "r":
+            sent.append((d.action.bookie, d.action.entry_id, peek_header(d.action.body).lac))
+            # Entry 2's write set is b2, b0, b1 (striping): its first write-back fails once
+            # entry 1's reached Aq (recovery's LAC is 1 then).
+            if (d.action.bookie, d.action.entry_id) == ("b2", 2) and not failed:
+                failed = True  # b2's connection drops: recovery replaces it by b3
+                assert r.lac == 1
+                r.on_add_response("b2", 2, Status.IO_ERROR)
+                rd.pump()
+                continue
+        (wd if d.client == "w" else rd).deliver(d)
+    (done,) = rd.finished
+    assert done.ok, done.message
+    assert failed
+    first = {e: lac for b, e, lac in sent if b != "b3"}
+    assert first == {1: 0, 2: 0}, "both found before any write-back was acknowledged"
+    assert ("b3", 2, 0) in sent, "the resend to b3 carries entry 2's first LAC, not 1"
+    assert store.metadata.last_entry == 2

@@ -25,7 +25,9 @@ from spec.invariants import INVARIANTS
 from spec.protocol import ACTIONS, Label, State, initial_state, next_states
 
 
-@pytest.mark.parametrize("name", ["a-short", "a", "b-short", "c-short", "c-workers"])
+@pytest.mark.parametrize(
+    "name", ["a-short", "a", "b-short", "c-short", "c-workers", "a-recoveries"]
+)
 def test_the_spec_refines_itself(name: str) -> None:
     stats, found = run(CONFIGS[name], SpecDriver, examples=40, seed=1)
     assert found is None, found.report() if found else ""

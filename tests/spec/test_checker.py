@@ -131,8 +131,8 @@ def test_fingerprints_and_layers_on_disk_give_the_same_result(
 def test_fingerprints_tell_minus_one_from_minus_two() -> None:
     # CPython's hash(-1) == hash(-2): a fingerprint built on hash(state) would merge these.
     s = initial_state(CONFIGS["a"])
-    assert hash(s._replace(rc_last=-1)) == hash(s._replace(rc_last=-2))
-    assert fingerprint(s._replace(rc_last=-1)) != fingerprint(s._replace(rc_last=-2))
+    assert hash(s._replace(w_lac=-1)) == hash(s._replace(w_lac=-2))
+    assert fingerprint(s._replace(w_lac=-1)) != fingerprint(s._replace(w_lac=-2))
 
 
 def test_the_collision_estimate_is_the_birthday_bound() -> None:

@@ -107,13 +107,13 @@ def test_the_command_exits_1_and_names_the_unexplained_branches(
 def test_a_write_over_a_held_read_is_a_race_and_over_a_stale_one_is_not() -> None:
     cfg = NAMED["m-581"]  # the writer's ledger already OPEN, a recovery client
     s = initial_state(cfg)
-    t = recovery_client_starts_recovery(cfg, s)
+    t = recovery_client_starts_recovery(cfg, s, 0)
     assert t is not None
     assert list(races(cfg, s, "recovery_client_starts_recovery", t)) == [
         ("recovery_client", "writer")
     ]
     stale = s._replace(w_version=s.w_version - 1)  # the writer's next CAS fails anyway
-    t = recovery_client_starts_recovery(cfg, stale)
+    t = recovery_client_starts_recovery(cfg, stale, 0)
     assert t is not None
     assert list(races(cfg, stale, "recovery_client_starts_recovery", t)) == []
     # A step that writes neither metadata nor task races with no one.

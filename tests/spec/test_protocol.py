@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from spec.config import Config
-from spec.invariants import AllClosedLedgersRepairedWhenQuiescent
+from spec.invariants import INVARIANTS, AllClosedLedgersRepairedWhenQuiescent
 from spec.protocol import (
     ADD,
     CLOSED,
     DOWN,
     IN_RECOVERY,
     OPEN,
+    RC_FAILED,
     REFUSED,
     UP,
     W_WITHDRAWN,
@@ -24,7 +25,9 @@ from spec.protocol import (
     initial_state,
     network_loses_message,
     next_states,
+    recovery_client_closes_ledger,
     recovery_client_starts_recovery,
+    recovery_of,
     writer_changes_ensemble,
     writer_closes_ledger,
     writer_completes_ensemble_change,
@@ -59,7 +62,7 @@ def test_writer_confirms_at_ack_quorum() -> None:
 
 def test_a_fenced_bookie_rejects_the_writer_and_the_writer_withdraws() -> None:
     s = _step(writer_sends_add(CFG, _created()))
-    s = _step(recovery_client_starts_recovery(CFG, s))
+    s = _step(recovery_client_starts_recovery(CFG, s, 0))
     assert s.meta_status[0] == IN_RECOVERY
     fence = next(m for m in s.msgs if m[0] != ADD and m[1] == 0)
     s = _step(next(t for (name, args), t in next_states(CFG, s) if args == (fence, 0)))
@@ -127,7 +130,7 @@ def test_the_mutant_1591_confirms_before_the_cas() -> None:
 
 
 def test_writer_close_fails_once_recovery_began() -> None:
-    s = _step(recovery_client_starts_recovery(CFG, _created()))
+    s = _step(recovery_client_starts_recovery(CFG, _created(), 0))
     s = _step(writer_closes_ledger(CFG, s))
     assert s.w_status == W_WITHDRAWN
     assert s.meta_status[0] == IN_RECOVERY
@@ -202,3 +205,56 @@ def test_the_periodic_bookie_check_marks_a_bookie_that_went_down_before_its_cas(
     assert t.meta_task[0][1] == 1 << 3
     assert t.au_missed == 0
     assert auditor_runs_periodic_bookie_check(cfg, t) is None
+
+
+def test_two_recoveries_a_resend_keeps_its_first_lac_and_the_loser_fails() -> None:
+    # Found with two recovery clients: client 1 closes the ledger at -1 (two negatives for
+    # e0) while client 0, which found e0 on b0, writes it back. Client 0 re-sent e0 to its
+    # replacement b3 signed with its LAC by then (0, e0 at Aq): b3's LAC passed the last
+    # entry (NoDirtyReads). BookKeeper re-sends a pending add's first buffer, LAC -1; so
+    # does the spec now, and so does bkref's LedgerRecovery.
+    cfg = replace(Config(name="t", description="", entries=1, losses=1), recovery_clients=2)
+    s = _replay(
+        cfg,
+        [
+            "writer_creates_ledger((0, 1, 2))",
+            "writer_sends_add",
+            "recovery_client_starts_recovery(0)",
+            "recovery_client_starts_recovery(1)",
+            "bookie_handles_add(add e0 to b0 from writer (lac -1), 0)",
+            "bookie_handles_fencing_lac_read(fencing LAC read to b0, 0)",
+            "bookie_handles_fencing_lac_read(fencing LAC read to b0 by recovery client 1, 0)",
+            "bookie_handles_fencing_lac_read(fencing LAC read to b1, 0)",
+            "recovery_client_completes_fencing(0)",
+            "bookie_handles_fencing_lac_read(fencing LAC read to b1 by recovery client 1, 0)",
+            "recovery_client_completes_fencing(1)",
+            "bookie_handles_recovery_read(recovery read e0 to b0 (fencing), 0)",
+            "bookie_handles_add(add e0 to b0 from recovery client (lac -1), 0)",
+            "network_loses_message(add e0 to b1 from recovery client (lac -1))",
+            "recovery_client_changes_ensemble(0, 1, 3)",
+            *(
+                f"bookie_handles_recovery_read(recovery read e0 to b{b} (fencing) by recovery "
+                "client 1, 0)"
+                for b in (1, 2)
+            ),
+            "recovery_client_closes_ledger(1)",
+            "bookie_handles_add(add e0 to b2 from recovery client (lac -1), 0)",
+            "recovery_client_resends_add(0, 0, 3)",
+            "bookie_handles_add(add e0 to b3 from recovery client (lac -1), 0)",
+        ],
+    )
+    assert s.meta_status[0] == CLOSED
+    assert s.meta_last[0] == -1
+    assert recovery_of(s, 0).lac == 0  # e0 reached Aq in client 0's write-back
+    assert s.b_ledgers[3][0][3] == -1  # but b3 holds the LAC e0 was first sent with
+    assert all(inv(cfg, s) for inv in INVARIANTS)
+    # Client 0 ends its ledger at e0; its close finds it closed at another last entry: it
+    # fails and writes nothing.
+    for b in (0, 2):
+        label = f"bookie_handles_recovery_read(recovery read e1 to b{b} (fencing), 0)"
+        s = next(t for lb, t in next_states(cfg, s) if format_label(lb) == label)
+    assert recovery_of(s, 0).last == 0
+    t = _step(recovery_client_closes_ledger(cfg, s, 0))
+    assert recovery_of(t, 0).phase == RC_FAILED
+    assert t.meta_version == s.meta_version
+    assert t.meta_last == s.meta_last
