@@ -44,12 +44,13 @@ Variable by variable (what is read, from where):
   next entry id, the LAC, and per unconfirmed entry the bookies that
   acknowledged it and that it was sent to (``pending_replicas``) and the LAC
   in the header of its signed body (``w_piggy``, ``pending_bodies``).
-- ``rc_*``: the ``LedgerRecovery``: phase (FENCING, READING; CLOSING is the
-  spec's WRITING; DONE is CLOSED), its write-back segments and its read
-  segments, the fencing answers, the entry being read and its negative
-  answers, the last entry once found, the write-backs' acks; ``rc_lac`` is
-  the contiguous prefix of write-backs at ack quorum after the entry it
-  recovers from.
+- ``rc[0]`` (one ``Recovery``: the driver runs one recovery client): the
+  ``LedgerRecovery``: phase (FENCING, READING; CLOSING is the spec's WRITING;
+  DONE is CLOSED), its write-back segments and its read segments, the
+  fencing answers, the entry being read and its negative answers, the last
+  entry once found, the write-backs' acks and the LAC in each one's signed
+  body (``piggy``); ``lac`` is the contiguous prefix of write-backs at ack
+  quorum after the entry it recovers from.
 - ``wk[w]`` = (bookie, ledger locked, task version, pending): the
   ``WorkerCore``'s locked ledger and the task version it read under the lock;
   pending is the copy made whose ``CasReplica`` is outstanding (segment, lost

@@ -94,7 +94,7 @@ def fingerprint(s: State) -> int:
     """A state's 64-bit fingerprint: Python's SipHash of its marshal encoding.
 
     Not ``hash(s)``: CPython hashes the int -1 as -2, so two states that differ
-    only in a -1 where the other has -2 (a LAC, ``rc_last``) would always
+    only in a -1 where the other has -2 (a LAC, ``Recovery.last``) would always
     collide. Marshal version 2 writes no back-references, so equal states
     encode to equal bytes however their tuples are shared. Forked workers
     inherit the hash secret, so they agree with the checker.

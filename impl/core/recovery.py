@@ -123,7 +123,7 @@ class LedgerRecovery:
         return self.metadata.last_segment.ensemble
 
     # Read-only views for observers (the refinement harness maps them to the spec's
-    # rc_* variables); nothing here changes the recovery.
+    # Recovery record); nothing here changes the recovery.
 
     @property
     def read_metadata(self) -> LedgerMetadata:
