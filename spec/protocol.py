@@ -1,46 +1,44 @@
 """The BookKeeper ledger protocol and its AutoRecovery as a state machine.
 
-Scope. One writer's ledger through its whole life: creation, adds striped
-over the ensemble (E >= Wq >= Aq), acknowledgement at ack quorum and the LAC
-over a contiguous prefix, ensemble changes by metadata CAS, the writer's close,
-and recovery by other clients, one or several racing (OPEN -> IN_RECOVERY,
-fencing LAC reads, recovery reads that also fence, quorum coverage,
-write-back with recovery adds, recovery ensemble changes, close by CAS; a
-close that finds the ledger closed by another recovery re-reads it). Beside it, closed ledgers and
+Scope. One writer's ledger through its whole life: creation, adds striped over
+the ensemble (E >= Wq >= Aq), acknowledgement at ack quorum and the LAC over a
+contiguous prefix, ensemble changes by metadata CAS, the writer's close, and
+recovery by other clients, one or several racing (OPEN -> IN_RECOVERY, fencing
+LAC reads, recovery reads that also fence, quorum coverage, write-back with
+recovery adds, recovery ensemble changes, close by CAS; a close that finds the
+ledger closed by another recovery re-reads it). Beside it, closed ledgers and
 AutoRecovery: the elected auditor marks the ledgers of a lost bookie as
-under-replicated (and, with ``cfg.periodic_check``, the ledgers whose
-live bookies miss entries), a replication worker locks a ledger, copies the closed
+under-replicated (and, with ``cfg.periodic_check``, the ledgers whose live
+bookies miss entries), a replication worker locks a ledger, copies the closed
 segments of the lost bookie to its own bookie, swaps the ensemble by CAS and
-deletes the task with a version check; an open last segment is fenced
-through recovery before it is replicated. The environment crashes and
-restarts bookies (with their synced data, or with a wiped disk that the
-cookie check refuses), loses and duplicates messages, and an operator turns
-AutoRecovery off and on.
+deletes the task with a version check; an open last segment is fenced through
+recovery before it is replicated. The environment crashes and restarts bookies
+(with their synced data, or with a wiped disk that the cookie check refuses),
+loses and duplicates messages, and an operator turns AutoRecovery off and on.
 
 Not modelled. Entry payloads and digests (an entry is its id: the writer is
 the only source of data, so equal ids mean equal data); regular (non-recovery)
 reads and long-poll LAC reads (readability is an invariant over stored data
-instead); more than one writer per ledger; ledger
-deletion, garbage collection and compaction; the bookie's journal, entry log
-and index as separate structures (a bookie's synced entries stand for all of
-them: in the correct spec, the journal fsync and the reply are one step);
-time (the grace period before fencing an open ledger is any interleaving);
-responses in flight (a bookie's answer reaches the client in the step that
-handles the request, or is lost there: a delayed answer is the same as a
-later handling of the request, for every decision the clients make);
-recovery aborts (a recovery client with a missing
-response waits and retries instead). Messages are unordered: every in-flight
-message is deliverable.
+instead); more than one writer per ledger; ledger deletion, garbage collection
+and compaction; the bookie's journal, entry log and index as separate
+structures (a bookie's synced entries stand for all of them: in the correct
+spec, the journal fsync and the reply are one step); time (the grace period
+before fencing an open ledger is any interleaving); responses in flight (a
+bookie's answer reaches the client in the step that handles the request, or is
+lost there: a delayed answer is the same as a later handling of the request,
+for every decision the clients make); recovery aborts (a recovery client with
+a missing response waits and retries instead). Messages are unordered: every
+in-flight message is deliverable.
 
-State. One frozen, hashable ``State`` tuple. Bookies are indices
-``0..N-1`` and bookie sets are bitmasks; entries are ids ``0..K-1`` and entry
-sets are bitmasks. Variables are grouped by owner with a prefix: ``meta_``
-(the metadata store: ledgers, under-replication tasks, locks, the
-AutoRecovery switch, the auditor election), ``b_`` (per bookie), ``w_`` (the
-writer), ``rc`` (the recovery clients of the writer's ledger, one ``Recovery``
-record each), ``wk_`` (the
-replication workers), ``au_`` (auditor candidates), ``msgs`` (messages in
-flight) and ``budget`` (faults the environment may still inject).
+State. One frozen, hashable ``State`` tuple. Bookies are indices ``0..N-1``
+and bookie sets are bitmasks; entries are ids ``0..K-1`` and entry sets are
+bitmasks. Variables are grouped by owner with a prefix: ``meta_`` (the
+metadata store: ledgers, under-replication tasks, locks, the AutoRecovery
+switch, the auditor election), ``b_`` (per bookie), ``w_`` (the writer),
+``rc`` (the recovery clients of the writer's ledger, one ``Recovery`` record
+each), ``wk_`` (the replication workers), ``au_`` (auditor candidates),
+``msgs`` (messages in flight) and ``budget`` (faults the environment may still
+inject).
 """
 
 from __future__ import annotations
@@ -84,9 +82,10 @@ UP_NAMES = ("DOWN", "UP", "REFUSED")
 
 # Request kinds. A request is (kind, bookie, entry, a, b); all concern the
 # writer's ledger. ADD: a = piggybacked LAC, b = sender (0: the writer, c + 1:
-# recovery client c). FENCE: the fencing LAC read, b = client. READ: recovery read,
-# a = fence flag, b = client. A bookie's answer reaches its client in the step that handles the
-# request, or is lost in that step (see the module docstring).
+# recovery client c). FENCE: the fencing LAC read, b = client. READ: recovery
+# read, a = fence flag, b = client. A bookie's answer reaches its client in the
+# step that handles the request, or is lost in that step (see the module
+# docstring).
 ADD, FENCE, READ = 0, 1, 2
 MSG_NAMES = ("add", "fence_lac_read", "recovery_read")
 
@@ -1083,11 +1082,9 @@ def recovery_client_receives_add_response(cfg: Config, s: State, c: int, b: int,
     return s._replace(rc=with_recovery(s, c, r._replace(acks=acks, lac=_rc_lac(cfg, r, acks))))
 
 
-def _rc_timed_out(cfg: Config, s: State, c: int, b: int, r: Recovery | None = None) -> bool:
-    """A recovery add of client ``c`` (``r``, if read already) to ``b`` is unanswered and
-    not in flight: a timeout."""
-    if r is None:
-        r = recovery_of(s, c)
+def _rc_timed_out(cfg: Config, s: State, c: int, r: Recovery, b: int) -> bool:
+    """A recovery add of client ``c`` (whose variables are ``r``) to ``b`` is unanswered
+    and not in flight: a timeout."""
     for e in range(len(r.sent)):
         if last_ensemble_write_set(cfg, r.segments, e) & r.sent[e] & ~r.acks[e] & bit(
             b
@@ -1115,12 +1112,12 @@ def recovery_client_changes_ensemble(
         # unreachable: next_states offers only a bookie of the last ensemble, and a live one
         # outside it.
         return None
-    if not _rc_timed_out(cfg, s, c, failed):
+    if not _rc_timed_out(cfg, s, c, r, failed):
         # unreachable: next_states offers it only for a bookie that timed out (the same test).
         return None
     first = r.lac + 1
     segs = with_segment_change(r.segments, first, failed, new)
-    acks = tuple(a & ~bit(failed) if e >= first else a for e, a in enumerate(r.acks))
+    acks = _without_acks_of(r.acks, failed, first)
     return s._replace(rc=with_recovery(s, c, r._replace(segments=segs, acks=acks)))
 
 
@@ -1590,16 +1587,7 @@ def drop_dead_requests(cfg: Config, s: State) -> State:
         s = s._replace(w_segments=(), w_change=None, w_acks=zero, w_sent=zero, w_piggy=none)
     rc = s.rc
     for c, rt in enumerate(rc):
-        # Indexes: 0 phase, 1 version, 2 segments, 3 read_segments, 5 fenced, 6 max_lac
-        # (what _forget_used clears, tested here without building the record).
-        phase = rt[0]
-        if phase >= RC_READING and (
-            rt[5]
-            or rt[6] != -1
-            or (phase >= RC_WRITING and rt[3])
-            or (phase >= RC_CLOSED and rt[2])
-            or (phase == RC_FAILED and rt[1])
-        ):
+        if rt[0] >= RC_READING:  # Recovery.phase
             r = _forget_used(cfg, tuple.__new__(Recovery, rt))
             if r != rt:
                 rc = set_at(rc, c, cast(RecoveryTuple, tuple(r)))
@@ -1700,7 +1688,7 @@ def _show(arg: object) -> str:
         if kind == ADD:
             who = "writer" if not r else "recovery client" + (f" {r - 1}" if r > 1 else "")
             return f"add e{e} to b{b} from {who} (lac {a})"
-        by = f" by recovery client {r}" if kind != ADD and r else ""
+        by = f" by recovery client {r}" if r else ""
         if kind == FENCE:
             return f"fencing LAC read to b{b}{by}"
         return f"recovery read e{e} to b{b}{' (fencing)' if a else ''}{by}"
@@ -1770,7 +1758,7 @@ def next_states(cfg: Config, s: State) -> list[Step]:
                     emit(recovery_client_closes_ledger, c)
                 last_ens = r.segments[-1][1]
                 for failed in last_ens:
-                    if _rc_timed_out(cfg, s, c, failed, r):
+                    if _rc_timed_out(cfg, s, c, r, failed):
                         for new in range(n):
                             if up[new] == UP and new not in last_ens:
                                 emit(recovery_client_changes_ensemble, c, failed, new)
