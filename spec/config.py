@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 # Mutant names and the bug each re-creates (printed by `bkref spec list`).
 MUTANTS: dict[str, str] = {
-    "recovery-reads-without-fencing": (
+    "recovery-reads-without-fence": (
         "recovery reads do not fence, so an unfenced bookie still accepts the old "
         "writer's add after the recovery client decided the entry is absent (BOOKKEEPER-2614)"
     ),
@@ -42,7 +42,7 @@ MUTANTS: dict[str, str] = {
         "one NoSuchEntry recovery read is taken as final, without quorum coverage "
         "(Wq - Aq + 1 negatives of the write set)"
     ),
-    "replicate-open-segment-without-fencing": (
+    "repair-open-segment-without-fence": (
         "a replication worker copies the open last segment and swaps the lost bookie "
         "without fencing the ledger first (the open-ledger data loss of the 2012 design)"
     ),
@@ -50,7 +50,7 @@ MUTANTS: dict[str, str] = {
         "the worker deletes the under-replication task without a version check while "
         "the auditor records a new loss in it"
     ),
-    "ack-before-journal-sync": (
+    "ack-before-fsync": (
         "a bookie acknowledges an add before its journal is synced, then crashes and "
         "loses the unsynced entry"
     ),

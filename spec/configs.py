@@ -241,7 +241,7 @@ _M581 = replace(
 
 # The config each mutant needs: small, so that the BFS finds the bug fast.
 MUTANT_CONFIGS: dict[str, Config] = {
-    "recovery-reads-without-fencing": replace(
+    "recovery-reads-without-fence": replace(
         _M,
         name="m-2614",
         losses=1,
@@ -280,7 +280,7 @@ MUTANT_CONFIGS: dict[str, Config] = {
         name="m-coverage",
         description="one entry, no faults: slow adds are enough",
     ),
-    "replicate-open-segment-without-fencing": replace(
+    "repair-open-segment-without-fence": replace(
         _C,
         name="m-open-segment",
         first_entry_confirmed=False,
@@ -294,7 +294,7 @@ MUTANT_CONFIGS: dict[str, Config] = {
         crashes=2,
         description="a closed ledger, two bookie crashes, auditor and a worker",
     ),
-    "ack-before-journal-sync": _CRASH,
+    "ack-before-fsync": _CRASH,
     "fence-lost-on-restart": _CRASH,
     "wiped-bookie-rejoins": replace(
         _M,

@@ -728,7 +728,7 @@ def bookie_handles_add(cfg: Config, s: State, m: Msg, reply_lost: int) -> State 
 
     Key points: a fenced ledger rejects the writer's adds but accepts
     recovery adds. The journal is synced before the reply (one step), so an
-    acknowledged entry survives a crash; the mutant ``ack-before-journal-sync``
+    acknowledged entry survives a crash; the mutant ``ack-before-fsync``
     replies first and keeps the entry unsynced. The answer goes to the
     writer or the recovery client, unless it is lost.
     """
@@ -744,7 +744,7 @@ def bookie_handles_add(cfg: Config, s: State, m: Msg, reply_lost: int) -> State 
         ok = 0
         t = _handled(s, m, reply_lost)
     else:
-        if "ack-before-journal-sync" in cfg.mutants and not synced & bit(e):
+        if "ack-before-fsync" in cfg.mutants and not synced & bit(e):
             unsynced |= bit(e)
         else:
             synced |= bit(e)
@@ -769,7 +769,7 @@ def bookie_syncs_journal(cfg: Config, s: State, b: int) -> State | None:
         # unreachable: next_states offers it only for a live bookie with unsynced entries.
         return None
     # unreachable: no entry is ever unsynced in the correct spec (``bookie_handles_add`` syncs
-    # before it answers); only the mutant ack-before-journal-sync leaves one, and coverage
+    # before it answers); only the mutant ack-before-fsync leaves one, and coverage
     # checks the correct spec.
     return s._replace(b_ledgers=set_ledger_on(s, b, wl, (synced | unsynced, 0, fenced, lac)))
 
@@ -940,7 +940,7 @@ def _read_segments(cfg: Config, r: Recovery) -> Segments:
 
 
 def _read_requests(cfg: Config, r: Recovery, c: int, e: int) -> tuple[Msg, ...]:
-    fence = 0 if "recovery-reads-without-fencing" in cfg.mutants else 1
+    fence = 0 if "recovery-reads-without-fence" in cfg.mutants else 1
     segs = _read_segments(cfg, r)
     return tuple((READ, b, e, fence, c) for b in bookies_of(write_set(cfg, segs, e)))
 
@@ -1056,7 +1056,7 @@ def recovery_client_retries_request(cfg: Config, s: State, c: int, b: int) -> St
             return None
         if in_flight(s.msgs, READ, b, e, c):
             return None
-        fence = 0 if "recovery-reads-without-fencing" in cfg.mutants else 1
+        fence = 0 if "recovery-reads-without-fence" in cfg.mutants else 1
         return s._replace(msgs=send(s.msgs, (READ, b, e, fence, c)))
     # unreachable: next_states offers it only while the recovery client is FENCING or READING.
     return None
@@ -1387,7 +1387,7 @@ def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int) -> State | N
     if not _worker_ready(s, w) or s.b_up[bookie] != UP:
         return None
     if not segment_is_closed(s, ledger, idx) and (
-        "replicate-open-segment-without-fencing" not in cfg.mutants or s.meta_status[ledger] == NONE
+        "repair-open-segment-without-fence" not in cfg.mutants or s.meta_status[ledger] == NONE
     ):
         return None
     lost = _segment_needs_repair(cfg, s, ledger, idx)

@@ -40,9 +40,9 @@ def test_the_spec_refines_itself(name: str) -> None:
 @pytest.mark.parametrize(
     "mutant",
     [
-        "recovery-reads-without-fencing",
+        "recovery-reads-without-fence",
         "negative-read-without-coverage",
-        "ack-before-journal-sync",
+        "ack-before-fsync",
         "acks-before-ensemble-change-lands",
     ],
 )

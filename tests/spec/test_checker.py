@@ -93,7 +93,7 @@ def test_workers_give_the_same_result_as_one_process(monkeypatch: pytest.MonkeyP
     import spec.checker
 
     monkeypatch.setattr(spec.checker, "PARALLEL_MIN_LAYER", 1)  # fork even for tiny layers
-    for cfg in (CONFIGS["c-short"], mutant_config("recovery-reads-without-fencing")):
+    for cfg in (CONFIGS["c-short"], mutant_config("recovery-reads-without-fence")):
         one = check(cfg, keep_graph=True)
         two = check(cfg, keep_graph=True, workers=2)
         assert (two.distinct, two.explored, two.depth) == (one.distinct, one.explored, one.depth)

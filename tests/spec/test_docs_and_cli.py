@@ -62,7 +62,7 @@ def test_check_of_a_mutant_alone_uses_its_config_and_exits_1_with_a_trace(
 
 
 def test_check_json_carries_the_trace(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check", "--mutant", "ack-before-journal-sync", "--json"]) == 1
+    assert main(["check", "--mutant", "ack-before-fsync", "--json"]) == 1
     result = json.loads(capsys.readouterr().out)
     assert result["violation"] == "AllCommittedEntriesReachAckQuorum"
     assert result["trace"][0]["action"] == "Init"

@@ -14,15 +14,15 @@ from spec.examples import example_text
 EXAMPLES = Path(__file__).resolve().parents[2] / "spec" / "examples"
 
 CAUGHT_BY = {
-    "recovery-reads-without-fencing": "NoDivergenceBetweenClientAndMetaData",
+    "recovery-reads-without-fence": "NoDivergenceBetweenClientAndMetaData",
     "recovery-from-lac-minus-one": "OnlyValidFragments",
     "recovery-reads-from-new-ensemble": "NoDivergenceBetweenClientAndMetaData",
     "acks-before-ensemble-change-lands": "NoDivergenceBetweenClientAndMetaData",
     "acks-from-replaced-bookie-count": "AllCommittedEntriesReachAckQuorum",
     "negative-read-without-coverage": "NoDivergenceBetweenClientAndMetaData",
-    "replicate-open-segment-without-fencing": "NoReplicationLosesAckedEntries",
+    "repair-open-segment-without-fence": "NoReplicationLosesAckedEntries",
     "delete-task-without-version-check": "AllClosedLedgersRepairedWhenQuiescent",
-    "ack-before-journal-sync": "AllCommittedEntriesReachAckQuorum",
+    "ack-before-fsync": "AllCommittedEntriesReachAckQuorum",
     "fence-lost-on-restart": "NoDivergenceBetweenClientAndMetaData",
     "wiped-bookie-rejoins": "NoDivergenceBetweenClientAndMetaData",
     "open-segment-without-entries-skipped": "AllClosedLedgersRepairedWhenQuiescent",

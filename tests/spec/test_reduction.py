@@ -19,9 +19,9 @@ from spec.protocol import (
 
 HANDLERS = (bookie_handles_add, bookie_handles_fencing_lac_read, bookie_handles_recovery_read)
 FAST_MUTANTS = [
-    "recovery-reads-without-fencing",
+    "recovery-reads-without-fence",
     "negative-read-without-coverage",
-    "ack-before-journal-sync",
+    "ack-before-fsync",
     "recovery-from-lac-minus-one",
     "fence-lost-on-restart",  # a fence lost by a crash, which drops every request to it
 ]
