@@ -148,7 +148,7 @@ refine: setup
 	done
 
 verify: lint typecheck contracts crosshair bench-smoke docker-smoke
-	$(VENV)/bin/pytest -q -m 'not docker'
+	$(VENV)/bin/pytest -q -m 'not docker' --durations=25
 
 bench: setup
 	$(PY) -m tests.bench
