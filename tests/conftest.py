@@ -3,11 +3,51 @@
 Hypothesis runs without per-example deadlines: a deadline is a timing
 assertion, and this suite runs on shared, noisy machines. Performance is
 measured by the benchmarks, never asserted by tests.
+
+``async def`` tests run here, each in an event loop of its own (``asyncio.run``),
+with no plugin: write ``async def test_...`` and await in it. Fixtures stay
+plain functions; they run before the loop starts and after it ends.
 """
 
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
 from hypothesis import settings
 
 settings.register_profile("bkref", deadline=None)
 settings.load_profile("bkref")
 
-pytest_plugins = ["impl.cluster.pytest_plugin"]
+pytest_plugins = ["impl.cluster.pytest_plugin", "pytester"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run an ``async def`` test to completion with ``asyncio.run``; leave others to pytest."""
+    test = pyfuncitem.obj
+    if inspect.isasyncgenfunction(test):
+        pytest.fail(f"{pyfuncitem.nodeid}: a test cannot be an async generator", pytrace=False)
+    if not inspect.iscoroutinefunction(test):
+        return None
+    args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    asyncio.run(test(**args))
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest
+) -> None:
+    """Refuse async fixtures with a reason: they would run outside the test's loop."""
+    func = fixturedef.func
+    if inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        pytest.fail(
+            f"async fixture {fixturedef.argname!r} (requested by {request.node.nodeid}): "
+            "tests/conftest.py runs each async test in an event loop of its own, which "
+            "starts after the fixtures are set up, so it runs no async fixture. Make it a "
+            "plain fixture (with asyncio.run inside for one-off async setup) or do the "
+            "async part in the test.",
+            pytrace=False,
+        )

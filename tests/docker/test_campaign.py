@@ -108,7 +108,8 @@ class DockerExercise:
 SHORT_LEDGERS = WorkloadSpec(writers=2, readers=1, in_flight=4, entries_per_ledger=40)
 
 
-# Each planted bug of the campaign issue, exercised on Docker.
+# Each planted bug a campaign must catch (impl.core.planted.CAMPAIGN_PLANTS), with the
+# faults and seeds that catch it on the Docker backend.
 PLANTED_ON_DOCKER = {
     # Every bookie's lazyfs drops what was never fsynced at once, twice in seed 3;
     # acknowledged entries that were only in memory go with it.

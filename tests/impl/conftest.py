@@ -1,30 +1,33 @@
-"""Fixtures: a local cluster of real bookie processes on the session's ZooKeeper."""
+"""Fixtures: local clusters of real bookie processes on the session's ZooKeeper, and
+the test's own ZooKeeper view of one."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
 from impl.cluster.local import LocalCluster
+from impl.meta.store import ZkMetadataStore
+from impl.meta.underreplication import UnderreplicationManager
+from impl.testing import Clusters, zookeeper_view
 
 MakeCluster = Callable[..., LocalCluster]
+ZkView = Callable[[LocalCluster], tuple[ZkMetadataStore, UnderreplicationManager]]
 
 
 @pytest.fixture
 def make_cluster(tmp_path: Path, zk_connect: str) -> Iterator[MakeCluster]:
     """``make_cluster(n, **bookie_config)``: n bookies registered under a fresh chroot."""
-    made: list[LocalCluster] = []
+    with Clusters(tmp_path, zk_connect) as make:
+        yield make
 
-    def make(bookies: int, *, autorecovery: bool = False, **overrides: object) -> LocalCluster:
-        c = LocalCluster(
-            tmp_path / f"cluster{len(made)}", dict(overrides), autorecovery=autorecovery
-        )
-        made.append(c)
-        c.up(bookies, zk_connect=zk_connect)
-        return c
 
-    yield make
-    for c in made:
-        c.down()
+@pytest.fixture
+def zk_view() -> Iterator[ZkView]:
+    """``zk_view(cluster)``: the test's own ZooKeeper view of the cluster (metadata and
+    AutoRecovery state), closed after the test."""
+    with ExitStack() as views:
+        yield lambda cluster: views.enter_context(zookeeper_view(cluster.zk_hosts))

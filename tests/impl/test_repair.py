@@ -7,8 +7,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from impl.core.digest import DigestType
-from impl.core.metadata import LedgerMetadata, LedgerState, Segment
+from impl.core.metadata import LedgerState, Segment
 from impl.core.repair import (
     Fragment,
     Health,
@@ -25,25 +24,13 @@ from impl.core.repair import (
     replace_replica,
     segment_range,
 )
+from tests.impl.core_helpers import A, B, C, D, E, ledger_md
 
-A, B, C, D, E = "a:1", "b:1", "c:1", "d:1", "e:1"
 RACKS = {A: "r1", B: "r2", C: "r3", D: "r4", E: "r5"}
 
 
-def _md(
-    segments: tuple[Segment, ...],
-    *,
-    closed_at: int | None = None,
-    e: int = 3,
-    wq: int = 2,
-    aq: int = 2,
-) -> LedgerMetadata:
-    md = LedgerMetadata(e, wq, aq, segments, DigestType.CRC32C, "h")
-    return md.closed(closed_at, 0) if closed_at is not None else md
-
-
 def test_open_last_segment_is_never_a_fragment_to_copy_but_earlier_ones_are() -> None:
-    md = _md((Segment(0, (A, B, C)), Segment(10, (A, B, D))))
+    md = ledger_md((Segment(0, (A, B, C)), Segment(10, (A, B, D))))
     assert segment_range(md, 0) == (0, 9)
     assert segment_range(md, 1) == (10, None)
     frags = fragments(md, 7, {A})
@@ -56,7 +43,7 @@ def test_open_last_segment_is_never_a_fragment_to_copy_but_earlier_ones_are() ->
 
 
 def test_fragment_entries_are_those_whose_write_set_holds_the_index() -> None:
-    md = _md((Segment(0, (A, B, C)),), closed_at=8)
+    md = ledger_md((Segment(0, (A, B, C)),), closed_at=8)
     frag = Fragment(1, 0, 0, 8, (A, B, C), 0)
     # E=3, Wq=2: entry e is on indexes e%3 and (e+1)%3; index 0 holds e%3 in {0, 2}.
     assert frag.entries(md) == [0, 2, 3, 5, 6, 8]
@@ -71,7 +58,7 @@ def test_every_entry_of_a_closed_ledger_is_in_exactly_wq_fragments(
     wq = data.draw(st.integers(1, e))
     last = data.draw(st.integers(-1, 30))
     ens = tuple(f"b{i}:1" for i in range(e))
-    md = _md((Segment(0, ens),), closed_at=last, e=e, wq=wq, aq=1)
+    md = ledger_md((Segment(0, ens),), closed_at=last, e=e, wq=wq, aq=1)
     counts = [0] * (last + 1)
     for f in fragments(md, 1, set(ens)):
         for x in f.entries(md):
@@ -80,7 +67,7 @@ def test_every_entry_of_a_closed_ledger_is_in_exactly_wq_fragments(
 
 
 def test_live_replicas_and_health() -> None:
-    md = _md((Segment(0, (A, B, C)),), closed_at=20)
+    md = ledger_md((Segment(0, (A, B, C)),), closed_at=20)
     assert live_replicas(md, {A, B, C}) == 2
     assert live_replicas(md, {A, B}) == 1  # entries on (B, C) and (C, A) lost one
     assert health(md, {A, B, C}) is Health.HEALTHY
@@ -90,7 +77,7 @@ def test_live_replicas_and_health() -> None:
     assert health(md, {A, B, C}, redundant=[D]) is Health.REDUNDANT
     assert health(md, {A, B, C}, redundant=[A]) is Health.HEALTHY  # named: not redundant
     # An empty segment (the ledger was closed before it got an entry) holds nothing.
-    empty = _md((Segment(0, (A, B, C)), Segment(5, (A, B, D))), closed_at=4)
+    empty = ledger_md((Segment(0, (A, B, C)), Segment(5, (A, B, D))), closed_at=4)
     assert live_replicas(empty, {A, B, C}) == 2
 
 
@@ -113,7 +100,7 @@ def test_choose_target_keeps_failure_domains_apart_and_prefers_local_or_target()
 
 
 def test_replace_replica_only_where_the_segment_still_names_the_bookie() -> None:
-    md = _md((Segment(0, (A, B, C)), Segment(10, (A, B, D))), closed_at=12)
+    md = ledger_md((Segment(0, (A, B, C)), Segment(10, (A, B, D))), closed_at=12)
     new = replace_replica(md, 0, A, E)
     assert new is not None
     assert new.segments == (Segment(0, (E, B, C)), Segment(10, (A, B, D)))

@@ -13,47 +13,43 @@ import pytest
 from kazoo.exceptions import KazooException
 
 from impl.client.client import BKError, BookKeeper, ZooKeeperError
-from impl.cluster.process import wait_until
 from impl.cluster.zookeeper import ZooKeeperEnsemble
+from impl.testing import eventually
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 
 
-def test_metadata_calls_fail_clearly_while_zookeeper_is_down_and_work_again_after(
+async def test_metadata_calls_fail_clearly_while_zookeeper_is_down_and_work_again_after(
     tmp_path: Path,
 ) -> None:
     ensemble = ZooKeeperEnsemble(directory=tmp_path / "zk", size=1)
     ensemble.start()
     try:
-
-        async def go() -> None:
-            bk = BookKeeper(ensemble.connection_string, session_timeout=4.0, zk_call_timeout=2.0)
-            await bk.start()
-            try:
-                await asyncio.to_thread(bk.meta.ensure_layout)
-                assert await bk.list_ledgers() == []
-                ensemble.kill(1)
-                for call, what in (
-                    (bk.list_ledgers(), "list ledgers"),
-                    (bk.open_ledger(7, b"pw"), "read ledger 7's metadata"),
-                    (bk.create_ledger(3, 2, 2, b"pw"), "list writable bookies"),
-                ):
-                    with pytest.raises(ZooKeeperError) as caught:
-                        await asyncio.wait_for(call, 30)  # bounded by zk_call_timeout
-                    message = str(caught.value)
-                    assert message.startswith(what), message
-                    assert ensemble.connection_string in message
-                    assert "retry once ZooKeeper answers" in message
-                    # Both a BKError and a KazooException: either kind of handler applies.
-                    assert isinstance(caught.value, BKError)
-                    assert isinstance(caught.value, KazooException)
-                await asyncio.to_thread(ensemble.start_server, 1)
-                # kazoo reconnects on its own, after a back-off; then the same client works.
-                assert await asyncio.to_thread(wait_until, lambda: bk.meta.zk.connected, 60, 0.2)
-                assert await bk.list_ledgers() == []
-            finally:
-                await bk.close()
-
-        asyncio.run(go())
+        bk = BookKeeper(ensemble.connection_string, session_timeout=4.0, zk_call_timeout=2.0)
+        await bk.start()
+        try:
+            await asyncio.to_thread(bk.meta.ensure_layout)
+            assert await bk.list_ledgers() == []
+            ensemble.kill(1)
+            for call, what in (
+                (bk.list_ledgers(), "list ledgers"),
+                (bk.open_ledger(7, b"pw"), "read ledger 7's metadata"),
+                (bk.create_ledger(3, 2, 2, b"pw"), "list writable bookies"),
+            ):
+                with pytest.raises(ZooKeeperError) as caught:
+                    await asyncio.wait_for(call, 30)  # bounded by zk_call_timeout
+                message = str(caught.value)
+                assert message.startswith(what), message
+                assert ensemble.connection_string in message
+                assert "retry once ZooKeeper answers" in message
+                # Both a BKError and a KazooException: either kind of handler applies.
+                assert isinstance(caught.value, BKError)
+                assert isinstance(caught.value, KazooException)
+            await asyncio.to_thread(ensemble.start_server, 1)
+            # kazoo reconnects on its own, after a back-off; then the same client works.
+            assert await eventually(lambda: bk.meta.zk.connected, 60, 0.2)
+            assert await bk.list_ledgers() == []
+        finally:
+            await bk.close()
     finally:
         ensemble.stop()

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from impl.client.client import BookKeeper
-from impl.cluster.local import LocalCluster
 from impl.cluster.process import pid_alive
+from impl.testing import Clusters
 from linearizability.durability import check_durability
 from linearizability.history import JsonlWriter, Recorder, read_jsonl
 from linearizability.ledger_checker import check_ledgers
@@ -191,18 +191,16 @@ def test_kill_writer_kills_a_writer_process_and_its_ledgers_are_recovered(tmp_pa
     assert result.valid is True, result.checks
 
 
-def test_final_reads_recover_a_ledger_whose_create_never_returned(
+async def test_final_reads_recover_a_ledger_whose_create_never_returned(
     tmp_path: Path, zk_connect: str
 ) -> None:
     # A writer process killed during a create leaves a ledger whose id the workload
     # never learned: open for good, so the cluster could never converge, unless the
     # final phase recovers every ledger of the metadata store, not only known ones.
-    cluster = LocalCluster(tmp_path / "cluster", {})
-    cluster.up(3, zk_connect=zk_connect)
     history = tmp_path / "history.jsonl"
     spec = WorkloadSpec()
-
-    async def go() -> int:
+    with Clusters(tmp_path, zk_connect) as make_cluster:
+        cluster = make_cluster(3)
         async with BookKeeper(cluster.zk_hosts) as bk:
             orphan = await bk.create_ledger(3, 2, 2, spec.password)  # nobody records it
             writer = JsonlWriter(history)
@@ -214,12 +212,7 @@ def test_final_reads_recover_a_ledger_whose_create_never_returned(
             md, _ = await asyncio.to_thread(bk.meta.read_ledger, orphan.ledger_id)
             assert md.is_closed
             assert md.last_entry == -1
-            return orphan.ledger_id
-
-    try:
-        lid = asyncio.run(go())
-    finally:
-        cluster.down()
+            lid = orphan.ledger_id
     ops = list(read_jsonl(history))
     recovers = [(o.type, o.value) for o in ops if o.f == "recover" and o.ledger == lid]
     assert recovers == [("invoke", None), ("ok", {"last_entry": -1})]

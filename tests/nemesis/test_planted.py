@@ -214,8 +214,8 @@ def test_repairing_an_open_segment_without_fencing_loses_acked_entries_in_one_of
     # ledger before them. Ledgers outlive the run (LONG), so every ledger whose ensemble
     # holds the expired bookie is repaired that way while its writer adds; ledgers of
     # 1,500 entries lived a few seconds, and in a CI run none was open at the repair in
-    # three seeds. Which read reaches a recovery first is still timing, so the issue's
-    # bar stands: detection in at least one of three runs.
+    # three seeds. Which read reaches a recovery first is still timing, so the bar is
+    # detection in at least one of three runs.
     plant = ("repair-open-segment-without-fence",)
     found: list[dict[str, object]] = []
     for seed in (1, 2, 3):
