@@ -40,8 +40,9 @@ from functools import partial
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException
 
-from impl.client.client import BookKeeper
+from impl.client.client import BookKeeper, ZooKeeperError
 from impl.client.connection import BookieUnavailableError
+from impl.clock import SYSTEM_CLOCK, Clock
 from impl.core.audit import (
     AuditAction,
     AuditorConfig,
@@ -80,19 +81,26 @@ class AuditStats:
     last_check_s: float = 0.0
 
 
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
 class Auditor:
     """The shell around :class:`impl.core.audit.AuditorCore`: it keeps the watches, turns
     them into the core's events and performs the core's actions against ZooKeeper."""
 
     def __init__(
-        self, bk: BookKeeper, urm: UnderreplicationManager, node_id: str, config: AuditorConfig
+        self,
+        bk: BookKeeper,
+        urm: UnderreplicationManager,
+        node_id: str,
+        config: AuditorConfig,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.bk, self.urm, self.node_id, self.config = bk, urm, node_id, config
-        self.core = AuditorCore(node_id, config, _now_ms(), parse_plants(os.environ.get(PLANT_ENV)))
+        # The core's time: when a lost bookie's delay is over, when the periodic
+        # audit and ledger check are due. (The stats' durations are on time.monotonic.)
+        self.clock = clock
+        self.core = AuditorCore(
+            node_id, config, self._now_ms(), parse_plants(os.environ.get(PLANT_ENV))
+        )
         self.stats = AuditStats()
         self._vote: str | None = None
         self._wake = asyncio.Event()
@@ -101,6 +109,9 @@ class Auditor:
         self._inbox: list[Callable[[int], None]] = []  # core events from the watches
         self._queue: deque[AuditAction] = deque()
         self._rng = random.Random()
+
+    def _now_ms(self) -> int:
+        return self.clock.monotonic_ms()
 
     @property
     def epoch(self) -> int | None:
@@ -152,15 +163,15 @@ class Auditor:
                 if vote is not None and await asyncio.to_thread(zk.exists, vote) is not None:
                     mine: int | None = _seq(vote)
                 else:
-                    self.core.on_votes(None, None, _now_ms())
+                    self.core.on_votes(None, None, self._now_ms())
                     await self._perform_all()
                     mine = _seq(self._vote) if self._vote is not None else None
                 auditor = await asyncio.to_thread(self.urm.auditor)
-                self.core.on_votes(mine, auditor.epoch if auditor else None, _now_ms())
+                self.core.on_votes(mine, auditor.epoch if auditor else None, self._now_ms())
                 if self.core.leading:
                     await self._lead()
                     continue
-            except KazooException as e:
+            except (KazooException, ZooKeeperError) as e:
                 # Keep the vote: it lives as long as the session, and the next round checks
                 # it exists (a vote dropped here but alive would block every election).
                 log.warning("%s: election: ZooKeeper error %r; retrying", self.node_id, e)
@@ -215,11 +226,11 @@ class Auditor:
         zk.ChildrenWatch(layout.readonly(self.urm.root), on_bookies)
         zk.DataWatch(f"{self.urm.base}/lostBookieRecoveryDelay", on_delay)
         try:
-            self.core.on_registered(await self._registered(), _now_ms())
-            self.core.tick(_now_ms())  # the audit of a new auditor
+            self.core.on_registered(await self._registered(), self._now_ms())
+            self.core.tick(self._now_ms())  # the audit of a new auditor
             await self._perform_all()
             while await self._still_elected():
-                now = _now_ms()
+                now = self._now_ms()
                 due = self.core.next_wakeup_ms
                 deadline = now + 1000 if due is None else min(due, now + 1000)
                 waiters = [
@@ -229,7 +240,7 @@ class Auditor:
                 await asyncio.wait(waiters, timeout=max(0.0, (deadline - now) / 1000))
                 for w in waiters:
                     w.cancel()
-                now = _now_ms()
+                now = self._now_ms()
                 if self._bookies_changed.is_set():
                     self._bookies_changed.clear()
                     self.core.on_registered(await self._registered(), now)
@@ -287,7 +298,7 @@ class Auditor:
             await self.audit()
         elif isinstance(action, CheckLedgers):
             await self.check_ledgers()
-            self.core.on_checked(_now_ms())
+            self.core.on_checked(self._now_ms())
         else:  # a Mark outside an audit: the core emits them only in answer to ReadLedgers
             await _mark(self.urm, action)
 

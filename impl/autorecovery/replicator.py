@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from contextlib import AsyncExitStack
 from typing import Protocol
 
 from impl.client.client import BKError, BookKeeper
 from impl.client.connection import BookieUnavailableError
+from impl.clock import Clock
 from impl.core.digest import Digest, DigestMismatchError, master_key
 from impl.core.frames import (
     AddRequest,
@@ -61,6 +61,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 COPY_CONCURRENCY = 32  # entries in flight per fragment copy
+LOCK_POLL = 0.2  # seconds between tries of a ledger lock another holder keeps
 
 
 class RepairError(RuntimeError):
@@ -274,7 +275,7 @@ async def recover_bookie(
     closed), as BookKeeper's recoverBookieData does, so that its last segment can move."""
     live = {b.bookie_id for b in await asyncio.to_thread(bk.meta.bookies)}
     reason = Reason.LEAVING if bookie in live else Reason.LOST
-    urm = UnderreplicationManager(bk.meta.zk, bk.root)
+    urm = UnderreplicationManager(bk.meta.zk, bk.root, clock=bk.clock)
     await asyncio.to_thread(urm.ensure_layout)
     out: list[LedgerRepair] = []
     for lid in await bk.list_ledgers():
@@ -286,7 +287,7 @@ async def recover_bookie(
             continue
         # The ledger's lock, as a worker takes it: no worker or bookie GC acts meanwhile.
         owner = f"manual-recovery-{os.getpid()}"
-        if not await _lock(urm, lid, owner, lock_patience):
+        if not await _lock(urm, lid, owner, lock_patience, bk.clock):
             holder = await asyncio.to_thread(urm.lock_holder, lid)
             result = LedgerRepair(lid, message=f"locked by {holder} for {lock_patience:.0f} s")
         else:
@@ -308,10 +309,13 @@ async def recover_bookie(
     return out
 
 
-async def _lock(urm: UnderreplicationManager, lid: int, owner: str, patience: float) -> bool:
-    deadline = time.monotonic() + patience
+async def _lock(
+    urm: UnderreplicationManager, lid: int, owner: str, patience: float, clock: Clock
+) -> bool:
+    """Take ``lid``'s lock, waiting up to ``patience`` seconds of ``clock`` for its holder."""
+    deadline = clock.monotonic_ms() + round(patience * 1000)
     while not await asyncio.to_thread(urm.try_lock, lid, owner):
-        if time.monotonic() > deadline:
+        if clock.monotonic_ms() > deadline:
             return False
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(LOCK_POLL)
     return True

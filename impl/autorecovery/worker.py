@@ -27,7 +27,6 @@ import contextlib
 import functools
 import logging
 import os
-import time
 from collections import deque
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from kazoo.exceptions import KazooException
 
 from impl.autorecovery.replicator import RepairError, perform_repair_step
 from impl.client.client import BKError, BookKeeper
+from impl.clock import SYSTEM_CLOCK, Clock
 from impl.core.actions import LocalProtocolError
 from impl.core.planted import ENV as PLANT_ENV
 from impl.core.planted import parse as parse_plants
@@ -76,10 +76,6 @@ class WorkerStats:
     lock_busy: int = 0  # tasks skipped because another worker held the ledger's lock
 
 
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
 class ReplicationWorker:
     """The shell around :class:`impl.core.replication.WorkerCore`."""
 
@@ -90,6 +86,8 @@ class ReplicationWorker:
         node_id: str,
         local: str | None,
         config: WorkerConfig,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.bk, self.urm, self.node_id, self.local, self.config = (
             bk,
@@ -98,14 +96,20 @@ class ReplicationWorker:
             local,
             config,
         )
+        # The core's time: the open-ledger grace period, back-offs, task ages. (The
+        # idle poll and REPAIR_TIMEOUT are real-time intervals of the shell's I/O.)
+        self.clock = clock
         self.core = WorkerCore(
-            node_id, local, config, _now_ms(), parse_plants(os.environ.get(PLANT_ENV))
+            node_id, local, config, self._now_ms(), parse_plants(os.environ.get(PLANT_ENV))
         )
         self.stats = WorkerStats()
         self._queue: deque[WorkerAction] = deque()
         self._deferred: dict[int, str] = {}  # ledger -> why it was last left for later
         self._enabled = asyncio.Event()
         self._enabled.set()
+
+    def _now_ms(self) -> int:
+        return self.clock.monotonic_ms()
 
     def watch_enabled(self) -> None:
         loop = asyncio.get_running_loop()
@@ -147,7 +151,7 @@ class ReplicationWorker:
         if tasks and self.local is not None:
             writable = set(await asyncio.to_thread(self.bk.meta.writable_bookies))
         self._queue.clear()
-        self.core.on_tasks(tasks, _now_ms(), int(time.time() * 1000), writable=writable)
+        self.core.on_tasks(tasks, self._now_ms(), self.clock.wall_ms(), writable=writable)
         attempted = 0
         while (action := self._next()) is not None:
             if not isinstance(action, TryLock):
@@ -155,12 +159,12 @@ class ReplicationWorker:
             lid = action.ledger_id
             if not await asyncio.to_thread(self.urm.try_lock, lid, self.node_id):
                 self.stats.lock_busy += 1
-                self.core.on_lock(lid, False, None, _now_ms())
+                self.core.on_lock(lid, False, None, self._now_ms())
                 continue
             try:
                 # Another worker may have completed it between our listing and our lock.
                 current = await asyncio.to_thread(self.urm.get, lid)
-                self.core.on_lock(lid, True, current, _now_ms())
+                self.core.on_lock(lid, True, current, self._now_ms())
                 if current is None:
                     continue
                 attempted += 1
@@ -179,7 +183,7 @@ class ReplicationWorker:
         self._queue.clear()
         self.core.take_actions()
         await self._unlock(lid)
-        self.core.on_unlocked(_now_ms())
+        self.core.on_unlocked(self._now_ms())
 
     async def _unlock(self, lid: int) -> None:
         """Release a ledger's lock; if ZooKeeper is out of reach, the next round does."""
@@ -208,7 +212,7 @@ class ReplicationWorker:
 
     def _failed(self, why: str) -> bool:
         self._queue.clear()
-        self.core.on_failed(why, _now_ms())
+        self.core.on_failed(why, self._now_ms())
         return False
 
     async def repair(self, task: Task, version: int) -> bool | None:
@@ -271,7 +275,7 @@ class ReplicationWorker:
         candidates = None
         if action.candidates:
             candidates = await asyncio.to_thread(self.bk.meta.writable_bookies)
-        self.core.on_ledger(md, version, _now_ms(), live=live, candidates=candidates)
+        self.core.on_ledger(md, version, self._now_ms(), live=live, candidates=candidates)
 
     def _defer(self, lid: int, why: str) -> None:
         """Leave the ledger for now; say why once per change of reason (a ledger that

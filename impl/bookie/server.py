@@ -21,13 +21,11 @@ from impl.bookie.config import BookieConfig
 from impl.bookie.cookie import verify_or_create
 from impl.bookie.registration import Registration
 from impl.core.bookie import BookieCore, BookieDecision
-from impl.core.frames import AddRequest as AddReq
 from impl.core.frames import (
     ErrorResponse,
     FrameDecoder,
     FrameError,
-    ReadLacRequest,
-    ReadRequest,
+    Message,
     Response,
     Status,
     encode,
@@ -290,16 +288,8 @@ class Bookie:
                             out.flush()
                             await writer.drain()
                             return
-                    elif isinstance(item, AddReq | ReadRequest | ReadLacRequest):
+                    else:  # the core answers a response frame BAD_REQUEST
                         self._dispatch(item, out)
-                    else:
-                        out.send(
-                            ErrorResponse(
-                                item.request_id,
-                                Status.BAD_REQUEST,
-                                f"a bookie accepts requests, not {type(item).__name__}",
-                            )
-                        )
                 if writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
                     await writer.drain()
             # The peer finished sending: answer what it already asked, then close.
@@ -311,7 +301,7 @@ class Bookie:
         finally:
             writer.close()
 
-    def _dispatch(self, req: AddReq | ReadRequest | ReadLacRequest, out: _Out) -> None:
+    def _dispatch(self, req: Message, out: _Out) -> None:
         d = self.core.handle(req)
         if not d.records:
             if d.read is not None and self._to_persist:

@@ -82,6 +82,30 @@ class RecoveryCompleted:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ReadCompleted:
+    """A client's read of one entry is decided (:class:`impl.core.reads.EntryReader`):
+    OK with ``data``; NO_SUCH_ENTRY, proved absent; IO_ERROR, unknown. ``message``
+    says why when not OK; ``digest_mismatches`` lists the replicas whose copy failed
+    its digest check, as (bookie, what was wrong)."""
+
+    entry_id: int
+    status: Status
+    data: bytes = b""
+    message: str = ""
+    digest_mismatches: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacCompleted:
+    """A client's LAC read is decided (:class:`impl.core.reads.LacReader`): with ``ok``,
+    ``lac`` is the last add confirmed; without, ``message`` says why it is unknown."""
+
+    ok: bool
+    lac: int
+    message: str = ""
+
+
 Action = (
     SendAdd
     | SendRead

@@ -19,11 +19,11 @@ from impl.core.frames import (
     AddResponse,
     ErrorResponse,
     FrameError,
+    Message,
     ReadLacRequest,
     ReadLacResponse,
     ReadRequest,
     ReadResponse,
-    Request,
     Response,
     Status,
 )
@@ -72,12 +72,27 @@ class BookieCore:
         self.ledgers: dict[int, LedgerInfo] = ledgers if ledgers is not None else {}
         self.read_only = read_only
 
-    def handle(self, req: Request) -> BookieDecision:
+    def handle(self, req: Message) -> BookieDecision:
+        """Decide on one decoded message. Each request type has its handler; anything
+        else (a response frame, a type this bookie does not know) is the peer's error:
+        a BAD_REQUEST reply that names it, and nothing persisted."""
         if isinstance(req, AddRequest):
             return self._add(req)
         if isinstance(req, ReadRequest):
             return self._read(req)
-        return self._read_lac(req)
+        if isinstance(req, ReadLacRequest):
+            return self._read_lac(req)
+        return self._bad_request(req)
+
+    def _bad_request(self, msg: object) -> BookieDecision:
+        rid = getattr(msg, "request_id", 0)
+        return BookieDecision(
+            reply=ErrorResponse(
+                rid if isinstance(rid, int) else 0,
+                Status.BAD_REQUEST,
+                f"a bookie accepts add, read and read-LAC requests, not {type(msg).__name__}",
+            )
+        )
 
     def on_frame_error(self, err: FrameError) -> ErrorResponse:
         return ErrorResponse(err.request_id, err.status, err.reason)

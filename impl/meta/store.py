@@ -24,6 +24,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
+from impl.clock import SYSTEM_CLOCK, Clock
 from impl.core.metadata import LedgerMetadata
 from impl.meta import layout as paths
 
@@ -67,9 +68,12 @@ def connect(hosts: str, timeout: float = 15.0, session_timeout: float = 10.0) ->
 
 
 class ZkMetadataStore:
-    def __init__(self, zk: KazooClient, root: str = paths.DEFAULT_ROOT) -> None:
+    def __init__(
+        self, zk: KazooClient, root: str = paths.DEFAULT_ROOT, *, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.zk = zk
         self.root = root
+        self.clock = clock  # for cas_ledger's patience
 
     # ------------------------------------------------------------ cluster layout
 
@@ -146,14 +150,14 @@ class ZkMetadataStore:
         """:meth:`write_ledger`, resolving a lost connection: read back, and count the write
         as done if ZooKeeper holds exactly ``metadata`` at a newer version, retry if it still
         holds ``version``, else raise MetadataConflictError."""
-        deadline = time.monotonic() + patience
+        deadline = self.clock.monotonic_ms() + round(patience * 1000)
         while True:
             try:
                 return self.write_ledger(ledger_id, metadata, version)
             except UNKNOWN_OUTCOME as e:
                 first = e
             while True:
-                if time.monotonic() > deadline:
+                if self.clock.monotonic_ms() > deadline:
                     raise MetadataUnavailableError(
                         f"ZooKeeper unreachable for {patience:.0f} s while updating ledger "
                         f"{ledger_id} ({first!r}); whether the update landed is unknown, so "
@@ -193,7 +197,7 @@ class ZkMetadataStore:
 
     def register(self, bookie_id: str, *, rack: str, readonly: bool) -> str:
         """Create this bookie's ephemeral znode (writable or read-only) and remove the other."""
-        info = json.dumps({"rack": rack, "registered": int(time.time() * 1000)}).encode()
+        info = json.dumps({"rack": rack, "registered": self.clock.wall_ms()}).encode()
         want = (
             f"{paths.readonly(self.root) if readonly else paths.available(self.root)}/{bookie_id}"
         )

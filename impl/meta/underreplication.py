@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.lock import Semaphore
 
+from impl.clock import SYSTEM_CLOCK, Clock
 from impl.core.repair import Reason, Task
 from impl.meta import layout
 
@@ -61,10 +61,13 @@ class Auditor:
 
 
 class UnderreplicationManager:
-    def __init__(self, zk: KazooClient, root: str = "/ledgers") -> None:
+    def __init__(
+        self, zk: KazooClient, root: str = "/ledgers", *, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.zk = zk
         self.root = root
         self.base = base(root)
+        self.clock = clock  # stamps new tasks (their age promotes them: repairPromoteAfterMs)
 
     def ensure_layout(self) -> None:
         for sub in ("ledgers", "locks", "auditorelection", "decommission", "slots"):
@@ -111,7 +114,7 @@ class UnderreplicationManager:
             try:
                 data, stat = self.zk.get(path)
             except NoNodeError:
-                task = Task(ledger_id, dict(replicas), priority, int(time.time() * 1000))
+                task = Task(ledger_id, dict(replicas), priority, self.clock.wall_ms())
                 try:
                     self.zk.create(path, self._encode(task), makepath=True)
                     return task

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
@@ -18,7 +20,15 @@ from impl.core.actions import (
 )
 from impl.core.bookie import BookieCore
 from impl.core.digest import Digest, DigestType, master_key, password_hash, peek_header
-from impl.core.frames import AddRequest, ReadRequest, Status
+from impl.core.frames import (
+    AddRequest,
+    AddResponse,
+    ErrorResponse,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    Status,
+)
 from impl.core.metadata import LedgerMetadata, LedgerState, Segment
 from impl.core.recovery import LedgerRecovery
 from impl.core.sim import Delivery, MetaStore, SimBookie, SimCluster, status_of
@@ -377,6 +387,41 @@ def test_read_only_bookie_rejects_adds() -> None:
         getattr(core.handle(AddRequest(1, 1, 0, master_key(PW), body)).reply, "status", None)
         is Status.READ_ONLY
     )
+
+
+@dataclass(frozen=True)
+class _NewRequest:
+    """A request type this bookie does not know (from a newer client, say)."""
+
+    request_id: int
+    ledger_id: int
+
+
+def test_bookie_dispatches_each_request_type_and_answers_anything_else_bad_request() -> None:
+    core = BookieCore()
+    key = master_key(PW)
+    body = Digest(DigestType.CRC32C, PW).sign(1, 0, -1, 1, b"a")
+    add = core.handle(AddRequest(1, 1, 0, key, body))
+    assert add.reply == AddResponse(1, Status.OK, 1, 0)
+    read = core.handle(ReadRequest(2, 1, 0))
+    assert (read.reply, read.read) == (None, ReadRequest(2, 1, 0))  # storage looks it up
+    lac = core.handle(ReadLacRequest(3, 1))
+    assert lac.reply == ReadLacResponse(3, Status.OK, 1, -1, 0)
+    before = {lid: replace(info) for lid, info in core.ledgers.items()}
+    others: list[tuple[object, str]] = [
+        (AddResponse(4, Status.OK, 1, 0), "AddResponse"),
+        (ReadLacResponse(5, Status.OK, 1, 0, 0), "ReadLacResponse"),
+        (ErrorResponse(6, Status.IO_ERROR, "x"), "ErrorResponse"),
+        (_NewRequest(7, 1), "_NewRequest"),
+    ]
+    for msg, name in others:
+        d = core.handle(msg)  # type: ignore[arg-type]  # not a request: that is the point
+        assert (d.records, d.read) == ((), None)  # nothing persisted, nothing looked up
+        assert isinstance(d.reply, ErrorResponse)
+        assert d.reply.request_id == getattr(msg, "request_id")  # noqa: B009
+        assert d.reply.status is Status.BAD_REQUEST
+        assert d.reply.message.endswith(f"not {name}")
+    assert core.ledgers == before
 
 
 def _two_segments() -> tuple[LedgerMetadata, Digest]:

@@ -1,4 +1,4 @@
-"""Dependency rules that import-linter cannot express: spec is stdlib-only."""
+"""Dependency rules that import-linter cannot express: spec is stdlib-only, the core sans-I/O."""
 
 from __future__ import annotations
 
@@ -34,3 +34,15 @@ def test_the_scan_sees_third_party_imports(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text("import json\nfrom kazoo.client import KazooClient\nfrom . import x\n")
     assert _imported_top_levels(probe) == {"json", "kazoo"}
+
+
+def test_the_core_does_no_io_and_reads_no_clock() -> None:
+    """impl/core is sans-I/O: no event loop, no ZooKeeper, no sockets or threads, and no
+    clock (time comes in with the events; the shells read an injected Clock)."""
+    forbidden = {"asyncio", "kazoo", "socket", "threading", "time", "selectors"}
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(_imported_top_levels(path) & forbidden)
+        for path in sorted((ROOT / "impl" / "core").rglob("*.py"))
+    }
+    offenders = {k: v for k, v in offenders.items() if v}
+    assert offenders == {}, f"impl/core must stay sans-I/O: {offenders}"
