@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
+from linearizability.anomalies import ANOMALY_KINDS
 from linearizability.generate import (
     columnar_history,
     interleave,
@@ -36,7 +37,6 @@ from linearizability.generate import (
     write_columnar,
 )
 from linearizability.history import JSON, Op, OpType, Process, write_history
-from linearizability.ledger_checker import ANOMALY_KINDS
 from spec.cli_args import positive_int
 
 Event = tuple[Process, OpType, str, int | None, JSON]

@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from linearizability import wgl
+from linearizability.anomalies import ANOMALY_KINDS
 from linearizability.generate import interleave, ledger_history, many_ledgers, plant, to_ops
 from linearizability.history import JSON, HistoryError, Op, OpType, Process, pair, validate
-from linearizability.ledger_checker import ANOMALY_KINDS, check_ledgers
+from linearizability.ledger_checker import check_ledgers
 
 
 def _small(rng: random.Random) -> list[Op]:
