@@ -12,9 +12,10 @@ import pyarrow as pa
 import pytest
 
 from linearizability.anomalies import ANOMALY_KINDS
+from linearizability.columnar import columnar_history, format_rows, write_columnar
 from linearizability.durability import check_durability
-from linearizability.generate import columnar_history, format_rows, write_columnar
-from linearizability.history import Op, read_history, validate
+from linearizability.history import Op, validate
+from linearizability.history_files import read_history
 from linearizability.ledger_checker import check_ledgers
 
 
