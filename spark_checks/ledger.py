@@ -9,22 +9,27 @@ that it runs in the JVM and scales with the cluster:
    negative keys of their own (:data:`CREATES`, :data:`CLOSES`, :data:`OTHER`).
    One aggregation by (run, ledger, e) gathers, per entry, the acknowledged
    adds, the unknown ones, the reads that found it and did not, and the LAC
-   reads that returned it, as small sorted arrays.
+   reads that returned it, as small sorted arrays (:func:`_per_entry`).
 2. One window per ledger, ordered by ``e``, takes the running maxima of the
    chain of adds: the latest invocation among the adds of the entries up to
    ``e`` (the add chosen for each entry: the acknowledged one, else the
    earliest unknown one whose data matches the reads) and among the "no such
    entry" reads of those entries. The same window counts the entries with an
-   add, so the first entry never written is known without another pass.
+   add, so the first entry never written is known without another pass
+   (:func:`_chain`).
 3. One aggregation per ledger gives the ledger's facts: the create's floor,
    the first close (by completion) and its last entry, the proven entries,
-   hence ``N``, the entries that exist.
+   hence ``N``, the entries that exist (:func:`_facts`), and what they prove
+   alone (:func:`_ledger_anomalies`).
 4. Each (ledger, e) row, joined with its ledger's facts, is compared with its
-   bounds and yields the anomalies it proves; a second pass per ledger checks
-   the closes against the chain at ``N - 1``.
+   bounds and yields the anomalies it proves (:func:`_row_anomalies`); the
+   entries below ``N`` with no row are skipped (:func:`_skips`); a second pass
+   per ledger checks the closes against the chain at ``N - 1``
+   (:func:`_close_anomalies`).
 
 The anomaly names, the operations named and the messages are the ledger
-checker's (messages quote data as Python's ``repr`` does for printable text).
+checker's: the messages are rendered from the templates of
+:mod:`linearizability.anomalies` by :mod:`spark_checks.messages`.
 Unlike the ledger checker, every anomaly is kept (it keeps 50 per kind and
 ledger and counts the rest); the counts agree.
 """
@@ -138,6 +143,10 @@ _CAUSES: Final = (
 )
 
 
+# The facts of its ledger that each (ledger, e) row is compared with (and "requirer").
+_ROW_FACTS: Final = ("floor", "closed_at", "close_op", "close_ret", "close_f", "n0", "n")
+
+
 def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(anomalies, ledgers) of :func:`frame`'s operations: every anomaly with its
     run, ledger and operations; per ledger its operations, entries (N), last
@@ -146,22 +155,7 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
 
     g = _chain(_per_entry(ops.where(sf.col("e").isNotNull()))).persist()
     facts = _facts(g).persist()
-    rows = g.join(
-        sf.broadcast(
-            facts.select(
-                *KEY,
-                "floor",
-                "closed_at",
-                "close_op",
-                "close_ret",
-                "close_f",
-                "n0",
-                "n",
-                "requirer",
-            )
-        ),
-        list(KEY),
-    )
+    rows = g.join(sf.broadcast(facts.select(*KEY, *_ROW_FACTS, "requirer")), list(KEY))
     anomalies = (
         _ledger_anomalies(facts)
         .unionByName(_row_anomalies(rows))
