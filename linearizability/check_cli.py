@@ -22,7 +22,8 @@ from typing import Any
 
 from linearizability import wgl
 from linearizability.durability import Durability, describe
-from linearizability.history import HistoryError, Op, Operation, pair, read_history
+from linearizability.history import HistoryError, Op, Operation, pair
+from linearizability.history_files import read_history
 from linearizability.ledger_checker import LedgerCheckResult, check_ledgers
 from linearizability.models import MODELS, describe_ledger_op, to_ledger_op
 from linearizability.peer import read_edn_kv, read_jepsen_log, sniff

@@ -8,7 +8,8 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from linearizability.history import HistoryError, Op, nonempty, read_history, write_history
+from linearizability.history import HistoryError, Op
+from linearizability.history_files import nonempty, read_history, write_history
 
 EMPTY_HINT = "; --allow-empty accepts it"
 

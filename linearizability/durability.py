@@ -22,13 +22,14 @@ reported as an anomaly. Unknown ledgers leave the verdict valid (no anomaly);
 :func:`describe` says how many there are and why.
 
 "Last" is in invocation order, as the history's pairing lists operations. The
-anomaly names are the ledger checker's (:mod:`linearizability.ledger_checker`);
-each anomaly names the history indices (invocations) that prove it. The result
-is a dict: ``valid`` (no anomaly), ``acknowledged`` (entries), ``final_reads``
-(entries found by a final read), ``ledgers`` (with an acknowledged entry),
-``counts`` and ``anomalies`` (at most :data:`MAX_ANOMALIES` listed, ``counts``
-has them all), ``unknown_ledgers``, ``unknown`` (ledgers per reason) and
-``unknown_examples`` (at most :data:`MAX_ANOMALIES`, by ledger id).
+anomaly kinds are the ledger checker's, and the kinds and messages are those of
+:mod:`linearizability.anomalies`; each anomaly names the history indices
+(invocations) that prove it. The result is a dict: ``valid`` (no anomaly),
+``acknowledged`` (entries), ``final_reads`` (entries found by a final read),
+``ledgers`` (with an acknowledged entry), ``counts`` and ``anomalies`` (at most
+:data:`MAX_ANOMALIES` listed, ``counts`` has them all), ``unknown_ledgers``,
+``unknown`` (ledgers per reason) and ``unknown_examples`` (at most
+:data:`MAX_ANOMALIES`, by ledger id).
 ``spark_checks`` decides the same on Spark for histories too large for one
 process, and its tests hold the two together.
 """
@@ -40,6 +41,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from linearizability import anomalies as msg
 from linearizability.history import Op
 
 MAX_ANOMALIES: Final = 200
@@ -151,8 +153,9 @@ def _decide(
     # ledger -> [acknowledged entries, unread ones at or below the close point, read ones]
     tally: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
 
-    def report(kind: str, ledger: int, indices: list[int], message: str) -> None:
-        anomalies.append({"kind": kind, "ledger": ledger, "ops": indices, "message": message})
+    def report(message: msg.Message, ledger: int, indices: list[int], **fields: object) -> None:
+        text = message.render(**fields)
+        anomalies.append({"kind": message.kind, "ledger": ledger, "ops": indices, "message": text})
 
     for (ledger, entry), (data, add_index) in sorted(acked.items()):
         counts = tally[ledger]
@@ -162,10 +165,12 @@ def _decide(
         recover_index, _, last = last_recover[ledger]
         if entry > last:
             report(
-                "lost-write",
+                msg.LOST_BEYOND_CLOSE,
                 ledger,
                 [add_index, recover_index],
-                f"entry {entry} was acknowledged but recovery closed the ledger at {last}",
+                e=entry,
+                f="recovery",
+                closed_at=last,
             )
             continue
         if (ledger, entry) not in answered:
@@ -173,43 +178,31 @@ def _decide(
             continue
         counts[2] += 1
         if (ledger, entry) not in final:
-            report(
-                "lost-write",
-                ledger,
-                [add_index, recover_index],
-                f"entry {entry} was acknowledged but a final read found no such entry",
-            )
+            report(msg.LOST_UNREAD, ledger, [add_index, recover_index], e=entry)
         elif final[(ledger, entry)][0] != data:
+            got, read_index = final[(ledger, entry)]
             report(
-                "divergent-read",
+                msg.READ_BACK_OTHER_DATA,
                 ledger,
-                [add_index, final[(ledger, entry)][1]],
-                f"entry {entry} was acknowledged as {data!r} but read back as "
-                f"{final[(ledger, entry)][0]!r}",
+                [add_index, read_index],
+                e=entry,
+                data=data,
+                read=got,
             )
     for (ledger, entry), (_, read_index) in sorted(final.items()):
         recover_index, _, last = last_recover[ledger]
         if entry > last:
             report(
-                "read-of-truncated-entry",
+                msg.READ_BACK_BEYOND_RECOVERY,
                 ledger,
                 [read_index, recover_index],
-                f"entry {entry} was read after recovery closed the ledger at {last}",
+                e=entry,
+                last=last,
             )
     for ledger, entry, first_index, other_index in sorted(duplicates):
-        report(
-            "duplicate",
-            ledger,
-            [first_index, other_index],
-            f"two adds of entry {entry} were acknowledged",
-        )
+        report(msg.DUPLICATE_ADDS, ledger, [first_index, other_index], e=entry)
     for ledger, entry, data, index, other, other_index in sorted(two_payloads):
-        report(
-            "divergent-read",
-            ledger,
-            [index, other_index],
-            f"entry {entry} was read back as {data!r} and as {other!r}",
-        )
+        report(msg.READ_BACK_TWICE, ledger, [index, other_index], e=entry, read=data, other=other)
     unknown: list[dict[str, Any]] = []
     for ledger, (n, unread, answered_n) in sorted(tally.items()):
         recovered = ledger in last_recover

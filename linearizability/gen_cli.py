@@ -8,7 +8,7 @@ recovered last entry, so that both the ledger checker and the durability check
 apply. Ledgers are drawn a batch at a time and their operations interleaved
 within a batch, so histories of 10^8 operations stream to disk in bounded
 memory. By default whole ledgers are drawn as arrays, in parallel
-(:func:`linearizability.generate.columnar_history`, about 10^8 lines in 5
+(:func:`linearizability.columnar.columnar_history`, about 10^8 lines in 5
 minutes on 2 cores); ``--simulate`` runs the event-by-event simulation
 (:func:`linearizability.generate.ledger_history`, ~40k lines/s) that
 :func:`generate` gives the tests.
@@ -27,19 +27,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
-from linearizability.generate import (
-    columnar_history,
-    interleave,
-    ledger_history,
-    plant,
-    to_ops,
-    write_columnar,
-)
-from linearizability.history import JSON, Op, OpType, Process, write_history
-from linearizability.ledger_checker import ANOMALY_KINDS
+from linearizability.anomalies import ANOMALY_KINDS
+from linearizability.columnar import columnar_history, write_columnar
+from linearizability.generate import Event, interleave, ledger_history, to_ops
+from linearizability.history import Op
+from linearizability.history_files import write_history
+from linearizability.plant import plant
 from spec.cli_args import positive_int
 
-Event = tuple[Process, OpType, str, int | None, JSON]
 BATCH: Final = 64  # ledgers simulated and interleaved together
 PROCESSES_PER_LEDGER: Final = 1_000_000
 

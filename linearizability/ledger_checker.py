@@ -64,7 +64,9 @@ they fit, each with the invocation indices of the operations that prove it:
 - ``disagreeing-closes``: two closes or recoveries with different last entries;
 - ``skip``: an entry id below a proven one that no add ever wrote.
 
-The history is linearizable iff there is none.
+The history is linearizable iff there is none. The kinds and the words of
+each message are :mod:`linearizability.anomalies`' (the Spark job renders the
+same templates).
 """
 
 from __future__ import annotations
@@ -77,24 +79,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
+from linearizability import anomalies as msg
 from linearizability.history import NEMESIS, HistoryError, Op
 from linearizability.models import to_ledger_op
 
 INF: Final = math.inf
 MAX_EXAMPLES: Final = 50  # anomalies kept per kind and ledger; the rest are counted
-
-ANOMALY_KINDS: Final = (
-    "lost-write",
-    "ack-after-fence",
-    "divergent-read",
-    "read-of-truncated-entry",
-    "stale-read",
-    "future-read",
-    "duplicate",
-    "nonmonotonic",
-    "disagreeing-closes",
-    "skip",
-)
 
 
 class Anomaly(NamedTuple):
@@ -310,37 +300,13 @@ class _Reporter:
     def wants(self, kind: str) -> bool:
         return self.v.counts[kind] < MAX_EXAMPLES
 
-    def __call__(self, kind: str, ops: Iterable[int], message: str) -> None:
+    def __call__(self, message: msg.Message, ops: Iterable[int], **fields: object) -> None:
+        """Count an anomaly; keep it, its message rendered, while its kind has room."""
+        kind = message.kind
         self.v.counts[kind] += 1
         if self.v.counts[kind] <= MAX_EXAMPLES:
-            self.v.anomalies.append(Anomaly(kind, self.v.ledger, tuple(ops), message))
-
-
-# Kinds of the operation that sets a lower bound (its invocation: a create, an
-# add or a "no such entry" read) and of the operation whose completion came too
-# early; together they name the anomaly.
-def _bound_kind(cause: str, victim: str) -> str:
-    if cause == "missing":
-        return "stale-read"
-    if cause == "add" and victim == "add":
-        return "nonmonotonic"
-    return "future-read"
-
-
-_WHY: Final = {
-    ("create", "add"): "add of entry {e} completed before the ledger's create was invoked",
-    ("create", "read"): "read of entry {e} completed before the ledger's create was invoked",
-    ("create", "lac"): "read_lac completed before the ledger's create was invoked",
-    ("create", "close"): "{f} completed before the ledger's create was invoked",
-    ("add", "add"): "add of entry {e} was acknowledged before the add of entry {c} was invoked",
-    ("add", "read"): "read found entry {e} before the add of entry {c} was invoked",
-    ("add", "lac"): "read_lac returned {e} before the add of entry {c} was invoked",
-    ("add", "close"): "{f} returned last entry {e} before the add of entry {c} was invoked",
-    ("missing", "add"): "no such entry {c} in a read that began after entry {e} was acknowledged",
-    ("missing", "read"): "no such entry {c} in a read that began after entry {e} was read",
-    ("missing", "lac"): "no such entry {c} in a read that began after LAC {e} was read",
-    ("missing", "close"): "no such entry {c} in a read that began after {f} returned {e}",
-}
+            text = message.render(**fields)
+            self.v.anomalies.append(Anomaly(kind, self.v.ledger, tuple(ops), text))
 
 
 def _decide(ledger: int, led: _Ledger) -> LedgerVerdict:
@@ -354,11 +320,7 @@ def _decide(ledger: int, led: _Ledger) -> LedgerVerdict:
     floor = -1
     ok_creates = [c for c in led.creates if c[1] != INF]
     if len(ok_creates) > 1:
-        bad(
-            "duplicate",
-            [c for c, _ in ok_creates],
-            f"{len(ok_creates)} creates returned ledger {ledger}",
-        )
+        bad(msg.DUPLICATE_CREATES, [c for c, _ in ok_creates], n=len(ok_creates), ledger=ledger)
     if led.creates:
         floor = min(c for c, _ in (ok_creates or led.creates))
 
@@ -366,9 +328,12 @@ def _decide(ledger: int, led: _Ledger) -> LedgerVerdict:
         if last != closed_at:
             first = closes[0]
             bad(
-                "disagreeing-closes",
+                msg.DISAGREEING_CLOSES,
                 [first[1], call],
-                f"{first[3]} closed at entry {closed_at} but {f} at entry {last}",
+                first_f=first[3],
+                first_last=closed_at,
+                f=f,
+                last=last,
             )
 
     # Adds: one candidate per entry id.
@@ -381,7 +346,7 @@ def _decide(ledger: int, led: _Ledger) -> LedgerVerdict:
         if a[1] == INF:
             optional.setdefault(e, []).append(a)
         elif e in ok_adds:
-            bad("duplicate", [ok_adds[e][0], a[0]], f"two adds of entry {e} were acknowledged")
+            bad(msg.DUPLICATE_ADDS, [ok_adds[e][0], a[0]], e=e)
         else:
             ok_adds[e] = a
 
@@ -395,11 +360,7 @@ def _decide(ledger: int, led: _Ledger) -> LedgerVerdict:
         elif e not in found:
             found[e] = (data, call)
         elif found[e][0] != data:
-            bad(
-                "divergent-read",
-                [found[e][1], call],
-                f"entry {e} read as {found[e][0]!r} and as {data!r}",
-            )
+            bad(msg.DIVERGENT_READS, [found[e][1], call], e=e, read=found[e][0], other=data)
 
     # N: the entries that exist.
     proven, proven_op = -1, -1
@@ -414,37 +375,20 @@ def _decide(ledger: int, led: _Ledger) -> LedgerVerdict:
             proven, proven_op = v, call
     if closed_at is not None:
         n = closed_at + 1
-        close_op, close_f, close_ret = closes[0][1], closes[0][3], closes[0][2]
+        close_op, close_ret = closes[0][1], closes[0][2]
+        at = {"f": closes[0][3], "closed_at": closed_at}  # the message's close
         for e, a in ok_adds.items():
             if e >= n:
                 if a[0] > close_ret:
-                    bad(
-                        "ack-after-fence",
-                        [a[0], close_op],
-                        f"add of entry {e} was sent after {close_f} closed the ledger "
-                        f"at {closed_at}, and acknowledged",
-                    )
+                    bad(msg.ACK_AFTER_FENCE, [a[0], close_op], **at, e=e)
                 else:
-                    bad(
-                        "lost-write",
-                        [a[0], close_op],
-                        f"entry {e} was acknowledged but {close_f} closed the ledger "
-                        f"at {closed_at}",
-                    )
+                    bad(msg.LOST_BEYOND_CLOSE, [a[0], close_op], **at, e=e)
         for e, (_, call) in found.items():
             if e >= n:
-                bad(
-                    "read-of-truncated-entry",
-                    [call, close_op],
-                    f"entry {e} was read but {close_f} closed the ledger at {closed_at}",
-                )
+                bad(msg.READ_BEYOND_CLOSE, [call, close_op], **at, e=e)
         for v, call, _ in led.lacs:
             if v >= n:
-                bad(
-                    "read-of-truncated-entry",
-                    [call, close_op],
-                    f"LAC {v} was read but {close_f} closed the ledger at {closed_at}",
-                )
+                bad(msg.LAC_BEYOND_CLOSE, [call, close_op], **at, e=v)
         requirer = close_op
     else:
         n = proven + 1
@@ -455,7 +399,7 @@ def _decide(ledger: int, led: _Ledger) -> LedgerVerdict:
         gap = 0
         while gap in led.adds:
             gap += 1
-        bad("skip", [requirer], f"entries {gap}..{n - 1} were never written, yet {n - 1} exists")
+        bad(msg.SKIPPED_RANGE, [requirer], first=gap, last=n - 1)
         n = gap
     verdict.entries = n
 
@@ -478,20 +422,17 @@ def _decide(ledger: int, led: _Ledger) -> LedgerVerdict:
                 add = min(cands)
             elif optional.get(e):
                 bad(
-                    "divergent-read",
+                    msg.READ_UNWRITTEN_DATA,
                     [found[e][1], min(optional[e])[0]],
-                    f"entry {e} was read as {found[e][0]!r}, which no add of entry {e} wrote",
+                    e=e,
+                    read=found[e][0],
                 )
             elif e in found:
-                bad("future-read", [found[e][1]], f"entry {e} was read but never written")
+                bad(msg.READ_NEVER_WRITTEN, [found[e][1]], e=e)
             else:
-                bad("skip", [requirer], f"entry {e} was never written, yet a later entry exists")
+                bad(msg.SKIPPED, [requirer], e=e)
         elif e in found and found[e][0] != add[2]:
-            bad(
-                "divergent-read",
-                [add[0], found[e][1]],
-                f"entry {e} was written as {add[2]!r} but read as {found[e][0]!r}",
-            )
+            bad(msg.READ_OTHER_DATA, [add[0], found[e][1]], e=e, data=add[2], read=found[e][0])
         if add is not None and add[0] > best_add:
             best_add = add[0]
         best_miss = max(best_miss, missing_call.get(e, -1))
@@ -569,9 +510,7 @@ def _too_early(
     f: str = "close",
     names: _Names | None = None,
 ) -> None:
-    kind = _bound_kind(cause, victim)
-    message = ""
-    if bad.wants(kind):
-        template = _WHY.get((cause, victim), "{f} completed too early")
-        message = template.format(e=e, c=names(cause_op) if names else -1, f=f)
-    bad(kind, [cause_op, victim_op], message)
+    message = msg.TOO_EARLY[(cause, victim)]
+    # the cause's entry only for a message that is kept: naming builds an index
+    c = names(cause_op) if names is not None and bad.wants(message.kind) else -1
+    bad(message, [cause_op, victim_op], e=e, c=c, f=f)

@@ -9,7 +9,7 @@ its write set (round-robin striping over its segment's ensemble), and those repl
 must hold the same entry: the dump's ``digest`` is a content fingerprint (ids, length
 and data; a recovery's write-back piggybacks its own LAC, as BookKeeper's does, so
 copies need not be the same bytes), and a flipped byte changes it. Anomalies, with
-the names the Spark job uses:
+the names and messages the Spark job uses (:mod:`linearizability.anomalies`):
 
 - ``under-replicated``: a bookie of the entry's write set does not store it;
 - ``digest-mismatch``: the copies on the entry's write set differ.
@@ -26,12 +26,19 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from linearizability import anomalies as msg
+
 MAX_REPORTED = 100  # anomalies listed in full; the counts cover all
 
 
 def _write_set(entry: int, ensemble: list[str], wq: int) -> list[str]:
     e = len(ensemble)
     return [ensemble[(entry + i) % e] for i in range(wq)]
+
+
+def _copies(replicas: Mapping[str, str]) -> str:
+    """``bookie=digest`` of each replica, in digest order (as the Spark audit lists them)."""
+    return ", ".join(f"{b}={d}" for d, b in sorted((d, b) for b, d in replicas.items()))
 
 
 def audit(
@@ -44,10 +51,12 @@ def audit(
     counts: dict[str, int] = defaultdict(int)
     audited = 0
 
-    def report(kind: str, **fields: Any) -> None:  # noqa: ANN401 - JSON fields
-        counts[kind] += 1
+    def report(message: msg.Message, words: dict[str, object], **fields: Any) -> None:  # noqa: ANN401
+        """Count an anomaly; list it (``fields``, and ``words`` rendered) while there is room."""
+        counts[message.kind] += 1
         if len(anomalies) < MAX_REPORTED:
-            anomalies.append({"kind": kind, **fields})
+            text = message.render(**words)
+            anomalies.append({"kind": message.kind, **fields, "message": text})
 
     for md in ledgers:
         if md["state"] != "CLOSED":
@@ -67,11 +76,13 @@ def audit(
                 replicas: dict[str, str] = {}
                 for bookie in _write_set(entry, list(seg["ensemble"]), int(md["write_quorum"])):
                     if bookie not in held:
-                        report("under-replicated", ledger=lid, entry=entry, bookie=bookie)
+                        words = {"e": entry, "ledger": lid, "bookie": bookie}
+                        report(msg.NOT_ON_WRITE_SET, words, ledger=lid, entry=entry, bookie=bookie)
                     else:
                         replicas[bookie] = held[bookie]
                 if len(set(replicas.values())) > 1:
-                    report("digest-mismatch", ledger=lid, entry=entry, copies=replicas)
+                    words = {"e": entry, "ledger": lid, "copies": _copies(replicas)}
+                    report(msg.REPLICAS_DIFFER, words, ledger=lid, entry=entry, copies=replicas)
     return {
         "valid": not counts,
         "entries_audited": audited,

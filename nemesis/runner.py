@@ -50,17 +50,8 @@ from impl.core.planted import ENV as PLANT_ENV
 from impl.meta.store import NoSuchLedgerError
 from impl.meta.underreplication import UnderreplicationManager
 from linearizability import check_cli
-from linearizability.history import (
-    JSON,
-    NEMESIS,
-    JsonlWriter,
-    Op,
-    OpType,
-    Process,
-    Recorder,
-    pair,
-    read_jsonl,
-)
+from linearizability.history import JSON, NEMESIS, Op, OpType, Process, Recorder, pair
+from linearizability.history_files import JsonlWriter, read_jsonl
 from linearizability.replication import audit as audit_replication
 from nemesis.checker import check_history
 from nemesis.db import ClusterBackend, NodeRefusedError

@@ -10,6 +10,8 @@ touches the running system (impl, nemesis).
 - ``durability``: acknowledged adds against the final reads;
 - ``generic``: the generic search per key through applyInPandas (registers, kv);
 - ``replication``: the audit of bookie dumps (the dump format is documented there);
+- ``messages``: anomaly messages from ``linearizability.anomalies``' templates, as
+  Spark expressions;
 - ``report``: Parquet tables, summary.json, index.html.
 
 Each check decides exactly what its single-process counterpart in

@@ -9,18 +9,21 @@ are a ``duplicate``, two final reads with different data a ``divergent-read``).
 A ledger never recovered, or with an acknowledged entry at or below its close
 point that no final read answered for, is not judged: durability unknown, with
 the single-process check's reason. Aggregations and joins only; the anomaly
-names, operations and messages are those of the single-process check.
+names, operations and messages are those of the single-process check (one
+table of messages, :mod:`linearizability.anomalies`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from linearizability import anomalies as msg
 from linearizability.durability import NEVER_RECOVERED, NOT_READ_BACK, READ_IN_PART
-from spark_checks.ledger import PART, _repr, _s
+from spark_checks.ledger import PART
+from spark_checks.messages import anomaly
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 KEY: Final = ("run", "ledger")
 
@@ -78,13 +81,6 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     )
     finals = answered.where(sf.col("last_read").isNotNull())
 
-    def row(kind: str, ops: list[Column], *message: Column | str) -> Column:
-        return sf.struct(
-            sf.lit(kind).alias("kind"),
-            sf.array(*[o.cast("long") for o in ops]).alias("ops"),
-            sf.concat(*[sf.lit(m) if isinstance(m, str) else m for m in message]).alias("message"),
-        )
-
     a = (
         acked.join(recovers, list(KEY), "left")
         .join(answered.withColumn("answered", sf.lit(True)), [PART, *KEY, "entry"], "left")
@@ -92,43 +88,33 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     )
     data = sf.col("last")["data"]
     add_call = sf.col("last")["call"]
-    entry = _s(sf.col("entry"))
+    entry, rec_last = sf.col("entry"), sf.col("rec_last")
     acked_anoms = a.select(
         *KEY,
         sf.when(sf.col("rec_call").isNull(), None)  # undecided: never recovered
         .when(
             sf.col("entry") > sf.col("rec_last"),
-            row(
-                "lost-write",
+            anomaly(
+                msg.LOST_BEYOND_CLOSE,
                 [add_call, sf.col("rec_call")],
-                "entry ",
-                entry,
-                " was acknowledged but recovery closed the ledger at ",
-                _s(sf.col("rec_last")),
+                e=entry,
+                f=sf.lit("recovery"),
+                closed_at=rec_last,
             ),
         )
         .when(sf.col("answered").isNull(), None)  # undecided: no final read answered
         .when(
             sf.col("last_read").isNull(),
-            row(
-                "lost-write",
-                [add_call, sf.col("rec_call")],
-                "entry ",
-                entry,
-                " was acknowledged but a final read found no such entry",
-            ),
+            anomaly(msg.LOST_UNREAD, [add_call, sf.col("rec_call")], e=entry),
         )
         .when(
             sf.col("last_read")["data"] != data,
-            row(
-                "divergent-read",
+            anomaly(
+                msg.READ_BACK_OTHER_DATA,
                 [add_call, sf.col("last_read")["call"]],
-                "entry ",
-                entry,
-                " was acknowledged as ",
-                _repr(data),
-                " but read back as ",
-                _repr(sf.col("last_read")["data"]),
+                e=entry,
+                data=data,
+                read=sf.col("last_read")["data"],
             ),
         )
         .alias("a"),
@@ -136,13 +122,11 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
     f = finals.join(recovers, list(KEY))
     truncated = f.where(sf.col("entry") > sf.col("rec_last")).select(
         *KEY,
-        row(
-            "read-of-truncated-entry",
+        anomaly(
+            msg.READ_BACK_BEYOND_RECOVERY,
             [sf.col("last_read")["call"], sf.col("rec_call")],
-            "entry ",
-            _s(sf.col("entry")),
-            " was read after recovery closed the ledger at ",
-            _s(sf.col("rec_last")),
+            e=entry,
+            last=rec_last,
         ).alias("a"),
     )
     duplicates = (
@@ -150,13 +134,7 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
         .where(sf.col("call") != sf.col("first_call"))
         .select(
             *KEY,
-            row(
-                "duplicate",
-                [sf.col("first_call"), sf.col("call")],
-                "two adds of entry ",
-                _s(sf.col("entry")),
-                " were acknowledged",
-            ).alias("a"),
+            anomaly(msg.DUPLICATE_ADDS, [sf.col("first_call"), sf.col("call")], e=entry).alias("a"),
         )
     )
     two_payloads = (
@@ -164,15 +142,12 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame, DataFrame]:
         .where(sf.col("r")["data"] != sf.col("first")["data"])
         .select(
             *KEY,
-            row(
-                "divergent-read",
+            anomaly(
+                msg.READ_BACK_TWICE,
                 [sf.col("first")["call"], sf.col("r")["call"]],
-                "entry ",
-                _s(sf.col("entry")),
-                " was read back as ",
-                _repr(sf.col("first")["data"]),
-                " and as ",
-                _repr(sf.col("r")["data"]),
+                e=entry,
+                read=sf.col("first")["data"],
+                other=sf.col("r")["data"],
             ).alias("a"),
         )
     )

@@ -138,16 +138,15 @@ def anomalies(results: DataFrame) -> DataFrame:
     operation of the longest linearizable prefix and the one that could not follow."""
     from pyspark.sql import functions as sf
 
+    from linearizability import anomalies as msg
+    from spark_checks.messages import message
+
     return results.where(sf.col("verdict") == "invalid").select(
         "run",
         sf.lit(None).cast("long").alias("ledger"),
-        sf.lit("nonlinearizable").alias("kind"),
+        sf.lit(msg.NO_LINEARIZATION.kind).alias("kind"),
         sf.filter(sf.array("prefix_last", "blocked_op"), lambda x: x.isNotNull()).alias("ops"),
-        sf.concat(
-            sf.lit("key "),
-            sf.col("key"),
-            sf.lit(": "),
-            sf.col("blocked"),
-            sf.lit(" cannot take effect after the longest linearizable prefix"),
-        ).alias("message"),
+        message(msg.NO_LINEARIZATION, key=sf.col("key"), blocked=sf.col("blocked")).alias(
+            "message"
+        ),
     )

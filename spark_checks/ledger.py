@@ -9,22 +9,27 @@ that it runs in the JVM and scales with the cluster:
    negative keys of their own (:data:`CREATES`, :data:`CLOSES`, :data:`OTHER`).
    One aggregation by (run, ledger, e) gathers, per entry, the acknowledged
    adds, the unknown ones, the reads that found it and did not, and the LAC
-   reads that returned it, as small sorted arrays.
+   reads that returned it, as small sorted arrays (:func:`_per_entry`).
 2. One window per ledger, ordered by ``e``, takes the running maxima of the
    chain of adds: the latest invocation among the adds of the entries up to
    ``e`` (the add chosen for each entry: the acknowledged one, else the
    earliest unknown one whose data matches the reads) and among the "no such
    entry" reads of those entries. The same window counts the entries with an
-   add, so the first entry never written is known without another pass.
+   add, so the first entry never written is known without another pass
+   (:func:`_chain`).
 3. One aggregation per ledger gives the ledger's facts: the create's floor,
    the first close (by completion) and its last entry, the proven entries,
-   hence ``N``, the entries that exist.
+   hence ``N``, the entries that exist (:func:`_facts`), and what they prove
+   alone (:func:`_ledger_anomalies`).
 4. Each (ledger, e) row, joined with its ledger's facts, is compared with its
-   bounds and yields the anomalies it proves; a second pass per ledger checks
-   the closes against the chain at ``N - 1``.
+   bounds and yields the anomalies it proves (:func:`_row_anomalies`); the
+   entries below ``N`` with no row are skipped (:func:`_skips`); a second pass
+   per ledger checks the closes against the chain at ``N - 1``
+   (:func:`_close_anomalies`).
 
 The anomaly names, the operations named and the messages are the ledger
-checker's (messages quote data as Python's ``repr`` does for printable text).
+checker's: the messages are rendered from the templates of
+:mod:`linearizability.anomalies` by :mod:`spark_checks.messages`.
 Unlike the ledger checker, every anomaly is kept (it keeps 50 per kind and
 ledger and counts the rest); the counts agree.
 """
@@ -32,6 +37,9 @@ ledger and counts the rest); the counts agree.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
+
+from linearizability import anomalies as msg
+from spark_checks.messages import EMPTY_SQL, anomaly, anomaly_sql, when_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -44,8 +52,6 @@ MALFORMED: Final = -9
 KEY: Final = ("run", "ledger")
 
 LEDGER_FS: Final = ("create", "add", "read", "read_lac", "close", "recover")
-
-ANOMALY_SCHEMA: Final = "kind string, ops array<long>, message string"
 
 
 # The partition key of :func:`frame`: a hash of (run, ledger), a column of its
@@ -127,46 +133,6 @@ def frame(paired: DataFrame, partitions: int | None = None) -> DataFrame:
     return df.repartition(partitions, PART) if partitions else df.repartition(PART)
 
 
-def _repr(c: Column) -> Column:
-    """Python's repr of a str, for printable text without both kinds of quote."""
-    from pyspark.sql import functions as sf
-
-    plain = sf.regexp_replace(c, r"\\", r"\\\\")
-    return (
-        sf.when(~c.contains("'"), sf.concat(sf.lit("'"), plain, sf.lit("'")))
-        .when(~c.contains('"'), sf.concat(sf.lit('"'), plain, sf.lit('"')))
-        .otherwise(sf.concat(sf.lit("'"), sf.regexp_replace(plain, "'", r"\\'"), sf.lit("'")))
-    )
-
-
-def _s(c: Column | int) -> Column:
-    from pyspark.sql import functions as sf
-
-    return (sf.lit(c) if isinstance(c, int) else c).cast("string")
-
-
-def _anomaly(cond: Column, kind: str | Column, ops: list[Column], *message: Column | str) -> Column:
-    from pyspark.sql import functions as sf
-
-    parts = [sf.lit(m) if isinstance(m, str) else m for m in message]
-    return sf.when(
-        cond,
-        sf.struct(
-            (sf.lit(kind) if isinstance(kind, str) else kind).alias("kind"),
-            _ops(ops).alias("ops"),
-            sf.concat(*parts).alias("message"),
-        ),
-    )
-
-
-def _ops(ops: list[Column]) -> Column:
-    from pyspark.sql import functions as sf
-
-    if not ops:
-        return sf.array().cast("array<long>")
-    return sf.array(*[o.cast("long") for o in ops])
-
-
 # The bounds of an operation that takes effect after add e: the create (floor),
 # the latest add of the chain up to e, the latest "no such entry" read of an
 # entry up to e. (kind of cause, column of its invocation, column naming its entry)
@@ -177,14 +143,45 @@ _CAUSES: Final = (
 )
 
 
+# The facts of its ledger that each (ledger, e) row is compared with (and "requirer").
+_ROW_FACTS: Final = ("floor", "closed_at", "close_op", "close_ret", "close_f", "n0", "n")
+
+
 def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(anomalies, ledgers) of :func:`frame`'s operations: every anomaly with its
     run, ledger and operations; per ledger its operations, entries (N), last
     entry if closed and anomaly count."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as sf
 
-    lops = ops.where(sf.col("e").isNotNull())
+    g = _chain(_per_entry(ops.where(sf.col("e").isNotNull()))).persist()
+    facts = _facts(g).persist()
+    rows = g.join(sf.broadcast(facts.select(*KEY, *_ROW_FACTS, "requirer")), list(KEY))
+    anomalies = (
+        _ledger_anomalies(facts)
+        .unionByName(_row_anomalies(rows))
+        .unionByName(_skips(rows, facts))
+        .unionByName(_close_anomalies(rows, facts))
+    )
+    ledgers = facts.select(
+        *KEY, "operations", sf.col("n").alias("entries"), "closed_at", "malformed"
+    )
+    return anomalies, ledgers
+
+
+def _explode(df: DataFrame, anomalies: Column | str) -> DataFrame:
+    """One row per anomaly of an array column (its nulls dropped): run, ledger,
+    kind, ops, message."""
+    from pyspark.sql import functions as sf
+
+    kept = sf.filter(anomalies, lambda a: a.isNotNull())
+    return df.select(*KEY, sf.explode(kept).alias("a")).select(*KEY, "a.kind", "a.ops", "a.message")
+
+
+def _per_entry(lops: DataFrame) -> DataFrame:
+    """Step 1: one row per (run, ledger, e), what the ledger's operations say of
+    entry e, as small sorted arrays and the scalars that summarize them."""
+    from pyspark.sql import functions as sf
+
     is_add, is_read = sf.col("f") == "add", sf.col("f") == "read"
     known, found = sf.col("known"), sf.col("found")
     e = sf.col("e")
@@ -195,7 +192,7 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
     is_found = is_read & known & found & (e >= 0)
     is_miss = is_read & known & ~found & (e >= 0)
     is_lac = (sf.col("f") == "read_lac") & known & (e >= -1)
-    g = lops.groupBy(PART, *KEY, "e").agg(
+    return lops.groupBy(PART, *KEY, "e").agg(
         sf.count(sf.lit(1)).alias("cnt"),
         sf.min(sf.when(e == MALFORMED, sf.col("call"))).alias("malformed"),
         arr(is_add & known & (e >= 0), "end", "call", "data").alias("ok_adds"),
@@ -215,7 +212,15 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
         sf.min(sf.when(is_lac, sf.col("end"))).alias("lac_end"),
     )
 
-    # The add chosen for entry e, and the running maxima of the chain.
+
+def _chain(g: DataFrame) -> DataFrame:
+    """Step 2: the add chosen for each entry, and the running maxima of the chain
+    (``best_add``, ``best_miss`` and the entries naming them), the entries with
+    an add up to e (``adds_upto``) and the previous row's e."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as sf
+
+    e = sf.col("e")
     found0 = sf.get("found", 0)
     matching = sf.when(
         sf.size("found") > 0, sf.filter("opt_adds", lambda a: a["data"] == found0["data"])
@@ -246,16 +251,45 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
         sf.sum(sf.col("has_add").cast("long")).over(w).alias("adds_upto"),
         sf.lag("e").over(Window.partitionBy(PART, *KEY).orderBy("e")).alias("prev_e"),
     )
-    g = g.select(
-        "*",
+    return _bests(g, "*").drop("ba", "bm")
+
+
+def _bests(df: DataFrame, *keep: str) -> DataFrame:
+    """``ba`` and ``bm`` (struct of invocation ``c``, entry ``e``) as the chain's
+    bounds: best_add, add_e, best_miss, miss_e (-1 where none)."""
+    from pyspark.sql import functions as sf
+
+    return df.select(
+        *keep,
         sf.coalesce(sf.col("ba")["c"], sf.lit(-1)).alias("best_add"),
         sf.coalesce(sf.col("ba")["e"], sf.lit(-1)).alias("add_e"),
         sf.coalesce(sf.col("bm")["c"], sf.lit(-1)).alias("best_miss"),
         sf.coalesce(sf.col("bm")["e"], sf.lit(-1)).alias("miss_e"),
-    ).drop("ba", "bm")
-    g = g.persist()
+    )
 
-    # The ledger's facts.
+
+def _ok_creates() -> Column:
+    from pyspark.sql import functions as sf
+
+    return sf.filter(sf.coalesce(sf.col("creates"), sf.array()), lambda c: c["end"] != INF)
+
+
+def _closes() -> Column:
+    """The ledger's closes and recoveries, by completion: the first is the witness."""
+    from pyspark.sql import functions as sf
+
+    return sf.coalesce(sf.col("closes"), sf.array())
+
+
+def _facts(g: DataFrame) -> DataFrame:
+    """Step 3: one row per ledger: its operations, the create's floor, the first
+    close, the proven entries, hence ``n`` (N, the entries that exist; ``n0``
+    before an absurd N is cut at the first entry never written) and the
+    operation that requires them (``requirer``)."""
+    from pyspark.sql import functions as sf
+
+    e = sf.col("e")
+    found0 = sf.get("found", 0)
     evidence = (e >= 0) & (
         (sf.size("ok_adds") > 0) | (sf.size("found") > 0) | (sf.size("lacs") > 0)
     )
@@ -270,21 +304,19 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
         sf.max(sf.when(e >= 0, e)).alias("max_e"),
     )
     creates = sf.coalesce(sf.col("creates"), sf.array())
-    ok_creates = sf.filter(creates, lambda c: c["end"] != INF)
     floor = sf.coalesce(
-        sf.array_min(sf.transform(ok_creates, lambda c: c["call"])),
+        sf.array_min(sf.transform(_ok_creates(), lambda c: c["call"])),
         sf.array_min(sf.transform(creates, lambda c: c["call"])),
         sf.lit(-1),
     )
-    closes = sf.coalesce(sf.col("closes"), sf.array())
-    first = sf.get(closes, 0)
-    closed = sf.size(closes) > 0
+    first = sf.get(_closes(), 0)
+    closed = sf.size(_closes()) > 0
     proven_e = sf.coalesce(sf.col("proven")["e"], sf.lit(-1))
     n_raw = sf.when(closed, first["last"] + 1).otherwise(proven_e + 1)
     requirer = sf.when(closed, first["call"]).otherwise(
         sf.coalesce(sf.col("proven")["op"], sf.lit(-1))
     )
-    facts = facts.select(
+    return facts.select(
         "*",
         floor.alias("floor"),
         sf.when(closed, first["last"]).alias("closed_at"),
@@ -298,86 +330,66 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
         "n",
         sf.when(sf.col("capped"), sf.coalesce(sf.col("mex"), sf.lit(0))).otherwise(sf.col("n0")),
     )
-    facts = facts.persist()
 
-    ledger_anoms = sf.concat(
+
+def _ledger_anomalies(facts: DataFrame) -> DataFrame:
+    """What a ledger's facts prove: two creates of it, an absurd N, closes that
+    disagree with the first."""
+    from pyspark.sql import functions as sf
+
+    ok_creates = _ok_creates()
+    first = sf.get(_closes(), 0)
+    disagreeing = sf.filter(
+        _closes(), lambda c: (c["call"] != first["call"]) & (c["last"] != first["last"])
+    )
+    found = sf.concat(
         sf.array(
-            _anomaly(
+            sf.when(
                 sf.size(ok_creates) > 1,
-                "duplicate",
-                [],
-                _s(sf.size(ok_creates)),
-                " creates returned ledger ",
-                _s(sf.col("ledger")),
+                anomaly(
+                    msg.DUPLICATE_CREATES,
+                    sf.transform(ok_creates, lambda c: c["call"]),  # in completion order
+                    n=sf.size(ok_creates),
+                    ledger=sf.col("ledger"),
+                ),
             ),
-            _anomaly(
+            sf.when(
                 sf.col("capped"),
-                "skip",
-                [sf.col("requirer")],
-                "entries ",
-                _s(sf.col("n")),
-                "..",
-                _s(sf.col("n0") - 1),
-                " were never written, yet ",
-                _s(sf.col("n0") - 1),
-                " exists",
+                anomaly(
+                    msg.SKIPPED_RANGE,
+                    [sf.col("requirer")],
+                    first=sf.col("n"),
+                    last=sf.col("n0") - 1,
+                ),
             ),
         ),
         sf.transform(
-            sf.filter(
-                closes, lambda c: (c["call"] != first["call"]) & (c["last"] != first["last"])
-            ),
-            lambda c: sf.struct(
-                sf.lit("disagreeing-closes").alias("kind"),
-                sf.array(first["call"].cast("long"), c["call"].cast("long")).alias("ops"),
-                sf.concat(
-                    first["f"],
-                    sf.lit(" closed at entry "),
-                    _s(first["last"]),
-                    sf.lit(" but "),
-                    c["f"],
-                    sf.lit(" at entry "),
-                    _s(c["last"]),
-                ).alias("message"),
+            disagreeing,
+            lambda c: anomaly(
+                msg.DISAGREEING_CLOSES,
+                [first["call"], c["call"]],
+                first_f=first["f"],
+                first_last=first["last"],
+                f=c["f"],
+                last=c["last"],
             ),
         ),
     )
-    # the duplicate creates' ops: every ok create, in completion order
-    ledger_level = facts.select(
-        *KEY,
-        sf.explode(sf.filter(ledger_anoms, lambda a: a.isNotNull())).alias("a"),
-        sf.transform(ok_creates, lambda c: c["call"].cast("long")).alias("create_ops"),
-    ).select(
-        *KEY,
-        sf.col("a")["kind"].alias("kind"),
-        sf.when(sf.col("a")["kind"] == "duplicate", sf.col("create_ops"))
-        .otherwise(sf.col("a")["ops"])
-        .alias("ops"),
-        sf.col("a")["message"].alias("message"),
-    )
+    return _explode(facts, found)
 
-    rows = g.join(
-        sf.broadcast(
-            facts.select(
-                *KEY,
-                "floor",
-                "closed_at",
-                "close_op",
-                "close_ret",
-                "close_f",
-                "n0",
-                "n",
-                "requirer",
-            )
-        ),
-        list(KEY),
-    )
-    rows_anoms = rows.where(sf.expr(_may_prove())).withColumn("rows_anoms", _row_anomalies())
-    row_level = rows_anoms.select(
-        *KEY, sf.explode(sf.filter("rows_anoms", lambda a: a.isNotNull())).alias("a")
-    ).select(*KEY, "a.kind", "a.ops", "a.message")
 
-    # Entries below N with no row at all: never written (skip).
+def _row_anomalies(rows: DataFrame) -> DataFrame:
+    """What each (ledger, e) row proves, on the few rows that may prove something."""
+    from pyspark.sql import functions as sf
+
+    return _explode(rows.where(sf.expr(_may_prove())), sf.expr(_row_anomalies_sql()))
+
+
+def _skips(rows: DataFrame, facts: DataFrame) -> DataFrame:
+    """Entries below N with no row at all: never written (skip)."""
+    from pyspark.sql import functions as sf
+
+    e = sf.col("e")
     gaps_lo = sf.greatest(sf.coalesce(sf.col("prev_e"), sf.lit(-1)), sf.lit(-1)) + 1
     gaps_hi = sf.least(e, sf.col("n")) - 1
     gap_rows = rows.where((e >= 0) & (gaps_lo <= gaps_hi)).select(
@@ -390,18 +402,19 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
         "requirer",
     ).where(sf.col("lo") <= sf.col("hi"))
     tail_rows = tail.select(*KEY, sf.explode(sf.sequence("lo", "hi")).alias("gap"), "requirer")
-    skips = gap_rows.unionByName(tail_rows).select(
-        *KEY,
-        sf.lit("skip").alias("kind"),
-        sf.array(sf.col("requirer").cast("long")).alias("ops"),
-        sf.concat(
-            sf.lit("entry "),
-            _s(sf.col("gap")),
-            sf.lit(" was never written, yet a later entry exists"),
-        ).alias("message"),
+    skip = anomaly(msg.SKIPPED, [sf.col("requirer")], e=sf.col("gap"))
+    return (
+        gap_rows.unionByName(tail_rows)
+        .select(*KEY, skip.alias("a"))
+        .select(*KEY, "a.kind", "a.ops", "a.message")
     )
 
-    # Closes against the chain at N - 1.
+
+def _close_anomalies(rows: DataFrame, facts: DataFrame) -> DataFrame:
+    """The closes that agree with the first, against the chain at N - 1."""
+    from pyspark.sql import functions as sf
+
+    e = sf.col("e")
     at_end = (
         rows.where((e >= 0) & (e < sf.col("n")))
         .groupBy(PART, *KEY)
@@ -414,34 +427,12 @@ def check(ops: DataFrame) -> tuple[DataFrame, DataFrame]:
             ),
         )
     )
-    cl = facts.where(sf.size(sf.coalesce("closes", sf.array())) > 0).join(
-        at_end, [PART, *KEY], "left"
-    )
-    cl = cl.select(
-        *KEY,
-        "floor",
-        (sf.col("n") - 1).alias("e"),
-        sf.coalesce(sf.col("ba")["c"], sf.lit(-1)).alias("best_add"),
-        sf.coalesce(sf.col("ba")["e"], sf.lit(-1)).alias("add_e"),
-        sf.coalesce(sf.col("bm")["c"], sf.lit(-1)).alias("best_miss"),
-        sf.coalesce(sf.col("bm")["e"], sf.lit(-1)).alias("miss_e"),
-        sf.explode(sf.filter("closes", lambda c: c["last"] == sf.col("closed_at"))).alias("c"),
-    )
-    close_level = cl.select(
-        *KEY,
-        sf.explode(
-            sf.filter(
-                sf.expr(_too_early_sql("close", "c.call", "c.end", "e", "c.f")),
-                lambda a: a.isNotNull(),
-            )
-        ).alias("a"),
-    ).select(*KEY, "a.kind", "a.ops", "a.message")
-
-    anomalies = ledger_level.unionByName(row_level).unionByName(skips).unionByName(close_level)
-    ledgers = facts.select(
-        *KEY, "operations", sf.col("n").alias("entries"), "closed_at", "malformed"
-    )
-    return anomalies, ledgers
+    cl = facts.where(sf.size(_closes()) > 0).join(at_end, [PART, *KEY], "left")
+    cl = cl.withColumn(
+        "c", sf.explode(sf.filter("closes", lambda c: c["last"] == sf.col("closed_at")))
+    ).withColumn("e", sf.col("n") - 1)
+    cl = _bests(cl, *KEY, "floor", "e", "c")
+    return _explode(cl, sf.expr(_too_early_sql("close", "c.call", "c.end", "e", "c.f")))
 
 
 def with_counts(ledgers: DataFrame, anomalies: DataFrame) -> DataFrame:
@@ -466,114 +457,17 @@ def with_counts(ledgers: DataFrame, anomalies: DataFrame) -> DataFrame:
 # thousands of calls, seconds on a loaded machine).
 
 
-def _q(text: str) -> str:
-    """A SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _repr_sql(c: str) -> str:
-    """Python's repr of a str, for printable text (as :func:`_repr`)."""
-    sq, dq, bs = _q("'"), _q('"'), _q("\\")
-    plain = f"replace({c}, {bs}, {_q(chr(92) * 2)})"
-    return (
-        f"CASE WHEN instr({c}, {sq}) = 0 THEN concat({sq}, {plain}, {sq}) "
-        f"WHEN instr({c}, {dq}) = 0 THEN concat({dq}, {plain}, {dq}) "
-        f"ELSE concat({sq}, replace({plain}, {sq}, {_q(chr(92) + chr(39))}), {sq}) END"
-    )
-
-
-def _msg(*parts: str) -> str:
-    """concat of parts: ``"text"`` pieces are literals, ``{expr}`` pieces SQL."""
-    out = []
-    for part in parts:
-        if part.startswith("{") and part.endswith("}"):
-            out.append(f"cast({part[1:-1]} as string)")
-        else:
-            out.append(_q(part))
-    return "concat(" + ", ".join(out) + ")"
-
-
-def _struct_sql(kind: str, ops: list[str], message: str) -> str:
-    arr = ", ".join(f"cast({o} as bigint)" for o in ops)
-    return f"named_struct('kind', {_q(kind)}, 'ops', array({arr}), 'message', {message})"
-
-
-def _when_sql(cond: str, kind: str, ops: list[str], message: str) -> str:
-    return f"CASE WHEN {cond} THEN {_struct_sql(kind, ops, message)} END"
-
-
-_EMPTY_SQL: Final = "cast(array() as array<struct<kind:string,ops:array<bigint>,message:string>>)"
-
-
 def _too_early_sql(victim: str, call: str, ret: str, e: str, f: str = "'close'") -> str:
-    """SQL: an array of the anomalies of an operation
-    completed no later than one of its bounds (nulls where none)."""
+    """SQL: an array of the anomalies of an operation (a ``victim`` of
+    :data:`linearizability.anomalies.TOO_EARLY`) completed no later than one of
+    its bounds (nulls where none)."""
     out = []
-    es = "{" + e + "}"
-    fs = "{" + f + "}"
     for cause, bound, named in _CAUSES:
-        c = "{" + (named or "-1") + "}"
-        kind = (
-            "stale-read"
-            if cause == "missing"
-            else ("nonmonotonic" if cause == victim == "add" else "future-read")
-        )
-        before = " completed before the ledger's create was invoked"
-        templates: dict[str, dict[str, tuple[str, ...]]] = {
-            "create": {
-                "add": ("add of entry ", es, before),
-                "read": ("read of entry ", es, before),
-                "lac": ("read_lac" + before,),
-                "close": (fs, before),
-            },
-            "add": {
-                "add": (
-                    "add of entry ",
-                    es,
-                    " was acknowledged before the add of entry ",
-                    c,
-                    " was invoked",
-                ),
-                "read": ("read found entry ", es, " before the add of entry ", c, " was invoked"),
-                "lac": ("read_lac returned ", es, " before the add of entry ", c, " was invoked"),
-                "close": (
-                    fs,
-                    " returned last entry ",
-                    es,
-                    " before the add of entry ",
-                    c,
-                    " was invoked",
-                ),
-            },
-            "missing": {
-                "add": (
-                    "no such entry ",
-                    c,
-                    " in a read that began after entry ",
-                    es,
-                    " was acknowledged",
-                ),
-                "read": (
-                    "no such entry ",
-                    c,
-                    " in a read that began after entry ",
-                    es,
-                    " was read",
-                ),
-                "lac": ("no such entry ", c, " in a read that began after LAC ", es, " was read"),
-                "close": (
-                    "no such entry ",
-                    c,
-                    " in a read that began after ",
-                    fs,
-                    " returned ",
-                    es,
-                ),
-            },
-        }
         cause_sql = bound if cause == "create" else f"(CASE WHEN {e} >= 0 THEN {bound} ELSE -1 END)"
-        message = _msg(*templates[cause][victim])
-        out.append(_when_sql(f"{ret} <= {cause_sql}", kind, [cause_sql, call], message))
+        m = msg.TOO_EARLY[(cause, victim)]
+        out.append(
+            when_sql(f"{ret} <= {cause_sql}", m, [cause_sql, call], e=e, c=named or "-1", f=f)
+        )
     return "array(" + ", ".join(out) + ")"
 
 
@@ -607,150 +501,86 @@ def _may_prove() -> str:
     return " OR ".join(f"coalesce({c}, false)" for c in clauses)
 
 
-def _row_anomalies() -> Column:
-    """The anomalies one (ledger, e) row proves (e >= 0: an entry; -1: LAC -1)."""
-    from pyspark.sql import functions as sf
-
+def _row_anomalies_sql() -> str:
+    """SQL: the anomalies one (ledger, e) row proves (e >= 0: an entry; -1: LAC -1)."""
     ok0, found0 = "get(ok_adds, 0)", "get(found, 0)"
     in_chain = "(e >= 0 AND e < n)"
     beyond = "(closed_at IS NOT NULL AND e >= n0)"
-    at = ("{close_f}", " closed the ledger at ", "{closed_at}")
+    at = {"e": "e", "f": "close_f", "closed_at": "closed_at"}  # past the close point
+    no_chosen = f"{in_chain} AND chosen IS NULL"
     singles = [
         # an acknowledged add beyond the close point
-        _when_sql(
+        when_sql(
             f"{beyond} AND size(ok_adds) > 0 AND {ok0}.call > close_ret",
-            "ack-after-fence",
+            msg.ACK_AFTER_FENCE,
             [f"{ok0}.call", "close_op"],
-            _msg("add of entry ", "{e}", " was sent after ", *at, ", and acknowledged"),
+            **at,
         ),
-        _when_sql(
+        when_sql(
             f"{beyond} AND size(ok_adds) > 0 AND {ok0}.call <= close_ret",
-            "lost-write",
+            msg.LOST_BEYOND_CLOSE,
             [f"{ok0}.call", "close_op"],
-            _msg("entry ", "{e}", " was acknowledged but ", *at),
+            **at,
         ),
-        _when_sql(
+        when_sql(
             f"{beyond} AND size(found) > 0",
-            "read-of-truncated-entry",
+            msg.READ_BEYOND_CLOSE,
             [f"{found0}.call", "close_op"],
-            _msg("entry ", "{e}", " was read but ", *at),
+            **at,
         ),
         # the chain: the add chosen for the entry, or why there is none
-        _when_sql(
-            f"{in_chain} AND chosen IS NULL AND size(opt_adds) > 0",
-            "divergent-read",
+        when_sql(
+            f"{no_chosen} AND size(opt_adds) > 0",
+            msg.READ_UNWRITTEN_DATA,
             [f"{found0}.call", "array_min(opt_adds).call"],
-            "concat("
-            + ", ".join(
-                [
-                    _q("entry "),
-                    "cast(e as string)",
-                    _q(" was read as "),
-                    _repr_sql(f"{found0}.data"),
-                    _q(", which no add of entry "),
-                    "cast(e as string)",
-                    _q(" wrote"),
-                ]
-            )
-            + ")",
+            e="e",
+            read=f"{found0}.data",
         ),
-        _when_sql(
-            f"{in_chain} AND chosen IS NULL AND size(opt_adds) = 0 AND size(found) > 0",
-            "future-read",
+        when_sql(
+            f"{no_chosen} AND size(opt_adds) = 0 AND size(found) > 0",
+            msg.READ_NEVER_WRITTEN,
             [f"{found0}.call"],
-            _msg("entry ", "{e}", " was read but never written"),
+            e="e",
         ),
-        _when_sql(
-            f"{in_chain} AND chosen IS NULL AND size(opt_adds) = 0 AND size(found) = 0",
-            "skip",
+        when_sql(
+            f"{no_chosen} AND size(opt_adds) = 0 AND size(found) = 0",
+            msg.SKIPPED,
             ["requirer"],
-            _msg("entry ", "{e}", " was never written, yet a later entry exists"),
+            e="e",
         ),
-        _when_sql(
+        when_sql(
             f"{in_chain} AND size(ok_adds) > 0 AND size(found) > 0 AND {found0}.data != {ok0}.data",
-            "divergent-read",
+            msg.READ_OTHER_DATA,
             [f"{ok0}.call", f"{found0}.call"],
-            "concat("
-            + ", ".join(
-                [
-                    _q("entry "),
-                    "cast(e as string)",
-                    _q(" was written as "),
-                    _repr_sql(f"{ok0}.data"),
-                    _q(" but read as "),
-                    _repr_sql(f"{found0}.data"),
-                ]
-            )
-            + ")",
+            e="e",
+            data=f"{ok0}.data",
+            read=f"{found0}.data",
         ),
     ]
     chain_add = (
         f"CASE WHEN {in_chain} AND chosen IS NOT NULL "
-        f"THEN {_too_early_sql('add', 'chosen.call', 'chosen.end', 'e')} ELSE {_EMPTY_SQL} END"
+        f"THEN {_too_early_sql('add', 'chosen.call', 'chosen.end', 'e')} ELSE {EMPTY_SQL} END"
     )
-    duplicates = (
-        f"transform(filter(ok_adds, a -> a.call != {ok0}.call), a -> "
-        + _struct_sql(
-            "duplicate",
-            [f"{ok0}.call", "a.call"],
-            _msg("two adds of entry ", "{e}", " were acknowledged"),
-        )
-        + ")"
+    duplicates = anomaly_sql(msg.DUPLICATE_ADDS, [f"{ok0}.call", "a.call"], e="e")
+    divergent = anomaly_sql(
+        msg.DIVERGENT_READS,
+        [f"{found0}.call", "r.call"],
+        e="e",
+        read=f"{found0}.data",
+        other="r.data",
     )
-    divergent = (
-        f"transform(filter(found, r -> r.data != {found0}.data), r -> "
-        + _struct_sql(
-            "divergent-read",
-            [f"{found0}.call", "r.call"],
-            "concat("
-            + ", ".join(
-                [
-                    _q("entry "),
-                    "cast(e as string)",
-                    _q(" read as "),
-                    _repr_sql(f"{found0}.data"),
-                    _q(" and as "),
-                    _repr_sql("r.data"),
-                ]
-            )
-            + ")",
-        )
-        + ")"
-    )
-    lac_truncated = (
-        f"transform(filter(lacs, x -> {beyond}), x -> "
-        + _struct_sql(
-            "read-of-truncated-entry",
-            ["x.call", "close_op"],
-            _msg("LAC ", "{e}", " was read but ", *at),
-        )
-        + ")"
-    )
-    miss_floor = (
-        "transform(filter(miss, m -> m.end <= floor), m -> "
-        + _struct_sql(
-            "future-read",
-            ["floor", "m.call"],
-            _msg("read of entry ", "{e}", " completed before the ledger's create was invoked"),
-        )
-        + ")"
-    )
-    read_checks = (
-        f"CASE WHEN {in_chain} THEN flatten(transform(found, r -> "
-        f"{_too_early_sql('read', 'r.call', 'r.end', 'e')})) ELSE {_EMPTY_SQL} END"
-    )
-    lac_checks = (
-        "CASE WHEN e < n THEN flatten(transform(lacs, x -> "
-        f"{_too_early_sql('lac', 'x.call', 'x.end', 'e')})) ELSE {_EMPTY_SQL} END"
-    )
+    lac_truncated = anomaly_sql(msg.LAC_BEYOND_CLOSE, ["x.call", "close_op"], **at)
+    miss_floor = anomaly_sql(msg.TOO_EARLY[("create", "read")], ["floor", "m.call"], e="e")
     parts = [
         "array(" + ", ".join(singles) + ")",
         chain_add,
-        duplicates,
-        divergent,
-        lac_truncated,
-        miss_floor,
-        read_checks,
-        lac_checks,
+        f"transform(filter(ok_adds, a -> a.call != {ok0}.call), a -> {duplicates})",
+        f"transform(filter(found, r -> r.data != {found0}.data), r -> {divergent})",
+        f"transform(filter(lacs, x -> {beyond}), x -> {lac_truncated})",
+        f"transform(filter(miss, m -> m.end <= floor), m -> {miss_floor})",
+        f"CASE WHEN {in_chain} THEN flatten(transform(found, r -> "
+        f"{_too_early_sql('read', 'r.call', 'r.end', 'e')})) ELSE {EMPTY_SQL} END",
+        "CASE WHEN e < n THEN flatten(transform(lacs, x -> "
+        f"{_too_early_sql('lac', 'x.call', 'x.end', 'e')})) ELSE {EMPTY_SQL} END",
     ]
-    return sf.expr("concat(" + ", ".join(parts) + ")")
+    return "concat(" + ", ".join(parts) + ")"

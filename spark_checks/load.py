@@ -24,14 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from linearizability.history import (
-    FIELDS,
-    NEMESIS,
-    HistoryError,
-    Op,
-    parquet_schema,
-    read_jsonl,
-)
+from linearizability.history import FIELDS, NEMESIS, HistoryError, Op
+from linearizability.history_files import parquet_schema, read_jsonl
 
 NO_OPERATIONS = (
     "no operations: expected a history of at least one operation ({why}); --allow-empty accepts it"

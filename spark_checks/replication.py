@@ -38,6 +38,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from linearizability import anomalies as msg
+from spark_checks.messages import message
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -148,14 +151,11 @@ def audit(entries: DataFrame, ledgers: DataFrame) -> tuple[DataFrame, DataFrame]
         sf.lit("under-replicated").alias("kind"),
         sf.array("bookie").alias("bookies"),
         sf.array().cast("array<string>").alias("digests"),
-        sf.concat(
-            sf.lit("entry "),
-            sf.col("entry").cast("string"),
-            sf.lit(" of closed ledger "),
-            sf.col("ledger").cast("string"),
-            sf.lit(" is not on bookie "),
-            sf.coalesce(sf.col("bookie"), sf.lit("?")),
-            sf.lit(" of its write set"),
+        message(
+            msg.NOT_ON_WRITE_SET,
+            e=sf.col("entry"),
+            ledger=sf.col("ledger"),
+            bookie=sf.coalesce(sf.col("bookie"), sf.lit("?")),
         ).alias("message"),
     )
     replicas = expected.join(stored, ["run", "ledger", "entry", "bookie"])
@@ -173,13 +173,11 @@ def audit(entries: DataFrame, ledgers: DataFrame) -> tuple[DataFrame, DataFrame]
             sf.lit("digest-mismatch").alias("kind"),
             sf.transform("replicas", lambda r: r["bookie"]).alias("bookies"),
             sf.transform("replicas", lambda r: r["digest"]).alias("digests"),
-            sf.concat(
-                sf.lit("entry "),
-                sf.col("entry").cast("string"),
-                sf.lit(" of ledger "),
-                sf.col("ledger").cast("string"),
-                sf.lit(" has replicas with different digests: "),
-                sf.array_join(
+            message(
+                msg.REPLICAS_DIFFER,
+                e=sf.col("entry"),
+                ledger=sf.col("ledger"),
+                copies=sf.array_join(
                     sf.transform(
                         "replicas", lambda r: sf.concat(r["bookie"], sf.lit("="), r["digest"])
                     ),

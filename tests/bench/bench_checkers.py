@@ -15,7 +15,8 @@ from pathlib import Path
 
 from linearizability import wgl
 from linearizability.generate import ledger_history, many_ledgers, to_ops
-from linearizability.history import Op, pair, write_jsonl
+from linearizability.history import Op, pair
+from linearizability.history_files import write_jsonl
 from linearizability.ledger_checker import check_ledgers
 from linearizability.peer import read_edn_kv, read_jepsen_log
 
@@ -26,7 +27,7 @@ PEER = Path(__file__).resolve().parents[1] / "data" / "peer-histories"
 # carry over the parent's across exec) is the check's own.
 _CHILD = """
 import sys, time
-from linearizability.history import read_jsonl
+from linearizability.history_files import read_jsonl
 from linearizability.ledger_checker import check_ledgers
 t, c = time.perf_counter(), time.process_time()
 r = check_ledgers(read_jsonl(sys.argv[1]))

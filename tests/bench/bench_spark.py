@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from linearizability.generate import columnar_history, write_columnar
+from linearizability.columnar import columnar_history, write_columnar
 
 TITLE = "Spark checks (spark_checks): throughput and peak memory on local[2]"
 BASELINE_MAX = 20_000_000  # lines: the single-process checkers hold them all in memory
@@ -32,7 +32,7 @@ BASELINE_MAX = 20_000_000  # lines: the single-process checkers hold them all in
 _BASELINE = """
 import sys, time
 from linearizability.durability import check_durability
-from linearizability.history import read_parquet
+from linearizability.history_files import read_parquet
 from linearizability.ledger_checker import check_ledgers
 t = time.perf_counter()
 ops = list(read_parquet(sys.argv[1], check=False))

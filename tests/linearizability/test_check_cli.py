@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from linearizability.check_cli import _Progress, main
-from linearizability.generate import ledger_history, plant, to_ops
-from linearizability.history import write_history
+from linearizability.generate import ledger_history, to_ops
+from linearizability.history_files import write_history
+from linearizability.plant import plant
 
 PEER = Path(__file__).resolve().parents[1] / "data" / "peer-histories"
 

@@ -12,34 +12,16 @@ from linearizability.durability import (
     describe,
 )
 from linearizability.gen_cli import generate
-from linearizability.history import Op, validate
+from linearizability.history import validate
+from linearizability.testing import HistoryBuilder
 
 
-class _History:
-    def __init__(self) -> None:
-        self.ops: list[Op] = []
-
-    def op(  # noqa: PLR0917 - reads like a history line
-        self, p: int, f: str, ledger: int, inv: object, out: object, typ: str = "ok"
-    ) -> None:
-        i = len(self.ops)
-        self.ops.append(Op(i, i, p, "invoke", f, ledger, inv))
-        self.ops.append(Op(i + 1, i + 1, p, typ, f, ledger, out))  # type: ignore[arg-type]
-
-    def add(self, p: int, e: int, data: str, ledger: int = 7) -> None:
-        self.op(p, "add", ledger, {"entry": e, "data": data}, {"entry": e, "data": data})
-
-    def read(self, p: int, e: int, data: str | None, ledger: int = 7) -> None:
-        out = {"entry": e, "found": data is not None, **({"data": data} if data else {})}
-        self.op(p, "read", ledger, {"entry": e}, out)
-
-
-def _kinds(h: _History) -> list[str]:
+def _kinds(h: HistoryBuilder) -> list[str]:
     return [a["kind"] for a in check_durability(h.ops)["anomalies"]]
 
 
 def test_every_acknowledged_entry_read_back_is_valid() -> None:
-    h = _History()
+    h = HistoryBuilder()
     for e in range(3):
         h.add(1, e, f"d{e}")
     h.op(2, "recover", 7, None, {"last_entry": 2})
@@ -73,7 +55,7 @@ def test_generated_campaign_histories_are_durable(seed: int) -> None:
 
 
 def test_acknowledged_entry_beyond_the_recovered_last_entry_is_a_lost_write() -> None:
-    h = _History()
+    h = HistoryBuilder()
     for e in range(3):
         h.add(1, e, f"d{e}")
     h.op(2, "recover", 7, None, {"last_entry": 1})
@@ -86,7 +68,7 @@ def test_acknowledged_entry_beyond_the_recovered_last_entry_is_a_lost_write() ->
 
 
 def test_a_ledger_never_recovered_is_unknown_not_a_lost_write() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.add(1, 0, "a")
     h.add(1, 1, "b")
     h.read(3, 0, "a")  # no recovery: not a final read
@@ -102,7 +84,7 @@ def test_a_ledger_never_recovered_is_unknown_not_a_lost_write() -> None:
 
 
 def test_a_ledger_recovered_but_not_read_back_is_unknown() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.add(1, 0, "a")
     h.read(3, 0, "a")  # before the recovery: not a final read
     h.op(2, "recover", 7, None, {"last_entry": 0})
@@ -113,7 +95,7 @@ def test_a_ledger_recovered_but_not_read_back_is_unknown() -> None:
 
 
 def test_a_ledger_read_back_in_part_is_unknown_and_what_was_read_is_still_judged() -> None:
-    h = _History()
+    h = HistoryBuilder()
     for e in range(3):
         h.add(1, e, f"d{e}")
     h.op(2, "recover", 7, None, {"last_entry": 2})
@@ -128,7 +110,7 @@ def test_a_ledger_read_back_in_part_is_unknown_and_what_was_read_is_still_judged
 
 
 def test_an_entry_acked_beyond_the_close_point_is_lost_without_any_final_read() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.add(1, 0, "a")
     h.add(1, 1, "b")
     h.op(2, "recover", 7, None, {"last_entry": 0})
@@ -138,7 +120,7 @@ def test_an_entry_acked_beyond_the_close_point_is_lost_without_any_final_read() 
 
 
 def test_duplicate_acks_are_decided_without_a_recovery() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.add(1, 0, "a")
     h.add(5, 0, "b")
     result = check_durability(h.ops)
@@ -147,7 +129,7 @@ def test_duplicate_acks_are_decided_without_a_recovery() -> None:
 
 
 def test_only_ledgers_with_acknowledged_entries_are_counted() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.op(1, "add", 8, {"entry": 0, "data": "x"}, None, typ="info")  # never acknowledged
     h.op(2, "recover", 9, None, {"last_entry": -1})
     result = check_durability(h.ops)
@@ -155,7 +137,7 @@ def test_only_ledgers_with_acknowledged_entries_are_counted() -> None:
 
 
 def test_acknowledged_entry_a_final_read_did_not_find_is_a_lost_write() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.add(1, 0, "a")
     h.read(3, 0, "a")  # before the recovery: not a final read
     h.op(2, "recover", 7, None, {"last_entry": 0})
@@ -167,7 +149,7 @@ def test_acknowledged_entry_a_final_read_did_not_find_is_a_lost_write() -> None:
 
 
 def test_final_read_with_other_data_is_divergent() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.add(1, 0, "a")
     h.op(2, "recover", 7, None, {"last_entry": 0})
     h.read(3, 0, "b")
@@ -176,7 +158,7 @@ def test_final_read_with_other_data_is_divergent() -> None:
 
 
 def test_final_read_beyond_the_recovered_last_entry_is_a_read_of_a_truncated_entry() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.add(1, 0, "a")
     h.op(2, "recover", 7, None, {"last_entry": 0})
     h.read(3, 0, "a")
@@ -186,7 +168,7 @@ def test_final_read_beyond_the_recovered_last_entry_is_a_read_of_a_truncated_ent
 
 
 def test_two_acknowledged_adds_of_one_entry_are_a_duplicate() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.add(1, 0, "a")
     h.add(5, 0, "b")
     h.op(2, "recover", 7, None, {"last_entry": 0})
@@ -196,7 +178,7 @@ def test_two_acknowledged_adds_of_one_entry_are_a_duplicate() -> None:
 
 
 def test_two_final_reads_of_one_entry_with_different_data_are_divergent() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.add(1, 0, "a")
     h.op(2, "recover", 7, None, {"last_entry": 0})
     h.read(3, 0, "b")
@@ -207,7 +189,7 @@ def test_two_final_reads_of_one_entry_with_different_data_are_divergent() -> Non
 
 
 def test_only_the_last_recovery_decides_and_failed_adds_do_not_count() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.add(1, 0, "a")
     h.op(2, "recover", 7, None, {"last_entry": 0})
     h.read(3, 0, "a")

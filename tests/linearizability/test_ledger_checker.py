@@ -11,9 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from linearizability import wgl
-from linearizability.generate import interleave, ledger_history, many_ledgers, plant, to_ops
-from linearizability.history import JSON, HistoryError, Op, OpType, Process, pair, validate
-from linearizability.ledger_checker import ANOMALY_KINDS, check_ledgers
+from linearizability.anomalies import ANOMALY_KINDS
+from linearizability.generate import Event, interleave, ledger_history, many_ledgers, to_ops
+from linearizability.history import HistoryError, Op, pair, validate
+from linearizability.ledger_checker import check_ledgers
+from linearizability.plant import plant
 
 
 def _small(rng: random.Random) -> list[Op]:
@@ -112,9 +114,6 @@ def test_a_fenced_add_may_still_be_in_the_ledger() -> None:
     other = [op._replace(value={"error": "timeout"}) if op.type == "fail" else op for op in ops]
     assert not check_ledgers(other).valid
     assert _generic(other) == "invalid"
-
-
-Event = tuple[Process, OpType, str, int | None, JSON]
 
 
 def _two_acked_adds() -> list[Event]:

@@ -15,7 +15,8 @@ from impl.client.client import BookKeeper
 from impl.cluster.process import pid_alive
 from impl.testing import Clusters
 from linearizability.durability import check_durability
-from linearizability.history import JsonlWriter, Recorder, read_jsonl
+from linearizability.history import Recorder
+from linearizability.history_files import JsonlWriter, read_jsonl
 from linearizability.ledger_checker import check_ledgers
 from nemesis.db import LocalBackend
 from nemesis.db_netns import NamespaceBackend

@@ -4,25 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from linearizability.history import Op
+from linearizability.testing import HistoryBuilder
 from nemesis.checker import check_durability
 from nemesis.runner import _check_replication
 
 
-class _History:
-    def __init__(self) -> None:
-        self.ops: list[Op] = []
-
-    def op(  # noqa: PLR0917 - reads like a history line
-        self, p: int, f: str, ledger: int, inv: object, out: object, typ: str = "ok"
-    ) -> None:
-        i = len(self.ops)
-        self.ops.append(Op(i, i, p, "invoke", f, ledger, inv))
-        self.ops.append(Op(i + 1, i + 1, p, typ, f, ledger, out))  # type: ignore[arg-type]
-
-
-def _good() -> _History:
-    h = _History()
+def _good() -> HistoryBuilder:
+    h = HistoryBuilder()
     for e in range(3):
         h.op(1, "add", 7, {"entry": e, "data": f"d{e}"}, {"entry": e, "data": f"d{e}"})
     h.op(2, "recover", 7, None, {"last_entry": 2})
@@ -39,7 +27,7 @@ def test_every_acknowledged_entry_read_back_is_valid() -> None:
 
 
 def test_acknowledged_entry_beyond_the_close_point_is_a_lost_write() -> None:
-    h = _History()
+    h = HistoryBuilder()
     for e in range(3):
         h.op(1, "add", 7, {"entry": e, "data": f"d{e}"}, {"entry": e, "data": f"d{e}"})
     h.op(2, "recover", 7, None, {"last_entry": 1})
@@ -55,7 +43,7 @@ def test_acknowledged_entry_beyond_the_close_point_is_a_lost_write() -> None:
 
 def test_an_entry_whose_final_read_failed_is_unknown_not_lost() -> None:
     # A failed read is no answer: the history cannot say whether entry 0 survived.
-    h = _History()
+    h = HistoryBuilder()
     h.op(1, "add", 7, {"entry": 0, "data": "a"}, {"entry": 0, "data": "a"})
     h.op(2, "recover", 7, None, {"last_entry": 0})
     h.op(3, "read", 7, {"entry": 0}, {"error": "unreachable"}, typ="fail")
@@ -65,7 +53,7 @@ def test_an_entry_whose_final_read_failed_is_unknown_not_lost() -> None:
 
 
 def test_acknowledged_entry_a_final_read_did_not_find_is_a_lost_write() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.op(1, "add", 7, {"entry": 0, "data": "a"}, {"entry": 0, "data": "a"})
     h.op(2, "recover", 7, None, {"last_entry": 0})
     h.op(3, "read", 7, {"entry": 0}, {"entry": 0, "found": False})
@@ -74,7 +62,7 @@ def test_acknowledged_entry_a_final_read_did_not_find_is_a_lost_write() -> None:
 
 
 def test_other_data_at_an_acknowledged_entry_is_divergent() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.op(1, "add", 7, {"entry": 0, "data": "a"}, {"entry": 0, "data": "a"})
     h.op(2, "recover", 7, None, {"last_entry": 0})
     h.op(3, "read", 7, {"entry": 0}, {"entry": 0, "found": True, "data": "b"})
@@ -82,7 +70,7 @@ def test_other_data_at_an_acknowledged_entry_is_divergent() -> None:
 
 
 def test_reads_before_the_last_recovery_are_not_final() -> None:
-    h = _History()
+    h = HistoryBuilder()
     h.op(1, "add", 7, {"entry": 0, "data": "a"}, {"entry": 0, "data": "a"})
     h.op(3, "read", 7, {"entry": 0}, {"entry": 0, "found": True, "data": "a"})
     h.op(2, "recover", 7, None, {"last_entry": 0})

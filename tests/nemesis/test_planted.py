@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from impl.core.planted import CAMPAIGN_PLANTS, ENV, PLANTS, UnknownPlantError, active, parse
-from linearizability.ledger_checker import ANOMALY_KINDS
+from linearizability.anomalies import ANOMALY_KINDS
 from nemesis.cli import _fault_length
 from nemesis.cli import _parser as campaign_parser
 from nemesis.db import LocalBackend

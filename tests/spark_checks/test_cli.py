@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from linearizability import gen_cli
-from linearizability.history import Op, read_history, write_jsonl, write_parquet
+from linearizability.history import Op
+from linearizability.history_files import read_history, write_jsonl, write_parquet
 from linearizability.ledger_checker import check_ledgers
 from spark_checks import job
 

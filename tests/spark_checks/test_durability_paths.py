@@ -19,8 +19,9 @@ import pytest
 from linearizability import check_cli
 from linearizability.durability import describe
 from linearizability.gen_cli import generate
-from linearizability.generate import drop_final_reads
-from linearizability.history import Op, validate, write_jsonl
+from linearizability.history import Op, validate
+from linearizability.history_files import write_jsonl
+from linearizability.plant import drop_final_reads
 from nemesis.checker import check_history
 from spark_checks import job
 

@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from linearizability.anomalies import ANOMALY_KINDS
 from linearizability.durability import MAX_ANOMALIES, check_durability
 from linearizability.gen_cli import generate
-from linearizability.generate import drop_final_reads, ledger_history, to_ops
-from linearizability.history import Op, read_jsonl, validate, write_jsonl
-from linearizability.ledger_checker import ANOMALY_KINDS, MAX_EXAMPLES, check_ledgers
+from linearizability.generate import ledger_history, to_ops
+from linearizability.history import Op, validate
+from linearizability.history_files import read_jsonl, write_jsonl
+from linearizability.ledger_checker import MAX_EXAMPLES, check_ledgers
+from linearizability.plant import drop_final_reads
 from spark_checks.job import build, prepare
 from spark_checks.ledger import with_counts
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from linearizability import wgl
-from linearizability.history import Op, pair, write_jsonl
+from linearizability.history import Op, pair
+from linearizability.history_files import write_jsonl
 from spark_checks.generic import anomalies, check
 from spark_checks.job import prepare
 

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from linearizability.history import Op, write_jsonl, write_parquet
+from linearizability.history import Op
+from linearizability.history_files import write_jsonl, write_parquet
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,20 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from linearizability.history import (
-    NEMESIS,
-    HistoryError,
+from linearizability.history import NEMESIS, HistoryError, Op, OpType, Recorder, pair, validate
+from linearizability.history_files import (
     JsonlWriter,
-    Op,
-    OpType,
-    Recorder,
     iter_jsonl,
     nonempty,
-    pair,
     read_history,
     read_jsonl,
     read_parquet,
-    validate,
     write_jsonl,
     write_parquet,
 )
