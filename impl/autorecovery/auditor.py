@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
 import time
 from collections import deque
@@ -60,8 +59,6 @@ from impl.core.audit import (
 from impl.core.digest import Digest
 from impl.core.frames import ReadRequest
 from impl.core.metadata import LedgerMetadata
-from impl.core.planted import ENV as PLANT_ENV
-from impl.core.planted import parse as parse_plants
 from impl.meta import layout
 from impl.meta.store import NoSuchLedgerError
 from impl.meta.underreplication import UnderreplicationManager
@@ -89,10 +86,16 @@ class Auditor:
     them into the core's events and performs the core's actions against ZooKeeper."""
 
     def __init__(
-        self, bk: BookKeeper, urm: UnderreplicationManager, node_id: str, config: AuditorConfig
+        self,
+        bk: BookKeeper,
+        urm: UnderreplicationManager,
+        node_id: str,
+        config: AuditorConfig,
+        *,
+        plants: frozenset[str] = frozenset(),
     ) -> None:
         self.bk, self.urm, self.node_id, self.config = bk, urm, node_id, config
-        self.core = AuditorCore(node_id, config, _now_ms(), parse_plants(os.environ.get(PLANT_ENV)))
+        self.core = AuditorCore(node_id, config, _now_ms(), plants)
         self.stats = AuditStats()
         self._vote: str | None = None
         self._wake = asyncio.Event()

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import time
 from collections import deque
 from contextlib import AsyncExitStack
@@ -37,8 +36,6 @@ from kazoo.exceptions import KazooException
 from impl.autorecovery.replicator import RepairError, perform_repair_step
 from impl.client.client import BKError, BookKeeper
 from impl.core.actions import LocalProtocolError
-from impl.core.planted import ENV as PLANT_ENV
-from impl.core.planted import parse as parse_plants
 from impl.core.repair import Task
 from impl.core.replication import (
     CasReplica,
@@ -90,6 +87,8 @@ class ReplicationWorker:
         node_id: str,
         local: str | None,
         config: WorkerConfig,
+        *,
+        plants: frozenset[str] = frozenset(),
     ) -> None:
         self.bk, self.urm, self.node_id, self.local, self.config = (
             bk,
@@ -98,9 +97,7 @@ class ReplicationWorker:
             local,
             config,
         )
-        self.core = WorkerCore(
-            node_id, local, config, _now_ms(), parse_plants(os.environ.get(PLANT_ENV))
-        )
+        self.core = WorkerCore(node_id, local, config, _now_ms(), plants)
         self.stats = WorkerStats()
         self._queue: deque[WorkerAction] = deque()
         self._deferred: dict[int, str] = {}  # ledger -> why it was last left for later

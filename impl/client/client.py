@@ -51,6 +51,7 @@ from impl.core.frames import (
 )
 from impl.core.metadata import LedgerMetadata, Segment
 from impl.core.placement import NotEnoughBookiesError, choose_ensemble, replace_bookie
+from impl.core.planted import validate as validate_plants
 from impl.core.reads import read_order
 from impl.core.recovery import LedgerRecovery
 from impl.core.writer import LedgerWriter
@@ -119,8 +120,10 @@ class BookKeeper:
         session_timeout: float = 10.0,
         seed: int | None = None,
         zk_call_timeout: float = 30.0,
+        plants: frozenset[str] = frozenset(),
     ) -> None:
         self.zk_hosts = zk_hosts
+        self.plants = validate_plants(plants)  # planted bugs (test-only) of its writers, recoveries
         self.root = root
         self.timeout = timeout
         self.add_entry_timeout = add_entry_timeout  # BookKeeper's addEntryTimeoutSec
@@ -273,7 +276,9 @@ class BookKeeper:
     async def _recover(
         self, ledger_id: int, md: LedgerMetadata, version: int, password: bytes
     ) -> tuple[LedgerMetadata, int]:
-        machine = LedgerRecovery(ledger_id, md, version, Digest(md.digest_type, password))
+        machine = LedgerRecovery(
+            ledger_id, md, version, Digest(md.digest_type, password), plants=self.plants
+        )
         done: asyncio.Future[RecoveryCompleted] = asyncio.get_running_loop().create_future()
         driver = _Driver(self, ledger_id, master_key(password), machine)
         driver.on_recovery = done
@@ -578,6 +583,7 @@ class WriteHandle(ReadHandle):
             version,
             self.digest,
             add_timeout_ticks=max(1, math.ceil(bk.add_entry_timeout / TICK)),
+            plants=bk.plants,
         )
         self._driver = _Driver(bk, ledger_id, master_key(password), self.writer)
         self._ticker: asyncio.TimerHandle | None = None
