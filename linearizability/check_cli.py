@@ -350,60 +350,85 @@ def _print_durability(report: dict[str, Any]) -> None:
         print(f"    ledger {a['ledger']} {a['kind']}: {a['message']} (ops {a['ops']})")
 
 
+def _check_files(
+    args: argparse.Namespace, progress: _Progress
+) -> tuple[list[dict[str, Any]], list[Section]]:
+    """Each history's report, and the timeline's sections; HistoryError or OSError if
+    one cannot be read."""
+    reports: list[dict[str, Any]] = []
+    sections: list[Section] = []
+    for path in args.history:
+        if not path.exists():
+            raise HistoryError("no such file or directory", source=str(path))
+        fmt = sniff(path)
+        default = {"jepsen-log": "cas-register", "edn": "kv"}.get(fmt, "ledger")
+        model = args.model or default
+        fast = model == "ledger" and args.engine != "search"
+        if args.engine == "fast" and model != "ledger":
+            raise HistoryError(
+                f"--engine fast checks the ledger model only, not {model}", source=str(path)
+            )
+        durability = Durability() if model == "ledger" else None
+        try:
+            if not args.allow_empty:
+                _require_ops(path, fmt)
+            if durability is not None and fast:
+                report, secs = _check_ledger_file(path, fmt, args, progress, durability)
+            else:
+                report, secs = _check_search_file(path, fmt, model, args, progress, durability)
+            if durability is not None:
+                _add_durability(report, durability)
+        except HistoryError as e:  # the models' errors name the index, not the file
+            if e.source is not None:
+                raise
+            raise HistoryError(e.reason, line=e.line, source=str(path)) from None
+        reports.append(report)
+        sections += [
+            replace(s, title=f"{path.name}: {s.title}") if len(args.history) > 1 else s
+            for s in secs
+        ]
+    return reports, sections
+
+
+def _verdict(reports: list[dict[str, Any]]) -> str:
+    verdicts = {r["verdict"] for r in reports}
+    return "invalid" if "invalid" in verdicts else "unknown" if "unknown" in verdicts else "valid"
+
+
+def _write_html(
+    out: Path, verdict: str, reports: list[dict[str, Any]], sections: list[Section]
+) -> None:
+    summary = [f"{r['file']}: {r['verdict']} ({r['ops']:,} ops, {r['seconds']} s)" for r in reports]
+    out.write_text(render(f"bkref check: {verdict}", sections, summary), encoding="utf-8")
+
+
+def write_timeline(history: Path, out: Path) -> str:
+    """Check ``history`` as ``bkref check HISTORY --html OUT`` does and write its HTML
+    timeline to ``out``, printing nothing; returns the verdict. HistoryError or OSError
+    if the history cannot be read."""
+    args = _parser().parse_args([str(history), "--html", str(out)])
+    reports, sections = _check_files(args, _Progress(quiet=True))
+    verdict = _verdict(reports)
+    _write_html(out, verdict, reports, sections)
+    return verdict
+
+
 def main(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     _check_arguments(parser, args)
-    progress = _Progress(quiet=args.json)
-    reports: list[dict[str, Any]] = []
-    sections: list[Section] = []
     started = time.monotonic()
     try:
-        for path in args.history:
-            if not path.exists():
-                raise HistoryError("no such file or directory", source=str(path))
-            fmt = sniff(path)
-            default = {"jepsen-log": "cas-register", "edn": "kv"}.get(fmt, "ledger")
-            model = args.model or default
-            fast = model == "ledger" and args.engine != "search"
-            if args.engine == "fast" and model != "ledger":
-                raise HistoryError(
-                    f"--engine fast checks the ledger model only, not {model}", source=str(path)
-                )
-            durability = Durability() if model == "ledger" else None
-            try:
-                if not args.allow_empty:
-                    _require_ops(path, fmt)
-                if durability is not None and fast:
-                    report, secs = _check_ledger_file(path, fmt, args, progress, durability)
-                else:
-                    report, secs = _check_search_file(path, fmt, model, args, progress, durability)
-                if durability is not None:
-                    _add_durability(report, durability)
-            except HistoryError as e:  # the models' errors name the index, not the file
-                if e.source is not None:
-                    raise
-                raise HistoryError(e.reason, line=e.line, source=str(path)) from None
-            reports.append(report)
-            sections += [
-                replace(s, title=f"{path.name}: {s.title}") if len(args.history) > 1 else s
-                for s in secs
-            ]
+        reports, sections = _check_files(args, _Progress(quiet=args.json))
     except (HistoryError, OSError) as e:
         if args.json:
             print(json.dumps({"verdict": "unknown", "error": str(e)}))
         print(f"bkref check: {e}", file=sys.stderr)
         return 2
-    verdicts = {r["verdict"] for r in reports}
-    verdict = (
-        "invalid" if "invalid" in verdicts else "unknown" if "unknown" in verdicts else "valid"
-    )
+    verdict = _verdict(reports)
     took = time.monotonic() - started
     if args.html:
-        summary = [
-            f"{r['file']}: {r['verdict']} ({r['ops']:,} ops, {r['seconds']} s)" for r in reports
-        ]
-        args.html.write_text(render(f"bkref check: {verdict}", sections, summary), encoding="utf-8")
+        _write_html(args.html, verdict, reports, sections)
     if args.json:
         print(json.dumps({"verdict": verdict, "seconds": round(took, 3), "files": reports}))
     else:

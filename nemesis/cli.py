@@ -19,18 +19,20 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from impl.cli.args import int_range, non_negative_int, positive_float, positive_int
+from impl.cli.plants import add_plant_argument
 from impl.cluster.local import LocalCluster
-from impl.core.planted import PLANTS
 from linearizability.durability import describe
-from nemesis.db import ClusterBackend, LocalBackend
-from nemesis.db_docker import DockerBackend
-from nemesis.db_docker import cleanup as cleanup_docker
-from nemesis.db_docker import fault_kinds as docker_fault_kinds
-from nemesis.db_netns import NamespaceBackend
-from nemesis.db_netns import cleanup as cleanup_netns
-from nemesis.db_netns import fault_kinds as netns_fault_kinds
+from nemesis.backends import backend_class, make_backend
+from nemesis.backends.netns import cleanup as cleanup_netns
 from nemesis.docker_engine import missing_packages as docker_missing
-from nemesis.generator import DEFAULT_KINDS, FAULT_GROUPS, FAULT_KINDS, VICTIM_KINDS, expand_kinds
+from nemesis.faults import (
+    DEFAULT_KINDS,
+    FAULT_GROUPS,
+    FAULT_KINDS,
+    VICTIM_KINDS,
+    expand_kinds,
+    performable,
+)
 from nemesis.netns import namespaces_supported
 from nemesis.report import render
 from nemesis.runner import RunSpec, run_once
@@ -130,13 +132,7 @@ def _parser() -> argparse.ArgumentParser:
             "synced data on a bookie: then one lost copy cannot make recovery truncate)"
         ),
     )
-    p.add_argument(
-        "--plant",
-        action="append",
-        default=[],
-        choices=PLANTS,
-        help="switch on a planted bug (test-only) in bookies and clients, to test the checks",
-    )
+    add_plant_argument(p, "every bookie, writer process and client of the campaign")
     p.add_argument(
         "--no-lazyfs",
         action="store_true",
@@ -165,6 +161,8 @@ def _cleanup(out: Path | None, console: Console) -> int:
         directories = [p.parent for p in sorted(out.glob("run-*/cluster/netns-cluster.json"))]
     removed = cleanup_netns(directories=directories)
     if os.geteuid() == 0 and not docker_missing():
+        from nemesis.backends.docker import cleanup as cleanup_docker
+
         removed += cleanup_docker()
     console.print(f"stopped {stopped} local cluster(s); removed {len(removed)} leftover(s)")
     for what in removed:
@@ -264,13 +262,7 @@ def main(argv: list[str]) -> int:
     )
     faults = chosen if chosen is not None else expand_kinds(default)
     e, wq, aq = quorum if quorum is not None else _quorum(None, faults)
-    supported = (
-        netns_fault_kinds(lazyfs=not args.no_lazyfs)
-        if backend_name == "netns"
-        else docker_fault_kinds(lazyfs=not args.no_lazyfs)
-        if backend_name == "docker"
-        else LocalBackend.fault_kinds
-    )
+    supported = performable(backend_class(backend_name, lazyfs=not args.no_lazyfs))
     unsupported = sorted(set(faults) - supported)
     if unsupported:
         return _bad(
@@ -289,7 +281,7 @@ def main(argv: list[str]) -> int:
         write_quorum=wq,
         ack_quorum=aq,
     )
-    plant = tuple(sorted(set(args.plant)))
+    plant = tuple(sorted(set(args.plant)))  # choices= refused unknown names
     previous = signal.signal(signal.SIGTERM, _interrupt)
     runs: list[dict[str, Any]] = []
     interrupted = False
@@ -309,24 +301,13 @@ def main(argv: list[str]) -> int:
                 autorecovery=ar,
                 fault_length=fault_length,
             )
-            backend: ClusterBackend = (
-                NamespaceBackend(
-                    directory / "cluster",
-                    args.bookies,
-                    lazyfs=not args.no_lazyfs,
-                    plant=plant,
-                    autorecovery=ar,
-                )
-                if backend_name == "netns"
-                else DockerBackend(
-                    directory / "cluster",
-                    args.bookies,
-                    plant=plant,
-                    autorecovery=ar,
-                    lazyfs=not args.no_lazyfs,
-                )
-                if backend_name == "docker"
-                else LocalBackend(directory / "cluster", bookies=args.bookies, autorecovery=ar)
+            backend = make_backend(
+                backend_name,
+                directory / "cluster",
+                args.bookies,
+                lazyfs=not args.no_lazyfs,
+                plants=frozenset(plant),
+                autorecovery=ar,
             )
             with Progress(
                 TextColumn("[bold]{task.description}"),

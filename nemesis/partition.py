@@ -3,8 +3,8 @@
 A grudge maps each node to the set of nodes whose packets it drops. Jepsen's
 partitioners are the model: isolate one node, split into halves, a ring of
 overlapping majorities, and a bridge (two halves that both still see one node).
-The cluster backends apply a grudge (iptables inside network namespaces for the
-local backend, inside containers for Docker); these functions only decide it.
+The cluster backends apply a grudge (iptables inside network namespaces on the
+netns backend, inside containers on Docker); these functions only decide it.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from linearizability.durability import describe
+from nemesis.faults import FAULTS
 
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:2em;color:#222;max-width:70em}
@@ -26,18 +27,8 @@ text-align:left} th{background:#f5f5f5} .valid{color:#1a7f37;font-weight:600}
 code{background:#f5f5f5;padding:0 3px} svg text{font:11px system-ui,sans-serif}
 """
 
-# One colour per fault kind (shaded windows), and the two throughput lines.
-_FAULT_COLOURS = {
-    "kill": "#e57373",
-    "pause": "#ffb74d",
-    "partition": "#64b5f6",
-    "expire": "#9575cd",
-    "lose-unsynced": "#f06292",
-    "power-loss": "#d32f2f",
-    "flip": "#a1887f",
-    "truncate": "#8d6e63",
-    "wipe": "#5d4037",
-}
+# The two throughput lines, the add latencies, and the ledgers awaiting repair; each
+# fault kind's windows are shaded in its record's colour (nemesis.faults).
 _LINES = (("adds", 1, "#1a7f37"), ("reads", 2, "#1565c0"))
 _LATENCY_LINES = (("add p50", 1, "#1a7f37"), ("add p99", 2, "#c62828"))
 _TASK_LINES = (("ledgers marked under-replicated", 1, "#6a1b9a"),)
@@ -90,7 +81,7 @@ def _chart(
     lanes: list[float] = []  # the end of the last label in each label row
     for sp in spans:
         x0, x1 = x(sp["start"]), x(max(sp["stop"], sp["start"] + seconds / 400))
-        colour = _FAULT_COLOURS.get(sp["kind"], "#bdbdbd")
+        colour = FAULTS[sp["kind"]].colour if sp["kind"] in FAULTS else "#bdbdbd"
         label = html.escape(f"{sp['kind']} {sp['target']}")
         lane = next((i for i, end in enumerate(lanes) if end < x0), len(lanes))
         lanes[lane : lane + 1] = [x0 + 7 * len(label)]

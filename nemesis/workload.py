@@ -43,6 +43,7 @@ from typing import Any
 
 from kazoo.exceptions import KazooException
 
+from impl.cli.plants import plant_argv
 from impl.client.client import (
     BKError,
     BookKeeper,
@@ -89,6 +90,7 @@ class Workload:
     writer_pids: set[int] = field(default_factory=set)  # the writer processes alive now
     # Where the writer processes' own log lines go (appended), not the campaign's terminal.
     writer_log: Path | None = None
+    plants: frozenset[str] = frozenset()  # planted bugs of the writer processes' clients
     _next_process: int = 0
     _pending: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -196,19 +198,26 @@ class Workload:
             await asyncio.wait(in_flight, timeout=OP_TIMEOUT)
         await self._close(handle)
 
+    def writer_argv(self) -> list[str]:
+        """The command line of a writer process (with the campaign's planted bugs)."""
+        return [
+            sys.executable,
+            "-m",
+            "nemesis.writer_proc",
+            "--zk",
+            self.zk,
+            "--password",
+            self.spec.password.decode(),
+            *plant_argv(self.plants),
+        ]
+
     async def _process_writer(self, stop: asyncio.Event) -> None:
         """Start a writer process, drive it ledger after ledger; start another if it dies."""
         while not stop.is_set():
             log = self.writer_log.open("ab") if self.writer_log is not None else None
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-m",
-                    "nemesis.writer_proc",
-                    "--zk",
-                    self.zk,
-                    "--password",
-                    self.spec.password.decode(),
+                    *self.writer_argv(),
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=log,

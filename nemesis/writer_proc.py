@@ -34,6 +34,7 @@ import os
 import sys
 from typing import Any
 
+from impl.cli.plants import add_plant_argument, plants_of
 from impl.client.client import BookKeeper, FencedError, WriteHandle
 
 OP_TIMEOUT = 20.0
@@ -44,12 +45,12 @@ def _say(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-async def _serve(zk: str, password: bytes) -> None:
+async def _serve(zk: str, password: bytes, plants: frozenset[str]) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     handle: WriteHandle | None = None
-    async with BookKeeper(zk) as bk:
+    async with BookKeeper(zk, plants=plants) as bk:
         while line := await reader.readline():
             cmd = json.loads(line)
             op = cmd["op"]
@@ -92,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--zk", required=True, help="ZooKeeper connect string")
     p.add_argument("--password", default="bkref-campaign", help="the ledgers' password")
+    add_plant_argument(p, "this writer's client (its adds and ensemble changes)")
     args = p.parse_args(argv)
+    plants = plants_of(args)
     logging.basicConfig(
         level=logging.WARNING,
         format="%(asctime)s writer[%(process)d] %(levelname)s %(name)s: %(message)s",
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     # One line per process, so that its log can be told from the next one's.
     sys.stderr.write(f"writer process {os.getpid()} started, ZooKeeper {args.zk}\n")
     sys.stderr.flush()
-    asyncio.run(_serve(args.zk, args.password.encode()))
+    asyncio.run(_serve(args.zk, args.password.encode(), plants))
     return 0
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
 import time
 from collections import deque
@@ -61,8 +60,6 @@ from impl.core.audit import (
 from impl.core.digest import Digest
 from impl.core.frames import ReadRequest
 from impl.core.metadata import LedgerMetadata
-from impl.core.planted import ENV as PLANT_ENV
-from impl.core.planted import parse as parse_plants
 from impl.meta import layout
 from impl.meta.store import NoSuchLedgerError
 from impl.meta.underreplication import UnderreplicationManager
@@ -93,14 +90,13 @@ class Auditor:
         config: AuditorConfig,
         *,
         clock: Clock = SYSTEM_CLOCK,
+        plants: frozenset[str] = frozenset(),
     ) -> None:
         self.bk, self.urm, self.node_id, self.config = bk, urm, node_id, config
         # The core's time: when a lost bookie's delay is over, when the periodic
         # audit and ledger check are due. (The stats' durations are on time.monotonic.)
         self.clock = clock
-        self.core = AuditorCore(
-            node_id, config, self._now_ms(), parse_plants(os.environ.get(PLANT_ENV))
-        )
+        self.core = AuditorCore(node_id, config, self._now_ms(), plants)
         self.stats = AuditStats()
         self._vote: str | None = None
         self._wake = asyncio.Event()

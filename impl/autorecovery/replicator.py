@@ -33,8 +33,6 @@ from impl.core.frames import (
     Status,
 )
 from impl.core.metadata import LedgerMetadata
-from impl.core.planted import ENV as PLANT_ENV
-from impl.core.planted import parse as parse_plants
 from impl.core.repair import Fragment, Reason
 from impl.core.replication import (
     CasReplica,
@@ -213,15 +211,14 @@ async def repair_ledger(
     target: str | None = None,
     slots: Slots | None = None,
     owns_lock: Callable[[], bool] | None = None,
-    plants: frozenset[str] | None = None,
 ) -> LedgerRepair:
     """Copy every immutable fragment on a bad bookie and record each copy's new home
     (:class:`impl.core.replication.RepairRun` decides; this performs).
 
     ``candidates`` are the writable bookies (id -> failure domain). Bad replicas (lost,
     leaving, or missing entries) move to ``target`` if given, else to ``local`` (a
-    worker beside a bookie), else to a bookie the placement rules choose. ``plants``:
-    the planted bugs (default: ``BKREF_PLANT``).
+    worker beside a bookie), else to a bookie the placement rules choose. The planted
+    bugs are the client's (``bk.plants``).
     """
     try:
         md, version = await asyncio.to_thread(bk.meta.read_ledger, ledger_id)
@@ -235,7 +232,7 @@ async def repair_ledger(
         candidates,
         local=local,
         target=target,
-        plants=parse_plants(os.environ.get(PLANT_ENV)) if plants is None else plants,
+        plants=bk.plants,
     )
     while not run.done:
         actions = run.take_actions()

@@ -21,6 +21,7 @@ from impl.autorecovery.auditor import Auditor, AuditorConfig
 from impl.autorecovery.worker import ReplicationWorker, WorkerConfig
 from impl.bookie.config import BookieConfig, load_for_cli
 from impl.bookie.main import cancel_on_signals
+from impl.cli.plants import add_plant_argument, plants_of
 from impl.client.client import BKError, BookKeeper
 from impl.core.repair import Scheduling
 from impl.meta.underreplication import UnderreplicationManager
@@ -29,8 +30,11 @@ log = logging.getLogger(__name__)
 
 
 class AutoRecovery:
-    def __init__(self, config: BookieConfig, *, dedicated: bool = False) -> None:
+    def __init__(
+        self, config: BookieConfig, *, dedicated: bool = False, plants: frozenset[str] = frozenset()
+    ) -> None:
         self.config = config
+        self.plants = plants  # planted bugs (test-only) of its auditor, worker and client
         self.local = None if dedicated else config.bookie_id
         self.node_id = (
             f"autorecovery-{socket.gethostname()}-{os.getpid()}" if dedicated else config.bookie_id
@@ -39,6 +43,7 @@ class AutoRecovery:
             config.zkServers,
             config.zkLedgersRootPath,
             session_timeout=config.zkTimeout / 1000,
+            plants=plants,
         )
         self.auditor: Auditor | None = None
         self.worker: ReplicationWorker | None = None
@@ -59,6 +64,7 @@ class AutoRecovery:
                     c.auditorPeriodicBookieCheckInterval,
                     c.auditorLedgerVerificationPercentage,
                 ),
+                plants=self.plants,
             )
             self.worker = ReplicationWorker(
                 self.bk,
@@ -71,6 +77,7 @@ class AutoRecovery:
                     c.repairSlotsPerBookie,
                     Scheduling(c.repairDeprioritizeAfterFailures, c.repairPromoteAfterMs),
                 ),
+                plants=self.plants,
             )
             log.info(
                 "autorecovery %s started (local bookie: %s)", self.node_id, self.local or "none"
@@ -99,14 +106,16 @@ def main(argv: list[str]) -> int:
         help="not beside a bookie: copy to any bookie that fits the placement rules",
     )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING, ERROR")
+    add_plant_argument(p, "its auditor, replication worker and client")
     args = p.parse_args(argv)
+    plants = plants_of(args)
     config = load_for_cli("bkref autorecovery", args.config, args.log_level)
     if config is None:
         return 2
 
     async def run() -> None:
         cancel_on_signals()
-        await AutoRecovery(config, dedicated=args.dedicated).run()
+        await AutoRecovery(config, dedicated=args.dedicated, plants=plants).run()
 
     try:
         asyncio.run(run())

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 from collections import deque
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -37,8 +36,6 @@ from impl.autorecovery.replicator import RepairError, perform_repair_step
 from impl.client.client import BKError, BookKeeper
 from impl.clock import SYSTEM_CLOCK, Clock
 from impl.core.actions import LocalProtocolError
-from impl.core.planted import ENV as PLANT_ENV
-from impl.core.planted import parse as parse_plants
 from impl.core.repair import Task
 from impl.core.replication import (
     CasReplica,
@@ -88,6 +85,7 @@ class ReplicationWorker:
         config: WorkerConfig,
         *,
         clock: Clock = SYSTEM_CLOCK,
+        plants: frozenset[str] = frozenset(),
     ) -> None:
         self.bk, self.urm, self.node_id, self.local, self.config = (
             bk,
@@ -99,9 +97,7 @@ class ReplicationWorker:
         # The core's time: the open-ledger grace period, back-offs, task ages. (The
         # idle poll and REPAIR_TIMEOUT are real-time intervals of the shell's I/O.)
         self.clock = clock
-        self.core = WorkerCore(
-            node_id, local, config, self._now_ms(), parse_plants(os.environ.get(PLANT_ENV))
-        )
+        self.core = WorkerCore(node_id, local, config, self._now_ms(), plants)
         self.stats = WorkerStats()
         self._queue: deque[WorkerAction] = deque()
         self._deferred: dict[int, str] = {}  # ledger -> why it was last left for later

@@ -12,6 +12,7 @@ from pathlib import Path
 from impl.bookie.config import BookieConfig, ConfigError, load_for_cli
 from impl.bookie.cookie import CookieMismatchError
 from impl.bookie.server import Bookie
+from impl.cli.plants import add_plant_argument, plants_of
 
 
 def cancel_on_signals() -> asyncio.AbstractEventLoop:
@@ -48,7 +49,9 @@ def main(argv: list[str]) -> int:
         "(bookie, ledger, entry, digest), the input of replication audits, and exit",
     )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING, ERROR")
+    add_plant_argument(p, "this bookie's storage and its AutoRecovery")
     args = p.parse_args(argv)
+    plants = plants_of(args)
     config = load_for_cli("bkref bookie", args.config, args.log_level)
     if config is None:
         return 2
@@ -64,7 +67,7 @@ def main(argv: list[str]) -> int:
         n = dump(config, args.dump)
         print(f"{config.bookie_id}: {n} entries dumped to {args.dump}")
         return 0
-    bookie = Bookie(config)
+    bookie = Bookie(config, plants=plants)
     try:
         bookie.open_storage_and_register()
     except CookieMismatchError as e:
@@ -89,7 +92,7 @@ def main(argv: list[str]) -> int:
         if args.autorecovery or config.autoRecoveryDaemonEnabled:
             from impl.autorecovery.service import AutoRecovery
 
-            await asyncio.gather(bookie.serve(), AutoRecovery(config).run())
+            await asyncio.gather(bookie.serve(), AutoRecovery(config, plants=plants).run())
         else:
             await bookie.serve()
 

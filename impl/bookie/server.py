@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 
 
 class Bookie:
-    def __init__(self, config: BookieConfig) -> None:
+    def __init__(self, config: BookieConfig, *, plants: frozenset[str] = frozenset()) -> None:
         self.config = config
+        self.plants = plants  # planted bugs (test-only) of its storage and AutoRecovery
         self.bookie_id = config.bookie_id
         self.storage: BookieStorage | None = None
         self.core = BookieCore()
@@ -71,7 +72,7 @@ class Bookie:
         self.store.ensure_layout()
         verify_or_create(self.store, self.bookie_id, c.journalDirectory, c.ledgerDirectories)
         self.storage = BookieStorage(
-            Path(c.journalDirectory), Path(c.ledgerDirectories[0]), c.storage()
+            Path(c.journalDirectory), Path(c.ledgerDirectories[0]), c.storage(), plants=self.plants
         )
         self.core = BookieCore(self.storage.ledger_infos())
         self.registration = Registration(self.store, self.bookie_id, c.rack)

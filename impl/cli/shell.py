@@ -13,6 +13,7 @@ from kazoo.exceptions import KazooException
 
 from impl.autorecovery import shell as ar_shell
 from impl.cli.args import non_negative_int, positive_float, positive_int
+from impl.cli.plants import add_plant_argument, plants_of
 from impl.client.client import BKError, BookKeeper
 from impl.core.digest import DigestType
 from impl.meta.store import NoSuchLedgerError
@@ -36,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
         default=15.0,
         help="seconds (> 0) to wait for ZooKeeper (default 15)",
     )
+    add_plant_argument(common, "this shell's client (its writes, recoveries and repairs)")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("listbookies", parents=[common], help="registered bookies (rw and ro)")
     sub.add_parser("listledgers", parents=[common], help="every ledger id")
@@ -71,7 +73,9 @@ def _print(args: argparse.Namespace, obj: object, text: str) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    async with BookKeeper(args.zk, args.root, connect_timeout=args.zk_timeout) as bk:
+    async with BookKeeper(
+        args.zk, args.root, connect_timeout=args.zk_timeout, plants=plants_of(args)
+    ) as bk:
         if args.cmd == "listbookies":
             infos = await asyncio.to_thread(bk.meta.bookies)
             rows = [{"bookie": b.bookie_id, "rack": b.rack, "readonly": b.readonly} for b in infos]

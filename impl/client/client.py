@@ -26,6 +26,7 @@ from impl.core.digest import DigestType, password_hash
 from impl.core.frames import Request, Response
 from impl.core.metadata import LedgerMetadata, Segment
 from impl.core.placement import NotEnoughBookiesError, choose_ensemble
+from impl.core.planted import validate as validate_plants
 from impl.meta.store import ZkMetadataStore
 
 __all__ = [
@@ -54,8 +55,10 @@ class BookKeeper:
         seed: int | None = None,
         zk_call_timeout: float = 30.0,
         clock: Clock = SYSTEM_CLOCK,
+        plants: frozenset[str] = frozenset(),
     ) -> None:
         self.zk_hosts = zk_hosts
+        self.plants = validate_plants(plants)  # planted bugs (test-only) of its writers, recoveries
         self.root = root
         self.timeout = timeout  # a bookie request's (the connection's I/O timeout)
         self.add_entry_timeout = add_entry_timeout  # BookKeeper's addEntryTimeoutSec

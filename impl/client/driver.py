@@ -93,6 +93,9 @@ class Client(Protocol):
     @property
     def add_entry_timeout(self) -> float: ...
 
+    @property
+    def plants(self) -> frozenset[str]: ...
+
     def conn(self, bookie: str) -> BookieConnection: ...
 
     async def request(self, bookie: str, make: Callable[[int], Request]) -> Response: ...
@@ -249,7 +252,9 @@ async def recover(
 ) -> tuple[LedgerMetadata, int]:
     """Fence ``ledger_id``, find its last entry, write it back and close the ledger;
     returns the closed metadata and its version."""
-    machine = LedgerRecovery(ledger_id, metadata, version, Digest(metadata.digest_type, password))
+    machine = LedgerRecovery(
+        ledger_id, metadata, version, Digest(metadata.digest_type, password), plants=bk.plants
+    )
     done: asyncio.Future[RecoveryCompleted] = asyncio.get_running_loop().create_future()
     driver = Driver(bk, ledger_id, master_key(password), machine)
     driver.on_recovery = done
@@ -426,6 +431,7 @@ class WriteHandle(ReadHandle):
             version,
             self.digest,
             add_timeout_ticks=max(1, math.ceil(bk.add_entry_timeout / TICK)),
+            plants=bk.plants,
         )
         self._driver = Driver(bk, ledger_id, master_key(password), self.writer)
         self._ticker: asyncio.TimerHandle | None = None

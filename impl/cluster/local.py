@@ -21,6 +21,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from impl.bookie.config import BookieConfig
+from impl.cli.plants import plant_argv
 from impl.cluster.process import (
     StateFileError,
     log_tail,
@@ -72,6 +73,7 @@ class LocalCluster:
     bookies: list[BookieProcess] = field(default_factory=list)
     zk_root: str = "/ledgers"
     autorecovery: bool = False  # each bookie process also runs an AutoRecovery node
+    plants: frozenset[str] = frozenset()  # planted bugs (test-only): `bkref bookie --plant`
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -147,6 +149,7 @@ class LocalCluster:
                     "--config",
                     str(b.config_path),
                     *(["--autorecovery"] if self.autorecovery else []),
+                    *plant_argv(self.plants),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -286,6 +289,7 @@ class LocalCluster:
             "zk_root": self.zk_root,
             "has_zookeeper": self.zookeeper is not None,
             "autorecovery": self.autorecovery,
+            "plants": sorted(self.plants),
             "bookie_overrides": self.bookie_overrides,
             "bookies": [asdict(b) for b in self.bookies],
         }
@@ -308,6 +312,7 @@ class LocalCluster:
                 dict(state["bookie_overrides"]),
                 zk_root=state["zk_root"],
                 autorecovery=bool(state.get("autorecovery", False)),
+                plants=frozenset(state.get("plants", ())),
             )
             c._zk_hosts = state["zk_hosts"]
             has_zookeeper = state["has_zookeeper"]

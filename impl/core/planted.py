@@ -3,9 +3,12 @@
 A fault campaign is only worth its verdict if it can fail. Each switch here
 re-creates a known way to break BookKeeper's guarantees, so that a test can
 show the campaign's checks catch it (and the same seed without the switch is
-valid). They are read once from the environment variable ``BKREF_PLANT``, a
-comma-separated list of names; nothing is planted when it is unset, and an
-unknown name is an error (a typo must not silently test the correct code).
+valid). They are arguments, never ambient state: every constructor that hosts
+one takes ``plants: frozenset[str]`` (empty by default: nothing is planted),
+and every process entry point that builds such objects takes ``--plant NAME``
+on its command line (``bkref bookie``, ``bkref autorecovery``, ``bkref shell``,
+the campaign's writer process ``nemesis.writer_proc``). An unknown name is an
+error (a typo must not silently test the correct code).
 
 - ``ack-before-fsync``: the journal acknowledges an add once it is written,
   before any fsync, and syncs only when it rolls to a new file. Killed with
@@ -49,16 +52,15 @@ unknown name is an error (a typo must not silently test the correct code).
   (``bkref refine --config m-4651 --plant acks-from-replaced-bookie-count``).
   The spec's mutant of the same name re-creates it.
 
-Only tests and campaigns (``bkref campaign --plant NAME``) set the variable;
-the campaign passes it to the bookie and client processes it starts.
+Only tests and campaigns (``bkref campaign --plant NAME``) switch them on; a
+campaign passes its ``--plant`` list to every bookie and writer process it
+starts, on each backend, and to the clients in its own process.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 
-ENV = "BKREF_PLANT"
 PLANTS = (
     "ack-before-fsync",
     "recovery-reads-without-fence",
@@ -78,7 +80,7 @@ CAMPAIGN_PLANTS = tuple(p for p in PLANTS if p not in REFINEMENT_ONLY)
 
 
 class UnknownPlantError(ValueError):
-    """BKREF_PLANT names a switch that does not exist."""
+    """A name that is not one of the planted bugs."""
 
 
 def validate(names: Iterable[str], *, source: str = "") -> frozenset[str]:
@@ -92,17 +94,8 @@ def validate(names: Iterable[str], *, source: str = "") -> frozenset[str]:
     return plants
 
 
-def parse(text: str | None) -> frozenset[str]:
-    return validate(
-        (n.strip() for n in (text or "").split(",") if n.strip()), source=f"{ENV} names "
-    )
-
-
-def active(name: str, plants: frozenset[str] | None = None) -> bool:
-    """True if the planted bug ``name`` is switched on: in ``plants`` when the caller
-    passes them (an in-process harness), else in this process's environment."""
+def active(name: str, plants: frozenset[str]) -> bool:
+    """True if the planted bug ``name`` is among ``plants`` (both checked)."""
     if name not in PLANTS:
         raise UnknownPlantError(f"no planted bug {name!r}; known: {', '.join(PLANTS)}")
-    if plants is None:
-        return name in parse(os.environ.get(ENV))
     return name in validate(plants)

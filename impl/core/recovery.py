@@ -78,7 +78,7 @@ class LedgerRecovery:
         version: int,
         digest: Digest,
         *,
-        plants: frozenset[str] | None = None,
+        plants: frozenset[str] = frozenset(),
     ) -> None:
         self.ledger_id = ledger_id
         self.metadata = metadata
@@ -110,9 +110,7 @@ class LedgerRecovery:
         self._unreplaceable: set[str] = set()
         self._no_spare_reason = ""
         # PLANTED BUG switch (test-only, impl/core/planted.py): recovery reads without fence.
-        # ``plants`` None: as BKREF_PLANT says (the shells); a set: exactly those (harnesses).
-        unfenced = "recovery-reads-without-fence"
-        self._fence = not (planted(unfenced) if plants is None else unfenced in plants)
+        self._fence = not planted("recovery-reads-without-fence", plants)
 
     def take_actions(self) -> list[Action]:
         out, self._actions = self._actions, []

@@ -67,7 +67,7 @@ class LedgerWriter:
         digest: Digest,
         *,
         add_timeout_ticks: int | None = None,
-        plants: frozenset[str] | None = None,
+        plants: frozenset[str] = frozenset(),
     ) -> None:
         if metadata.state is not LedgerState.OPEN:
             raise LocalProtocolError(
@@ -92,11 +92,8 @@ class LedgerWriter:
         # ticks counts as a failure of that bookie (BookKeeper's addEntryTimeoutSec).
         self.add_timeout_ticks = add_timeout_ticks
         self.ticks = 0
-        # PLANTED BUG switch (test-only, impl/core/planted.py); ``plants`` None: as
-        # BKREF_PLANT says (the shells); a set: exactly those (harnesses).
-        self._release_before_unset = (
-            planted(PLANT_ACKS_BY_INDEX) if plants is None else PLANT_ACKS_BY_INDEX in plants
-        )
+        # PLANTED BUG switch (test-only, impl/core/planted.py).
+        self._release_before_unset = planted(PLANT_ACKS_BY_INDEX, plants)
 
     # ------------------------------------------------------------ outputs
 

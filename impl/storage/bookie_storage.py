@@ -66,7 +66,7 @@ class GcReport:
 
 class BookieStorage:
     """``disk``: how files are changed (a ``CrashDisk`` lets a test lose what was not
-    fsynced). ``plants``: the planted bugs to switch on; None reads ``BKREF_PLANT``."""
+    fsynced). ``plants``: the planted bugs to switch on (none by default)."""
 
     def __init__(
         self,
@@ -75,7 +75,7 @@ class BookieStorage:
         config: StorageConfig | None = None,
         *,
         disk: Disk = OS_DISK,
-        plants: frozenset[str] | None = None,
+        plants: frozenset[str] = frozenset(),
     ) -> None:
         self.config = config or StorageConfig()
         self.journal_dir = journal_dir

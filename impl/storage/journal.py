@@ -54,7 +54,7 @@ class Journal:
         max_size: int = 2048 * 1024 * 1024,
         flush_when_queue_empty: bool = False,
         disk: Disk = OS_DISK,
-        plants: frozenset[str] | None = None,
+        plants: frozenset[str] = frozenset(),
     ) -> None:
         self.directory = directory
         self._disk = disk
@@ -64,7 +64,6 @@ class Journal:
         self.max_size = max_size
         self.flush_when_queue_empty = flush_when_queue_empty
         # PLANTED BUG switch (test-only, impl/core/planted.py): acknowledge before the fsync.
-        # ``plants`` None: read BKREF_PLANT, as the bookie process does.
         self._ack_before_fsync = planted("ack-before-fsync", plants)
         self._queue: queue.Queue[tuple[bytes, Callback, float] | None] = queue.Queue()
         self._id = journal_id

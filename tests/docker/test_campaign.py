@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nemesis.db_docker import DockerBackend
+from nemesis.backends.docker import LazyfsDockerBackend
 from nemesis.docker_engine import DockerEngine, missing_packages
 from nemesis.runner import RunSpec, run_once
 from nemesis.workload import WorkloadSpec
@@ -50,7 +50,7 @@ def test_short_docker_campaign_is_valid_and_leaves_the_host_as_it_was(
         workload=WorkloadSpec(),
     )
     before = host_network()
-    backend = DockerBackend(tmp_path / "cluster", 3, engine=engine)
+    backend = LazyfsDockerBackend(tmp_path / "cluster", 3, engine=engine)
     result = run_once(spec, backend, tmp_path / "run", lambda _: None)
 
     assert result.error is None, result.error
@@ -73,7 +73,7 @@ def test_power_losses_on_docker_drop_only_what_bookies_never_acknowledged(
     # The same run as the ack-before-fsync exercise below, without the bug: bookies
     # on lazyfs lose every unsynced write twice, and no acknowledged entry is lost.
     spec = RunSpec(seed=3, duration=15.0, faults=("power-loss",), bookies=4, workload=SHORT_LEDGERS)
-    backend = DockerBackend(tmp_path / "cluster", spec.bookies, engine=engine)
+    backend = LazyfsDockerBackend(tmp_path / "cluster", spec.bookies, engine=engine)
     assert {"lose-unsynced", "power-loss"} <= backend.fault_kinds
     result = run_once(spec, backend, tmp_path / "run", lambda _: None)
 
@@ -168,7 +168,9 @@ def test_a_planted_bug_is_caught_on_docker(
             converge_timeout=ex.converge_timeout,
         )
         where = tmp_path / f"seed-{seed}"
-        backend = DockerBackend(where / "cluster", spec.bookies, engine=engine, plant=spec.plant)
+        backend = LazyfsDockerBackend(
+            where / "cluster", spec.bookies, engine=engine, plants=frozenset(spec.plant)
+        )
         result = run_once(spec, backend, where / "run", lambda _: None)
         assert result.error is None, result.error
         assert not engine.status().running

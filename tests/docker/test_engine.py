@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nemesis.db_docker import cleanup
+from nemesis.backends.docker import cleanup
 from nemesis.docker_engine import (
     CGROUP_PARENT,
     CGROUP_ROOT,

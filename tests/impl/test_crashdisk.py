@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from impl.core.bookie import JournalAdd, JournalFence, JournalMasterKey, JournalRecord
-from impl.core.planted import ENV, UnknownPlantError
+from impl.core.planted import UnknownPlantError
 from impl.storage.bookie_storage import BookieStorage, StorageConfig
 from impl.storage.crashdisk import CrashDisk, CrashReport, PowerLossError
 from impl.storage.disk import Disk, OsDisk
@@ -45,7 +45,7 @@ class CountingDisk(OsDisk):
         os.fdatasync(fd)
 
 
-def _adds_with(tmp: Path, plants: frozenset[str] | None) -> int:
+def _adds_with(tmp: Path, plants: frozenset[str]) -> int:
     disk = CountingDisk()
     s = BookieStorage(tmp / "journal", tmp / "ledgers", StorageConfig(), disk=disk, plants=plants)
     _persist(s, [JournalMasterKey(1, KEY)])
@@ -55,24 +55,20 @@ def _adds_with(tmp: Path, plants: frozenset[str] | None) -> int:
     return disk.calls["fdatasync"]
 
 
-def test_plants_argument_switches_the_journal_sync_off_in_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv(ENV, raising=False)
+def test_plants_argument_switches_the_journal_sync_off_in_process(tmp_path: Path) -> None:
     assert _adds_with(tmp_path / "a", frozenset()) == 6
     assert _adds_with(tmp_path / "b", frozenset({"ack-before-fsync"})) == 0
-    # The argument wins over the environment, both ways.
-    monkeypatch.setenv(ENV, "ack-before-fsync")
-    assert _adds_with(tmp_path / "c", frozenset()) == 6
+    # Another plant leaves the journal's syncs alone.
+    assert _adds_with(tmp_path / "c", frozenset({"bookie-forgets-lac-on-replay"})) == 6
 
 
-def test_without_plants_argument_the_environment_decides(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(ENV, "ack-before-fsync")
-    assert _adds_with(tmp_path / "a", None) == 0
-    monkeypatch.delenv(ENV)
-    assert _adds_with(tmp_path / "b", None) == 6
+def test_without_plants_argument_nothing_is_planted(tmp_path: Path) -> None:
+    disk = CountingDisk()
+    s = BookieStorage(tmp_path / "journal", tmp_path / "ledgers", StorageConfig(), disk=disk)
+    _persist(s, [JournalMasterKey(1, KEY)])
+    _persist(s, [JournalAdd(1, 0, _body(1, 0))])
+    s.close()
+    assert disk.calls["fdatasync"] == 2
 
 
 def test_an_unknown_plant_name_is_an_error(tmp_path: Path) -> None:

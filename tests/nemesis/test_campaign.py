@@ -18,8 +18,8 @@ from linearizability.durability import check_durability
 from linearizability.history import Recorder
 from linearizability.history_files import JsonlWriter, read_jsonl
 from linearizability.ledger_checker import check_ledgers
-from nemesis.db import LocalBackend
-from nemesis.db_netns import NamespaceBackend
+from nemesis.backends.local import LocalBackend
+from nemesis.backends.netns import LazyfsNamespaceBackend
 from nemesis.netns import namespaces_supported
 from nemesis.report import render
 from nemesis.runner import RunSpec, run_once
@@ -89,7 +89,7 @@ def test_short_namespace_campaign_with_partitions_and_zookeeper_faults_is_valid(
         workload=WorkloadSpec(writers=2, readers=1, in_flight=4, entries_per_ledger=40),
         interval=2.0,
     )
-    backend = NamespaceBackend(tmp_path / "cluster", 4, registry_dir=tmp_path / "registry")
+    backend = LazyfsNamespaceBackend(tmp_path / "cluster", 4, registry_dir=tmp_path / "registry")
     result = run_once(spec, backend, tmp_path / "run", lambda _: None)
 
     assert result.error is None, result.error

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from linearizability.testing import HistoryBuilder
-from nemesis.checker import check_durability
-from nemesis.runner import _check_replication
+from nemesis.checker import check_durability, check_replication
 
 
 def _good() -> HistoryBuilder:
@@ -101,11 +100,11 @@ def test_a_replica_the_full_check_found_missing_after_convergence_is_an_anomaly(
 ) -> None:
     (tmp_path / "dumps").mkdir()
     entries = [{"bookie": b, "ledger": 1, "entry": 0, "digest": "d"} for b in ("a", "b")]
-    clean = _check_replication(_converged(missing_after_convergence=[]), entries, tmp_path)
+    clean = check_replication(_converged(missing_after_convergence=[]), entries, tmp_path)
     assert clean["valid"], clean
     # The dumps are whole again (the repair moved the replica back), yet with Wq = Aq a
     # replica missing once the cluster converged was lost by the protocol or a repair.
     lost = _converged(missing_after_convergence=[{"ledger": 1, "bookies": ["b"]}])
-    found = _check_replication(lost, entries, tmp_path)
+    found = check_replication(lost, entries, tmp_path)
     assert not found["valid"]
     assert [a["kind"] for a in found["anomalies"]] == ["under-replicated"]

@@ -20,8 +20,8 @@ import pytest
 
 from impl.client.client import BookKeeper
 from impl.cluster.process import pid_alive
-from nemesis.db import NodeRefusedError
-from nemesis.db_netns import NamespaceBackend, cleanup
+from nemesis.backends.base import NodeRefusedError
+from nemesis.backends.netns import LazyfsNamespaceBackend, cleanup
 from nemesis.netns import list_namespaces, namespaces_supported
 from nemesis.partition import isolate
 
@@ -43,7 +43,7 @@ def _orphan(directory: Path) -> None:
             path.write_text(json.dumps(recorded))
 
 
-def _write_and_read(backend: NamespaceBackend, entries: int) -> list[bytes]:
+def _write_and_read(backend: LazyfsNamespaceBackend, entries: int) -> list[bytes]:
     async def go() -> list[bytes]:
         bk = BookKeeper(backend.zk_connect, seed=1)
         await bk.start()
@@ -65,7 +65,7 @@ def _write_and_read(backend: NamespaceBackend, entries: int) -> list[bytes]:
 CUT, THROUGH = 2.0, 30.0
 
 
-def _reachable(backend: NamespaceBackend, bookie: str, timeout: float = THROUGH) -> bool:
+def _reachable(backend: LazyfsNamespaceBackend, bookie: str, timeout: float = THROUGH) -> bool:
     """Can the client open a TCP connection to the bookie's 127.0.0.1:<port>?"""
 
     async def go() -> bool:
@@ -82,7 +82,7 @@ def _reachable(backend: NamespaceBackend, bookie: str, timeout: float = THROUGH)
 
 
 def test_lifecycle_faults_and_clean_teardown(tmp_path: Path) -> None:
-    backend = NamespaceBackend(tmp_path / "c", 3, registry_dir=tmp_path / "reg" / "netns")
+    backend = LazyfsNamespaceBackend(tmp_path / "c", 3, registry_dir=tmp_path / "reg" / "netns")
     namespaces = {n.netns for n in backend.net.nodes.values()} | {backend.net.bridge_ns}
     try:
         backend.setup()
@@ -123,7 +123,7 @@ def test_lifecycle_faults_and_clean_teardown(tmp_path: Path) -> None:
 
 
 def test_cleanup_removes_what_a_dead_runner_left(tmp_path: Path) -> None:
-    backend = NamespaceBackend(tmp_path / "c", 3, registry_dir=tmp_path / "reg" / "netns")
+    backend = LazyfsNamespaceBackend(tmp_path / "c", 3, registry_dir=tmp_path / "reg" / "netns")
     try:
         backend.setup()
     except BaseException:

@@ -8,14 +8,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from nemesis.generator import (
-    AUDITOR_KINDS,
-    FAULT_KINDS,
-    VICTIM_KINDS,
-    ScheduleSpec,
-    expand_kinds,
-    schedule,
-)
+from nemesis.faults import AUDITOR_KINDS, FAULT_KINDS, VICTIM_KINDS, expand_kinds
+from nemesis.generator import ScheduleSpec, schedule
 
 TARGETS = ("bookie-0", "bookie-1", "bookie-2", "bookie-3", "bookie-4")
 

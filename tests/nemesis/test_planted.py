@@ -8,21 +8,30 @@ with and without each switch, with seeds that trigger it.
 from __future__ import annotations
 
 import os
+import random
+import subprocess
+import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from impl.core.planted import CAMPAIGN_PLANTS, ENV, PLANTS, UnknownPlantError, active, parse
+from impl.client.client import BookKeeper
+from impl.cluster.local import LocalCluster
+from impl.core.planted import CAMPAIGN_PLANTS, PLANTS, UnknownPlantError, active, validate
 from linearizability.anomalies import ANOMALY_KINDS
+from linearizability.history import Recorder
+from linearizability.history_files import JsonlWriter
+from nemesis.backends import make_backend
+from nemesis.backends.local import LocalBackend
+from nemesis.backends.netns import LazyfsNamespaceBackend
 from nemesis.cli import _fault_length
 from nemesis.cli import _parser as campaign_parser
-from nemesis.db import LocalBackend
-from nemesis.db_netns import NamespaceBackend
-from nemesis.generator import expand_kinds
+from nemesis.faults import expand_kinds
 from nemesis.netns import namespaces_supported
 from nemesis.planted import EXERCISES
 from nemesis.runner import RunResult, RunSpec, run_once
-from nemesis.workload import WorkloadSpec
+from nemesis.workload import Workload, WorkloadSpec
 
 SUPPORTED, WHY = namespaces_supported()
 SMALL = WorkloadSpec(writers=2, readers=1, in_flight=4, entries_per_ledger=40)
@@ -58,17 +67,90 @@ FAMILIES: dict[str, frozenset[str]] = {
 }
 
 
-def test_parse_names_and_reject_typos(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert parse(None) == frozenset()
-    assert parse(" ack-before-fsync , ") == {"ack-before-fsync"}
+def test_plants_are_checked_names_passed_as_arguments() -> None:
+    assert validate([]) == frozenset()
+    assert validate(["ack-before-fsync"]) == {"ack-before-fsync"}
     with pytest.raises(UnknownPlantError, match="ack-before-sync"):
-        parse("ack-before-sync")
-    monkeypatch.setenv(ENV, ",".join(PLANTS))
-    assert all(active(name) for name in PLANTS)
-    monkeypatch.delenv(ENV)
-    assert not any(active(name) for name in PLANTS)
+        validate(["ack-before-sync"])
+    assert all(active(name, frozenset(PLANTS)) for name in PLANTS)
+    assert not any(active(name, frozenset()) for name in PLANTS)
     with pytest.raises(UnknownPlantError):
-        active("no-such-bug")
+        active("no-such-bug", frozenset())
+    with pytest.raises(UnknownPlantError, match="ack-before-sync"):
+        active("ack-before-fsync", frozenset({"ack-before-sync"}))
+
+
+BKREF = [sys.executable, "-m", "impl.cli.main"]
+
+
+@pytest.mark.parametrize(
+    ("command", "required"),
+    [
+        ([*BKREF, "bookie"], ["--config", "x"]),
+        ([*BKREF, "autorecovery"], ["--config", "x"]),
+        ([*BKREF, "shell", "listbookies"], ["--zk", "x"]),
+        ([sys.executable, "-m", "nemesis.writer_proc"], ["--zk", "x"]),
+    ],
+    ids=["bookie", "autorecovery", "shell", "writer_proc"],
+)
+def test_every_process_that_hosts_a_plant_takes_it_on_its_command_line(
+    command: list[str], required: list[str]
+) -> None:
+    shown = subprocess.run(
+        [*command, "--help"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "--plant NAME" in shown.stdout
+    assert "planted bug" in shown.stdout
+    # An unknown name is a usage error before anything starts, naming the known ones.
+    refused = subprocess.run(
+        [*command, *required, "--plant", "ack-before-sync"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2
+    assert "invalid choice: 'ack-before-sync'" in refused.stderr
+    assert "ack-before-fsync" in refused.stderr
+
+
+class _Started:
+    """Stands for subprocess.Popen: records the command line, starts nothing."""
+
+    argv: ClassVar[list[str]] = []
+
+    def __init__(self, argv: list[str], **_: object) -> None:
+        _Started.argv = argv
+        self.pid = 2**22 + 1  # above pid_max: never a process
+
+    def poll(self) -> int:
+        return 0
+
+
+def test_the_campaign_passes_its_plants_to_the_processes_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = make_backend("local", tmp_path, 3, plants=frozenset({"ack-before-fsync"}))
+    assert isinstance(backend, LocalBackend)
+    assert backend.plants == {"ack-before-fsync"}
+    # A bookie's command line names the plant; so does the state `bkref cluster` reads back.
+    monkeypatch.setattr("impl.cluster.local.subprocess.Popen", _Started)
+    monkeypatch.setattr(LocalCluster, "_owners", lambda self, indexes: {})
+    backend.cluster._zk_hosts = "127.0.0.1:1"
+    backend.cluster.add_bookie(wait=False)
+    assert _Started.argv[-2:] == ["--plant", "ack-before-fsync"]
+    assert LocalCluster.load(tmp_path).plants == {"ack-before-fsync"}
+    # The campaign's writer processes get the same.
+    bk = BookKeeper("127.0.0.1:1", plants=backend.plants)  # not started: nothing connects
+    with JsonlWriter(tmp_path / "history.jsonl") as writer:
+        workload = Workload(bk, Recorder(writer), SMALL, random.Random(1), plants=backend.plants)
+        assert workload.writer_argv()[-2:] == ["--plant", "ack-before-fsync"]
+    spec = RunSpec(seed=1, plant=("recovery-reads-without-fence",))
+    with pytest.raises(ValueError, match="make the backend with plants"):
+        run_once(spec, backend, tmp_path / "run", lambda _: None)
 
 
 def test_make_planted_exercises_every_planted_bug_with_faults_that_exist() -> None:
@@ -80,16 +162,17 @@ def test_make_planted_exercises_every_planted_bug_with_faults_that_exist() -> No
 
 
 def _run(tmp_path: Path, spec: RunSpec, netns: bool) -> RunResult:
+    plants = frozenset(spec.plant)
     backend = (
-        NamespaceBackend(
-            tmp_path / "cluster", spec.bookies, plant=spec.plant, registry_dir=tmp_path / "registry"
+        LazyfsNamespaceBackend(
+            tmp_path / "cluster", spec.bookies, plants=plants, registry_dir=tmp_path / "registry"
         )
         if netns
-        else LocalBackend(tmp_path / "cluster", bookies=spec.bookies)
+        else LocalBackend(tmp_path / "cluster", bookies=spec.bookies, plants=plants)
     )
-    before = os.environ.get(ENV)
+    before = dict(os.environ)
     result = run_once(spec, backend, tmp_path / "run", lambda _: None)
-    assert os.environ.get(ENV) == before  # the run restores the environment
+    assert dict(os.environ) == before  # plants are arguments: the run leaves it alone
     assert result.error is None, result.error
     return result
 

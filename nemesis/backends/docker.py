@@ -14,32 +14,30 @@ bookie container forwards ``<its address>:<port>`` to its loopback and sends
 the container before it execs the bookie; ``route_localnet``), and the
 engine's namespace sends ``127.0.0.1:<port>`` to the bookie's container.
 
-Faults: ``docker kill``/``start`` and ``pause``/``unpause`` (the freezer
-cgroup) of bookies and ZooKeeper servers; partitions by iptables DROP rules
-in each container's network namespace (entered by the container's PID, so no
-``docker exec``), re-applied when a container restarts; disk corruption on
-the bookies' data directories, bind mounts under the run directory (the host
-reads them for the dumps after the run).
+Capabilities: ``docker kill``/``start`` and ``pause``/``unpause`` (the
+freezer cgroup) of bookies and ZooKeeper servers; partitions by iptables DROP
+rules in each container's network namespace (entered by the container's PID,
+so no ``docker exec``), re-applied when a container restarts; disk corruption
+on the bookies' data directories, bind mounts under the run directory (the
+host reads them for the dumps after the run).
 
-Bookie data is on lazyfs (:mod:`nemesis.lazyfs`), as on the namespace backend,
-so that ``lose-unsynced`` and ``power-loss`` can drop what a bookie never
-fsynced: one daemon per bookie, a child of this process, mounted in the
-engine's mount namespace (where the engine resolves bind mounts; the host's
-``/`` is a private mount, so a mount made on the host would not reach it) and
-bind-mounted into the bookie's container at ``/disk``. The daemon plays the
-node's page cache and disk: it outlives a ``docker kill`` (a process crash
-keeps the page cache), and a crash of the node drops its unsynced data. The
-containers need no FUSE device and no extra privilege. Without lazyfs
-(``lazyfs=False``) those two faults are refused (:class:`FaultNotSupportedError`).
+In :class:`LazyfsDockerBackend` (the default) bookie data is on lazyfs
+(:mod:`nemesis.lazyfs`), as on the namespace backend, so that it can lose
+what a bookie never fsynced: one daemon per bookie, a child of this process,
+mounted in the engine's mount namespace (where the engine resolves bind
+mounts; the host's ``/`` is a private mount, so a mount made on the host would
+not reach it) and bind-mounted into the bookie's container at ``/disk``. The
+daemon plays the node's page cache and disk, exactly as on the namespace
+backend (:class:`nemesis.backends.base.LazyfsDisks`). The containers need no
+FUSE device and no extra privilege. :class:`DockerBackend` keeps bookie data
+on plain bind mounts (``--no-lazyfs``) and cannot lose unsynced writes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -49,39 +47,19 @@ from kazoo.client import KazooClient
 from python_on_whales import Container, DockerClient
 from python_on_whales.exceptions import DockerException
 
-from impl.bookie.config import BookieConfig
+from impl.cli.plants import plant_argv
 from impl.cluster.netns import run_in_netns
-from impl.core.planted import ENV as PLANT_ENV
-from nemesis import disk
-from nemesis.db import (
-    BOOKIE_SESSION_MS,
-    FaultNotSupportedError,
-    NodeRefusedError,
-    bookie_settings,
-    registration_owners,
-)
+from nemesis.backends.base import BackendError, LazyfsDisks, NodeNetwork, NodeRefusedError
 from nemesis.docker_engine import DockerEngine
 from nemesis.docker_images import IMAGE, build
 from nemesis.lazyfs import LazyMount, daemons_in_namespace_of, stop_daemon
 
 T = TypeVar("T")
 LABEL = "bkref.run"
-BOOKIE_BASE_PORT = 3181
-ZK_ROOT = "/ledgers"
-COOKIE_EXIT = 3  # `bkref bookie` exits with 3 when its cookie check refuses to start
-FAULT_KINDS = frozenset(
-    {"kill", "pause", "partition", "expire", "flip", "truncate", "wipe"}
-    | {"kill-writer", "kill-auditor", "expire-auditor"}
-)
 DISK = "/disk"  # where a bookie container sees its lazyfs (its journal and ledgers)
 
 
-def fault_kinds(*, lazyfs: bool) -> frozenset[str]:
-    """What the Docker backend injects (losing unsynced writes needs lazyfs)."""
-    return FAULT_KINDS | {"lose-unsynced", "power-loss"} if lazyfs else FAULT_KINDS
-
-
-class DockerBackendError(RuntimeError):
+class DockerBackendError(BackendError):
     """The Docker cluster could not be set up or a node could not be (re)started."""
 
 
@@ -92,10 +70,12 @@ def _sh(argv: list[str]) -> str:
     return done.stdout
 
 
-class DockerBackend:
-    """A 3-server ZooKeeper ensemble and N bookies, each a container."""
+class DockerBackend(NodeNetwork):
+    """A 3-server ZooKeeper ensemble and N bookies, each a container; bookie data on
+    plain bind mounts (``--no-lazyfs``)."""
 
     name = "docker"
+    poll = 0.2
 
     def __init__(
         self,
@@ -103,45 +83,26 @@ class DockerBackend:
         bookies: int = 5,
         *,
         engine: DockerEngine | None = None,
-        plant: tuple[str, ...] = (),
+        plants: frozenset[str] = frozenset(),
         autorecovery: bool = True,
-        lazyfs: bool = True,
     ) -> None:
-        self.directory = Path(directory).resolve()
-        self.use_lazyfs = lazyfs
-        self.mounts: dict[str, LazyMount] = {}
-        self.size = bookies
+        super().__init__(directory, bookies, plants=plants, autorecovery=autorecovery)
         self.engine = engine or DockerEngine()
-        self.plant = plant
-        self.autorecovery = autorecovery
         self.run_id = uuid.uuid4().hex[:8]
         self.network_name = f"bkref-{self.run_id}"
         self.bridge = f"bk{self.run_id}"
         self.chain = f"BKREF-{self.run_id}".upper()
         # One /24 per run, out of the range Docker picks its default networks from.
         self.subnet_prefix = f"10.{200 + int(self.run_id[:2], 16) % 50}.{int(self.run_id[2:4], 16)}"
-        self.ports = {b: BOOKIE_BASE_PORT + i for i, b in enumerate(self.bookies)}
         self.containers: dict[str, Container] = {}
+        self.mounts: dict[str, LazyMount] = {}
         self._grudge: dict[str, frozenset[str]] = {}
         self._paused: set[str] = set()
         self._out: set[str] = set()
-        self._admin: KazooClient | None = None
         self._started_engine = False
         self._lock = threading.Lock()
 
-    # ------------------------------------------------------------ the interface's facts
-
-    @property
-    def fault_kinds(self) -> frozenset[str]:
-        return fault_kinds(lazyfs=self.use_lazyfs)
-
-    @property
-    def session_timeout(self) -> float:
-        return BOOKIE_SESSION_MS / 1000
-
-    @property
-    def bookies(self) -> list[str]:
-        return [f"bookie-{i}" for i in range(self.size)]
+    # ------------------------------------------------------------ the cluster's facts
 
     @property
     def zookeepers(self) -> list[str]:
@@ -150,10 +111,6 @@ class DockerBackend:
     @property
     def network(self) -> list[str]:
         return [*self.zookeepers, *self.bookies]
-
-    @property
-    def clients(self) -> list[str]:
-        return []
 
     def ip(self, node: str) -> str:
         if node in self.zookeepers:
@@ -196,30 +153,21 @@ class DockerBackend:
         admin = self._admin
         self.run_client(lambda: admin.start(timeout=90))
         for b in self.bookies:
-            if self.use_lazyfs:
-                self._mount(b)
+            self.prepare_disk(b)
             self._write_bookie(b)
             argv = [
                 "bookie",
                 "/data/bookie.toml",
                 *(["--autorecovery"] if self.autorecovery else []),
+                *plant_argv(self.plants),
             ]
             entry = 'iptables-restore /data/nat.rules && exec bkref-node "$@"'
             self._create(b, ["-c", entry, "--", *argv], entrypoint="sh")
         self._wait_registered(self.bookies, {}, timeout=90)
 
-    def _mount(self, b: str) -> None:
-        d = self.directory / b
-        mount = LazyMount(
-            d / "backing", d / "disk", log=d / "lazyfs.log", namespace_of=self.engine.pid()
-        )
-        self.mounts[b] = mount
-        mount.start()
-
-    def _disk(self, b: str) -> Path:
-        """Where the host reads and writes bookie ``b``'s journal and ledgers."""
-        mount = self.mounts.get(b)
-        return mount.view if mount is not None else self.directory / b / "data"
+    def data_dir(self, node: str) -> Path:
+        mount = self.mounts.get(node)
+        return mount.view if mount is not None else self.directory / node / "data"
 
     def _create(self, node: str, command: list[str], entrypoint: str | None = None) -> None:
         data = self.directory / node / "data"
@@ -227,7 +175,6 @@ class DockerBackend:
         volumes = [(str(data), "/data")]
         if node in self.mounts:
             volumes.append((str(self.mounts[node].mountpoint), DISK))
-        env = {PLANT_ENV: ",".join(self.plant)} if self.plant and node in self.bookies else {}
         self.containers[node] = self.docker.run(
             IMAGE,
             command,
@@ -240,7 +187,6 @@ class DockerBackend:
             labels={LABEL: self.run_id},
             cap_add=["NET_ADMIN"],
             sysctl={"net.ipv4.conf.all.route_localnet": "1"},
-            envs=env,
             entrypoint=entrypoint,
         )
 
@@ -255,40 +201,15 @@ class DockerBackend:
             "4lw.commands.whitelist=*\n" + servers + "\n"
         )
 
-    def _bookie_config(self, b: str, root: str) -> BookieConfig:
-        return BookieConfig.from_dict(
-            {
-                "bookiePort": self.ports[b],
-                "journalDirectory": f"{root}/journal",
-                "ledgerDirectories": [f"{root}/ledgers"],
-                "zkServers": self.zk_connect,
-                "zkLedgersRootPath": ZK_ROOT,
-                "rack": f"/rack-{self.bookies.index(b)}",
-                **bookie_settings(self.autorecovery),
-            }
-        )
-
     def _write_bookie(self, b: str) -> None:
         data = self.directory / b / "data"
         data.mkdir(parents=True, exist_ok=True)
         inside = DISK if b in self.mounts else "/data"
-        (data / "bookie.toml").write_text(self._bookie_config(b, inside).to_toml())
+        (data / "bookie.toml").write_text(self.bookie_config(b, inside).to_toml())
         # The same bookie as the host sees it, for dumping its data after the run.
-        host = self._bookie_config(b, str(self._disk(b)))
+        host = self.bookie_config(b, str(self.data_dir(b)))
         (self.directory / b / "bookie.toml").write_text(host.to_toml())
-        rules = ["*nat"]
-        rules.append(
-            f"-A PREROUTING -i eth0 -p tcp --dport {self.ports[b]} "
-            f"-j DNAT --to-destination 127.0.0.1:{self.ports[b]}"
-        )
-        for other, port in self.ports.items():
-            if other != b:
-                rules.append(
-                    f"-A OUTPUT -d 127.0.0.1/32 -p tcp --dport {port} "
-                    f"-j DNAT --to-destination {self.ip(other)}:{port}"
-                )
-        rules.append(f"-A POSTROUTING -o eth0 -s 127.0.0.1/32 -j SNAT --to-source {self.ip(b)}")
-        rules.append("COMMIT")
+        rules = ["*nat", *self.forwarding_rules(b, self.ip), "COMMIT"]
         (data / "nat.rules").write_text("\n".join(rules) + "\n")
 
     def _engine_iptables(self, *args: str) -> str:
@@ -319,30 +240,15 @@ class DockerBackend:
 
     # ------------------------------------------------------------ registration
 
-    def _registered(self, names: list[str]) -> dict[str, int]:
-        assert self._admin is not None
-        return registration_owners(self._admin, ZK_ROOT, self.ports, names)
+    def _exit_status(self, name: str) -> int | None:
+        state = self.docker.container.inspect(self.containers[name]).state
+        return None if state.running else state.exit_code
 
-    def _wait_registered(self, names: list[str], stale: dict[str, int], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            owners = self._registered(names)
-            missing = [n for n in names if owners.get(n) in (None, stale.get(n))]
-            if not missing:
-                return
-            for name in missing:
-                state = self.docker.container.inspect(self.containers[name]).state
-                if not state.running:
-                    tail = self.docker.container.logs(self.containers[name], tail=8)
-                    if state.exit_code == COOKIE_EXIT:
-                        self._out.add(name)
-                        raise NodeRefusedError(f"{name} refused to start:\n{tail}")
-                    raise DockerBackendError(
-                        f"{name} exited with status {state.exit_code} while starting:\n{tail}"
-                    )
-            if time.monotonic() > deadline:
-                raise DockerBackendError(f"{missing} did not register within {timeout:.0f} s")
-            time.sleep(0.2)
+    def _tail(self, name: str) -> str:
+        return str(self.docker.container.logs(self.containers[name], tail=8))
+
+    def _mark_out(self, name: str) -> None:
+        self._out.add(name)
 
     # ------------------------------------------------------------ faults
 
@@ -415,27 +321,6 @@ class DockerBackend:
         for node in sorted(self._paused):
             self.resume(node)
 
-    def lose_unsynced(self, node: str) -> None:
-        mount = self.mounts.get(node)
-        if mount is None:
-            raise FaultNotSupportedError(
-                f"{node}'s data is not on lazyfs (the backend was made with lazyfs=False, "
-                "--no-lazyfs): it cannot drop unsynced writes"
-            )
-        self.kill(node)
-        mount.lose_unsynced()
-
-    def corrupt(self, node: str, kind: str, rng: random.Random) -> str:
-        data = self._disk(node)
-        if kind == "flip":
-            return disk.flip_bytes(data / "ledgers", rng)
-        self.kill(node)
-        if kind == "truncate":
-            return disk.truncate_tail(data / "journal", rng)
-        if kind == "wipe":
-            return disk.wipe([data / "journal", data / "ledgers"])
-        raise ValueError(f"unknown disk fault {kind!r}")
-
     def run_client(self, fn: Callable[[], T]) -> T:
         return run_in_netns(self.engine.netns, fn)
 
@@ -480,6 +365,18 @@ class DockerBackend:
                 errors.append(f"{what}: {type(e).__name__}: {e}")
         if errors:
             raise DockerBackendError("teardown was incomplete: " + "; ".join(errors))
+
+
+class LazyfsDockerBackend(LazyfsDisks, DockerBackend):
+    """The Docker backend with each bookie's data on lazyfs, mounted in the engine's
+    mount namespace (``<bookie>/disk``) and bound into its container at ``/disk``: it
+    can lose unsynced writes."""
+
+    def _new_mount(self, b: str) -> LazyMount:
+        d = self.directory / b
+        return LazyMount(
+            d / "backing", d / "disk", log=d / "lazyfs.log", namespace_of=self.engine.pid()
+        )
 
 
 def remove_run(docker: DockerClient, run_id: str | None = None) -> list[str]:

@@ -16,22 +16,19 @@ namespace sends ``127.0.0.1:<port of bookie j>`` to bookie j's address (DNAT
 in OUTPUT, SNAT to its own address). Packets then carry the real addresses,
 and a grudge's DROP rules in the filter table cut exactly the links it names.
 
-Faults: kill -9/restart and SIGSTOP/SIGCONT of bookies and ZooKeeper servers;
-partitions (any grudge over the nodes but ``admin``); bookie data on lazyfs
-(:mod:`nemesis.lazyfs`), so that a crash may drop what was never fsynced;
-disk corruption (:mod:`nemesis.disk`).
+Capabilities: kill -9/restart and SIGSTOP/SIGCONT of bookies and ZooKeeper
+servers; partitions (any grudge over the nodes but ``admin``); disk corruption
+(:mod:`nemesis.disk`); and, in :class:`LazyfsNamespaceBackend` (the default),
+bookie data on lazyfs (:mod:`nemesis.lazyfs`), so that a crash may drop what
+was never fsynced. Every bookie process runs AutoRecovery too (unless the
+backend is made without it), so the auditor and the replication workers live
+in the bookies' namespaces.
 
 Teardown always runs to the end, step by step, and removes every process,
 mount and namespace the backend made. What it made is written to
 ``<directory>/netns-cluster.json`` as it goes, and the directory is named in
 a registry, so that :func:`cleanup` (``bkref campaign cleanup``) can remove
-what a crashed runner left. To add an AutoRecovery process per bookie later:
-in :meth:`NamespaceBackend._plan` add ``Service(f"autorecovery-{i}", node=b,
-argv=[..., "--config", cfg], marker=cfg, log=...)`` beside each bookie (same
-namespace, so it reaches the bookies and ZooKeeper as its bookie does), start
-them after the bookies in :meth:`setup`, and name them in a ``recoverers``
-list for the generator. start, stop, kill, pause, teardown, logs and cleanup
-already work on any service by name.
+what a crashed runner left.
 """
 
 from __future__ import annotations
@@ -40,12 +37,10 @@ import contextlib
 import functools
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,13 +48,11 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 
-from impl.bookie.config import BookieConfig
+from impl.cli.plants import plant_argv
 from impl.cluster.netns import run_in_netns
 from impl.cluster.process import log_tail, pid_alive, runs_with, stop_pid, write_state
 from impl.cluster.zookeeper import ZooKeeperEnsemble, ZooKeeperError
-from impl.core.planted import ENV as PLANT_ENV
-from nemesis import disk
-from nemesis.db import BOOKIE_SESSION_MS, NodeRefusedError, bookie_settings, registration_owners
+from nemesis.backends.base import BackendError, LazyfsDisks, NodeNetwork, NodeRefusedError
 from nemesis.lazyfs import LazyMount
 from nemesis.netns import (
     NamespaceNetwork,
@@ -71,13 +64,6 @@ from nemesis.netns import (
 
 T = TypeVar("T")
 STATE_FILE = "netns-cluster.json"
-BOOKIE_BASE_PORT = 3181
-ZK_ROOT = "/ledgers"
-COOKIE_EXIT = 3  # `bkref bookie` exits with 3 when its cookie check refuses to start
-
-
-class BackendError(RuntimeError):
-    """The cluster could not be set up or a node could not be (re)started."""
 
 
 @dataclass
@@ -93,17 +79,9 @@ class Service:
     out: bool = False  # refused to start (a wiped disk): stays down for the run
 
 
-def fault_kinds(*, lazyfs: bool) -> frozenset[str]:
-    """What the namespace backend injects (losing unsynced writes needs lazyfs)."""
-    kinds = {"kill", "pause", "partition", "expire", "flip", "truncate", "wipe"}
-    kinds |= {"kill-writer", "kill-auditor", "expire-auditor"}
-    if lazyfs:
-        kinds |= {"lose-unsynced", "power-loss"}
-    return frozenset(kinds)
-
-
-class NamespaceBackend:
-    """A 3-node ZooKeeper ensemble, N bookies and the client, each in a namespace."""
+class NamespaceBackend(NodeNetwork):
+    """A 3-node ZooKeeper ensemble, N bookies and the client, each in a namespace;
+    bookie data on plain disks (``--no-lazyfs``)."""
 
     name = "netns"
 
@@ -113,17 +91,12 @@ class NamespaceBackend:
         bookies: int = 5,
         *,
         zookeepers: int = 3,
-        lazyfs: bool = True,
-        plant: tuple[str, ...] = (),
+        plants: frozenset[str] = frozenset(),
         registry_dir: Path | None = None,
         autorecovery: bool = True,
     ) -> None:
-        self.autorecovery = autorecovery
-        self.directory = Path(directory).resolve()
-        self.size = bookies
+        super().__init__(directory, bookies, plants=plants, autorecovery=autorecovery)
         self.zk_size = zookeepers
-        self.use_lazyfs = lazyfs
-        self.plant = plant
         self.net = NamespaceNetwork(
             [
                 *(f"zk{i}" for i in range(1, zookeepers + 1)),
@@ -136,30 +109,16 @@ class NamespaceBackend:
         self.registry = (registry_dir or default_registry_dir()).parent / "campaigns"
         self.ensemble: ZooKeeperEnsemble | None = None
         self.services: dict[str, Service] = {}
-        self.ports: dict[str, int] = {}
         self.mounts: dict[str, LazyMount] = {}
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._paused: set[str] = set()
-        self._admin: KazooClient | None = None
         self._save_lock = threading.Lock()
 
-    # ------------------------------------------------------------ the interface's facts
-
-    @property
-    def fault_kinds(self) -> frozenset[str]:
-        return fault_kinds(lazyfs=self.use_lazyfs)
-
-    @property
-    def session_timeout(self) -> float:
-        return BOOKIE_SESSION_MS / 1000
+    # ------------------------------------------------------------ the cluster's facts
 
     @property
     def zk_connect(self) -> str:
         return ",".join(f"{self.net.nodes[z].ip}:2181" for z in self.zookeepers)
-
-    @property
-    def bookies(self) -> list[str]:
-        return [f"bookie-{i}" for i in range(self.size)]
 
     @property
     def zookeepers(self) -> list[str]:
@@ -196,57 +155,36 @@ class NamespaceBackend:
         self._admin = admin
         run_in_netns(self.net.nodes["admin"].netns, lambda: admin.start(timeout=30))
         for b in self.bookies:
-            d = self.directory / b
-            if self.use_lazyfs:
-                mount = LazyMount(d / "backing", d / "data", log=d / "lazyfs.log")
-                self.mounts[b] = mount
-                self._save()
-                mount.start()
-            (d / "data").mkdir(parents=True, exist_ok=True)
+            self.prepare_disk(b)
+            self.data_dir(b).mkdir(parents=True, exist_ok=True)
         for b in self.bookies:
             self._start_service(b)
         self._wait_registered(self.bookies, {}, timeout=60)
 
+    def data_dir(self, node: str) -> Path:
+        return self.directory / node / "data"
+
     def _plan(self) -> None:
-        for i, b in enumerate(self.bookies):
+        for b in self.bookies:
             d = self.directory / b
             d.mkdir(parents=True, exist_ok=True)
-            self.ports[b] = BOOKIE_BASE_PORT + i
             config = d / "bookie.toml"
-            cfg = BookieConfig.from_dict(
-                {
-                    "bookiePort": self.ports[b],
-                    "journalDirectory": str(d / "data" / "journal"),
-                    "ledgerDirectories": [str(d / "data" / "ledgers")],
-                    "zkServers": self.zk_connect,
-                    "zkLedgersRootPath": ZK_ROOT,
-                    "rack": f"/rack-{i}",
-                    **bookie_settings(self.autorecovery),
-                }
-            )
-            config.write_text(cfg.to_toml())
-            argv = [sys.executable, "-m", "impl.bookie", "--config", str(config)]
+            config.write_text(self.bookie_config(b, str(self.data_dir(b))).to_toml())
+            argv = [
+                sys.executable,
+                "-m",
+                "impl.bookie",
+                "--config",
+                str(config),
+                *plant_argv(self.plants),
+            ]
             self.services[b] = Service(b, b, argv, str(config), str(d / "bookie.log"))
 
     def _forward_ports(self) -> None:
         """Make each bookie's 127.0.0.1:<port> reachable from the other namespaces."""
         for node in [*self.bookies, "client", "admin"]:
-            ip = self.net.nodes[node].ip
-            rules = []
-            if node in self.ports:
-                rules.append(
-                    f"-A PREROUTING -i eth0 -p tcp --dport {self.ports[node]} "
-                    f"-j DNAT --to-destination 127.0.0.1:{self.ports[node]}"
-                )
-            for other, port in self.ports.items():
-                if other != node:
-                    rules.append(
-                        f"-A OUTPUT -d 127.0.0.1/32 -p tcp --dport {port} "
-                        f"-j DNAT --to-destination {self.net.nodes[other].ip}:{port}"
-                    )
-            rules.append(f"-A POSTROUTING -o eth0 -s 127.0.0.1/32 -j SNAT --to-source {ip}")
             self.net.run(node, "sysctl", "-qw", "net.ipv4.conf.eth0.route_localnet=1")
-            self.net.load_nat(node, rules)
+            self.net.load_nat(node, self.forwarding_rules(node, lambda n: self.net.nodes[n].ip))
 
     # ------------------------------------------------------------ processes
 
@@ -254,18 +192,12 @@ class NamespaceBackend:
         s = self.services[name]
         if s.pid is not None and pid_alive(s.pid):
             raise BackendError(f"{name} is already running (pid {s.pid})")
-        env = dict(os.environ)
-        if self.plant:
-            env[PLANT_ENV] = ",".join(self.plant)
-        else:
-            env.pop(PLANT_ENV, None)
         with open(s.log, "ab") as log:
             child = subprocess.Popen(
                 self.net.exec_argv(s.node, s.argv),  # `ip netns exec` execs: the PID is ours
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=env,
                 start_new_session=True,
             )
         self._children[name] = child
@@ -285,35 +217,21 @@ class NamespaceBackend:
         self._paused.discard(name)
         self._save()
 
-    def _registered(self, names: list[str]) -> dict[str, int]:
-        assert self._admin is not None
-        return registration_owners(self._admin, ZK_ROOT, self.ports, names)
+    def _exit_status(self, name: str) -> int | None:
+        child = self._children.get(name)
+        if child is None or child.poll() is None:
+            return None
+        self.services[name].pid = None
+        self._children.pop(name)
+        self._save()
+        return child.returncode
 
-    def _wait_registered(self, names: list[str], stale: dict[str, int], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            owners = self._registered(names)
-            missing = [n for n in names if owners.get(n) in (None, stale.get(n))]
-            if not missing:
-                return
-            for name in missing:
-                child = self._children.get(name)
-                if child is not None and child.poll() is not None:
-                    s = self.services[name]
-                    s.pid = None
-                    self._children.pop(name)
-                    tail = log_tail(Path(s.log), 8)
-                    self._save()
-                    if child.returncode == COOKIE_EXIT:
-                        s.out = True
-                        self._save()
-                        raise NodeRefusedError(f"{name} refused to start:\n{tail}")
-                    raise BackendError(
-                        f"{name} exited with status {child.returncode} while starting:\n{tail}"
-                    )
-            if time.monotonic() > deadline:
-                raise BackendError(f"{missing} did not register within {timeout:.0f} s")
-            time.sleep(0.1)
+    def _tail(self, name: str) -> str:
+        return log_tail(Path(self.services[name].log), 8)
+
+    def _mark_out(self, name: str) -> None:
+        self.services[name].out = True
+        self._save()
 
     def _zk_id(self, node: str) -> int | None:
         if node in self.zookeepers:
@@ -385,24 +303,6 @@ class NamespaceBackend:
         for node in sorted(self._paused):
             self.resume(node)
 
-    def lose_unsynced(self, node: str) -> None:
-        self.kill(node)
-        mount = self.mounts.get(node)
-        if mount is None:
-            raise BackendError(f"{node} is not on lazyfs; nothing unsynced can be lost")
-        mount.lose_unsynced()
-
-    def corrupt(self, node: str, kind: str, rng: random.Random) -> str:
-        data = self.directory / node / "data"
-        if kind == "flip":
-            return disk.flip_bytes(data / "ledgers", rng)
-        self.kill(node)
-        if kind == "truncate":
-            return disk.truncate_tail(data / "journal", rng)
-        if kind == "wipe":
-            return disk.wipe([data / "journal", data / "ledgers"])
-        raise ValueError(f"unknown disk fault {kind!r}")
-
     def run_client(self, fn: Callable[[], T]) -> T:
         return run_in_netns(self.net.nodes["client"].netns, fn)
 
@@ -468,6 +368,19 @@ class NamespaceBackend:
             },
         }
         write_state(self.directory / STATE_FILE, state)
+
+
+class LazyfsNamespaceBackend(LazyfsDisks, NamespaceBackend):
+    """The namespace backend with each bookie's data on lazyfs, mounted at its data
+    directory (``<bookie>/data``, backed by ``<bookie>/backing``): it can lose unsynced
+    writes."""
+
+    def _new_mount(self, b: str) -> LazyMount:
+        d = self.directory / b
+        return LazyMount(d / "backing", self.data_dir(b), log=d / "lazyfs.log")
+
+    def _mounted(self) -> None:
+        self._save()
 
 
 def cleanup(registry_dir: Path | None = None, directories: list[Path] | None = None) -> list[str]:
