@@ -44,14 +44,9 @@ from typing import Any
 from kazoo.exceptions import KazooException
 
 from impl.cli.plants import plant_argv
-from impl.client.client import (
-    BKError,
-    BookKeeper,
-    FencedError,
-    NoSuchEntryError,
-    ReadHandle,
-    WriteHandle,
-)
+from impl.client.client import BookKeeper
+from impl.client.driver import ReadHandle, WriteHandle
+from impl.client.errors import BKError, FencedError, NoSuchEntryError
 from linearizability.history import Op, Recorder
 
 OP_TIMEOUT = 20.0  # seconds before an operation's outcome is declared unknown

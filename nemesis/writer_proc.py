@@ -35,7 +35,9 @@ import sys
 from typing import Any
 
 from impl.cli.plants import add_plant_argument, plants_of
-from impl.client.client import BookKeeper, FencedError, WriteHandle
+from impl.client.client import BookKeeper
+from impl.client.driver import WriteHandle
+from impl.client.errors import FencedError
 
 OP_TIMEOUT = 20.0
 

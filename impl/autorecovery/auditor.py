@@ -39,8 +39,9 @@ from functools import partial
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException
 
-from impl.client.client import BookKeeper, ZooKeeperError
+from impl.client.client import BookKeeper
 from impl.client.connection import BookieUnavailableError
+from impl.client.errors import ZooKeeperError
 from impl.clock import SYSTEM_CLOCK, Clock
 from impl.core.audit import (
     AuditAction,

@@ -20,8 +20,9 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from contextlib import AsyncExitStack
 from typing import Protocol
 
-from impl.client.client import BKError, BookKeeper
+from impl.client.client import BookKeeper
 from impl.client.connection import BookieUnavailableError
+from impl.client.errors import BKError
 from impl.clock import Clock
 from impl.core.digest import Digest, DigestMismatchError, master_key
 from impl.core.frames import (

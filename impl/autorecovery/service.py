@@ -22,7 +22,8 @@ from impl.autorecovery.worker import ReplicationWorker, WorkerConfig
 from impl.bookie.config import BookieConfig, load_for_cli
 from impl.bookie.main import cancel_on_signals
 from impl.cli.plants import add_plant_argument, plants_of
-from impl.client.client import BKError, BookKeeper
+from impl.client.client import BookKeeper
+from impl.client.errors import BKError
 from impl.core.repair import Scheduling
 from impl.meta.underreplication import UnderreplicationManager
 

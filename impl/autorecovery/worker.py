@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from kazoo.exceptions import KazooException
 
 from impl.autorecovery.replicator import RepairError, perform_repair_step
-from impl.client.client import BKError, BookKeeper
+from impl.client.client import BookKeeper
+from impl.client.errors import BKError
 from impl.clock import SYSTEM_CLOCK, Clock
 from impl.core.actions import LocalProtocolError
 from impl.core.repair import Task

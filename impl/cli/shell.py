@@ -14,7 +14,8 @@ from kazoo.exceptions import KazooException
 from impl.autorecovery import shell as ar_shell
 from impl.cli.args import non_negative_int, positive_float, positive_int
 from impl.cli.plants import add_plant_argument, plants_of
-from impl.client.client import BKError, BookKeeper
+from impl.client.client import BookKeeper
+from impl.client.errors import BKError
 from impl.core.digest import DigestType
 from impl.meta.store import NoSuchLedgerError
 

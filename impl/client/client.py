@@ -3,7 +3,7 @@
 :class:`BookKeeper` holds what a client shares between its ledgers: the connections
 to bookies, the ZooKeeper session (:mod:`.zkcalls`), placement's random source and
 the clock. The ledger handles and the driver of the core's machines are in
-:mod:`.driver`, the errors in :mod:`.errors`; both are re-exported here.
+:mod:`.driver`, the errors in :mod:`.errors`.
 """
 
 from __future__ import annotations
@@ -12,14 +12,8 @@ import random
 from collections.abc import Callable
 
 from impl.client.connection import BookieConnection
-from impl.client.driver import ReadHandle, ReadStats, WriteHandle, recover
-from impl.client.errors import (
-    BKError,
-    FencedError,
-    NoSuchEntryError,
-    WrongPasswordError,
-    ZooKeeperError,
-)
+from impl.client.driver import ReadHandle, WriteHandle, recover
+from impl.client.errors import BKError, WrongPasswordError
 from impl.client.zkcalls import ZkCalls
 from impl.clock import SYSTEM_CLOCK, Clock
 from impl.core.digest import DigestType, password_hash
@@ -28,18 +22,6 @@ from impl.core.metadata import LedgerMetadata, Segment
 from impl.core.placement import NotEnoughBookiesError, choose_ensemble
 from impl.core.planted import validate as validate_plants
 from impl.meta.store import ZkMetadataStore
-
-__all__ = [
-    "BKError",
-    "BookKeeper",
-    "FencedError",
-    "NoSuchEntryError",
-    "ReadHandle",
-    "ReadStats",
-    "WriteHandle",
-    "WrongPasswordError",
-    "ZooKeeperError",
-]
 
 
 class BookKeeper:

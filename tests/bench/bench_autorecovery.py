@@ -20,7 +20,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from impl.client.client import BookKeeper, WriteHandle
+from impl.client.client import BookKeeper
+from impl.client.driver import WriteHandle
 from impl.cluster.local import LocalCluster
 from impl.cluster.process import wait_until
 from impl.meta.store import ZkMetadataStore, connect

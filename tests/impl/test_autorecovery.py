@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from impl.client.client import BookKeeper, FencedError
+from impl.client.client import BookKeeper
+from impl.client.errors import FencedError
 from impl.testing import (
     assert_fully_replicated,
     eventually,

@@ -12,8 +12,9 @@ import struct
 
 import pytest
 
-from impl.client.client import BookKeeper, WrongPasswordError
+from impl.client.client import BookKeeper
 from impl.client.connection import BookieConnection
+from impl.client.errors import WrongPasswordError
 from impl.cluster.process import pid_alive
 from impl.core.digest import Digest, DigestType, master_key
 from impl.core.frames import (

@@ -17,7 +17,8 @@ from kazoo.exceptions import NoNodeError
 
 from impl.autorecovery.auditor import Auditor
 from impl.autorecovery.worker import ReplicationWorker
-from impl.client.client import BKError, BookKeeper, ZooKeeperError
+from impl.client.client import BookKeeper
+from impl.client.errors import BKError, ZooKeeperError
 from impl.client.zkcalls import ZkCalls
 from impl.clock import SYSTEM_CLOCK, Clock, ManualClock, SystemClock
 from impl.core.audit import AuditorConfig, ReadDelay, ReadLedgers

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from impl.client.client import BKError, BookKeeper, FencedError, NoSuchEntryError
+from impl.client.client import BookKeeper
+from impl.client.errors import BKError, FencedError, NoSuchEntryError
 from impl.cluster.process import pid_alive
 from impl.core.frames import Status
 from impl.testing import clients, index_of

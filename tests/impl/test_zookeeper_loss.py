@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from kazoo.exceptions import KazooException
 
-from impl.client.client import BKError, BookKeeper, ZooKeeperError
+from impl.client.client import BookKeeper
+from impl.client.errors import BKError, ZooKeeperError
 from impl.cluster.zookeeper import ZooKeeperEnsemble
 from impl.testing import eventually
 
