@@ -12,6 +12,7 @@ import-linter contract keeps it so); only the ``bkref`` CLI imports it.
 - :mod:`refine.spec_driver`: the spec as its own implementation (a self-test,
   and the smallest example of a driver).
 - :mod:`refine.bkref_driver`: bkref's own bookie, writer and recovery client on
-  real storage files and a real ZooKeeper, the first adapter.
+  real storage files and a real ZooKeeper, the first adapter; its bookies are
+  :mod:`refine.bkref_bookie`'s, its AutoRecovery :mod:`refine.bkref_autorecovery`'s.
 - :mod:`refine.cli`: ``bkref refine``.
 """

@@ -73,7 +73,8 @@ from typing import TYPE_CHECKING
 from impl.core.digest import peek_header
 from impl.core.metadata import LedgerMetadata, LedgerState, Segment
 from impl.core.recovery import RecoveryPhase
-from impl.core.replication import CasReplica, CompleteTask, WorkerPhase
+from impl.core.repair_run import CasReplica
+from impl.core.replication import CompleteTask, WorkerPhase
 from impl.core.writer import WriterState
 from impl.meta.store import NoSuchLedgerError
 from refine.driver import ImplementationError

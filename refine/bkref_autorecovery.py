@@ -62,13 +62,11 @@ from impl.core.frames import (
     Status,
 )
 from impl.core.metadata import LedgerMetadata
+from impl.core.repair_run import CasReplica, Copy, ReadOpenLac
 from impl.core.replication import (
-    CasReplica,
     CompleteTask,
-    Copy,
     Defer,
     ReadLedger,
-    ReadOpenLac,
     RecordFailure,
     StartRecovery,
     TryLock,

@@ -14,23 +14,22 @@ from __future__ import annotations
 
 import gc
 import itertools
-import marshal
 import multiprocessing
 import os
 import random
 import resource
 import sys
-import tempfile
 import time
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, TextIO, cast
+from typing import Any, TextIO, cast
 
 from spec.config import Config
 from spec.invariants import INVARIANTS, Invariant
 from spec.protocol import State, Step, format_label, initial_state, next_states
 from spec.symmetry import canonical
+from spec.visited import Layer, Visited, collision_probability, fingerprint
 
 
 @dataclass(frozen=True)
@@ -88,28 +87,6 @@ def first_violation(cfg: Config, s: State, invariants: list[Invariant]) -> str |
         if not inv(cfg, s):
             return inv.__name__
     return None
-
-
-def fingerprint(s: State) -> int:
-    """A state's 64-bit fingerprint: Python's SipHash of its marshal encoding.
-
-    Not ``hash(s)``: CPython hashes the int -1 as -2, so two states that differ
-    only in a -1 where the other has -2 (a LAC, ``Recovery.last``) would always
-    collide. Marshal version 2 writes no back-references, so equal states
-    encode to equal bytes however their tuples are shared. Forked workers
-    inherit the hash secret, so they agree with the checker.
-    """
-    return hash(_marshal(s))
-
-
-def _marshal(s: State) -> bytes:
-    return marshal.dumps(tuple(s), 2)
-
-
-def collision_probability(n: int) -> float:
-    """The chance that two of ``n`` distinct states share a 64-bit fingerprint, if
-    fingerprints were uniform and independent (TLC's optimistic estimate): n^2 / 2^65."""
-    return min(1.0, n * (n - 1) / 2 / 2.0**64)
 
 
 def rss_bytes() -> int:
@@ -188,90 +165,6 @@ def _can_fork() -> bool:
 PARALLEL_MIN_LAYER = 4_000
 
 
-class _Visited:
-    """The states seen so far: whole states (index by state) or their fingerprints.
-
-    ``encode`` gives what the set holds for a state (its key) and, with
-    fingerprints, the marshal bytes the key was hashed from, which a layer on
-    disk stores as they are (a state is marshalled once); ``known`` looks a key
-    up (an index, any non-negative number for a fingerprint, None if new);
-    ``add`` records a new key under the next index and says whether it was new.
-    """
-
-    def __init__(self, fingerprints: bool) -> None:
-        self.fingerprints = fingerprints
-        self.index: dict[State, int] = {}
-        self.seen: set[int] = set()
-        self.fps = array("q")  # fingerprint by state index (fingerprint mode)
-        self.count = 0
-
-    def encode(self, s: State) -> tuple[State | int, bytes | None]:
-        if not self.fingerprints:
-            return s, None
-        blob = _marshal(s)
-        return hash(blob), blob  # fingerprint(s)
-
-    def known(self, key: State | int) -> int | None:
-        if self.fingerprints:
-            return 0 if key in self.seen else None
-        return self.index.get(cast(State, key))
-
-    def add(self, key: State | int) -> int:
-        """The key's index: a new one (== the count before) if it was not seen."""
-        n = self.count
-        if self.fingerprints:
-            k = cast(int, key)
-            if k in self.seen:
-                return 0  # not n: the caller tests for n
-            self.seen.add(k)
-            self.fps.append(k)
-        else:
-            j = self.index.setdefault(cast(State, key), n)  # one hash of the state, not two
-            if j != n:
-                return j
-        self.count = n + 1
-        return n
-
-
-class _Layer:
-    """The states of one BFS layer, in index order: in a list, or (with fingerprints)
-    in a temporary file, marshalled one after another, so that a wide layer costs disk
-    and not memory (TLC keeps its queue on disk too)."""
-
-    def __init__(self, on_disk: bool) -> None:
-        self.states: list[State] = []
-        self.file: BinaryIO | None = tempfile.TemporaryFile() if on_disk else None  # noqa: SIM115
-        self.count = 0
-
-    def append(self, s: State | None, blob: bytes | None) -> None:
-        """Add a state: in memory the state, on disk its marshal bytes."""
-        self.count += 1
-        if self.file is None:
-            assert s is not None, "a layer in memory holds states"
-            self.states.append(s)
-        else:
-            assert blob is not None, "a layer on disk holds marshal bytes"
-            self.file.write(blob)
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self) -> Iterator[State]:
-        if self.file is None:
-            yield from self.states
-            return
-        f, new = self.file, tuple.__new__
-        f.flush()
-        f.seek(0)
-        for _ in range(self.count):
-            yield new(State, marshal.load(f))  # noqa: S302 - our own file
-
-    def close(self) -> None:
-        self.states = []
-        if self.file is not None:
-            self.file.close()
-
-
 def _bfs(
     cfg: Config,
     *,
@@ -290,7 +183,7 @@ def _bfs(
     )
     started = time.monotonic()
     init = canon(initial_state(cfg))
-    visited = _Visited(fingerprints)
+    visited = Visited(fingerprints)
     visited.add(visited.encode(init)[0])
     # Whole states by index, unless fingerprints: then only the layer's (``current``).
     states: list[State] = [] if fingerprints else [init]
@@ -300,7 +193,7 @@ def _bfs(
     # The layer being expanded: its states' indices (new states get the next index, so a
     # layer's are consecutive) and the states themselves.
     frontier = range(1)
-    current = _Layer(on_disk=False)
+    current = Layer(on_disk=False)
     current.append(init, None)
     depth = 0
     explored = 0
@@ -309,7 +202,7 @@ def _bfs(
     bad_index = 0 if bad else -1
     while frontier and bad is None:
         next_start = visited.count
-        next_current = _Layer(on_disk=fingerprints)
+        next_current = Layer(on_disk=fingerprints)
         if workers > 1 and len(frontier) >= PARALLEL_MIN_LAYER:
             layer: Iterator[_Expanded] = _expand(
                 cfg,
@@ -436,7 +329,7 @@ Chunk = tuple[
 ]
 
 # What forked workers read: set before the pool forks, inherited copy-on-write.
-_LAYER: tuple[Config, Callable[[State], State], list[Invariant], _Visited, list[State], bool]
+_LAYER: tuple[Config, Callable[[State], State], list[Invariant], Visited, list[State], bool]
 
 
 def _expand(
@@ -444,8 +337,8 @@ def _expand(
     *,
     canon: Callable[[State], State],
     invariants: list[Invariant],
-    visited: _Visited,
-    current: _Layer,
+    visited: Visited,
+    current: Layer,
     workers: int,
     keep_graph: bool,
 ) -> Iterator[_Expanded]:
@@ -475,7 +368,7 @@ LAYER_BATCH = 25_000
 
 
 def _expand_batch(
-    workers: int, batch: list[State], visited: _Visited
+    workers: int, batch: list[State], visited: Visited
 ) -> Iterator[tuple[int, list[str], list[int | Fresh], list[str | None]]]:
     # Chunks of the batch, not of the layer: a chunk as big as the batch keeps a worker idle.
     size = max(500, len(batch) // (workers * 16))

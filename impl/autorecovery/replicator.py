@@ -7,7 +7,7 @@ metadata. A copy that is never recorded is harmless (garbage on the target); a
 metadata change before the copy would name a bookie without the entries.
 
 What to copy where, and when to CAS, is decided by the sans-I/O
-:class:`impl.core.replication.RepairRun`; this module performs its steps
+:class:`impl.core.repair_run.RepairRun`; this module performs its steps
 (:func:`perform_repair_step`) against the bookies and ZooKeeper.
 """
 
@@ -35,7 +35,7 @@ from impl.core.frames import (
 )
 from impl.core.metadata import LedgerMetadata
 from impl.core.repair import Fragment, Reason
-from impl.core.replication import (
+from impl.core.repair_run import (
     CasReplica,
     Copy,
     FragmentResult,
@@ -214,7 +214,7 @@ async def repair_ledger(
     owns_lock: Callable[[], bool] | None = None,
 ) -> LedgerRepair:
     """Copy every immutable fragment on a bad bookie and record each copy's new home
-    (:class:`impl.core.replication.RepairRun` decides; this performs).
+    (:class:`impl.core.repair_run.RepairRun` decides; this performs).
 
     ``candidates`` are the writable bookies (id -> failure domain). Bad replicas (lost,
     leaving, or missing entries) move to ``target`` if given, else to ``local`` (a

@@ -245,3 +245,23 @@ def is_repaired(metadata: LedgerMetadata, replicas: Mapping[str, Reason]) -> boo
 def needs_fencing(metadata: LedgerMetadata, bad: Collection[str]) -> bool:
     """The open last segment uses a bad bookie: after the grace period, recover the ledger."""
     return metadata.state is not LedgerState.CLOSED and open_segment_has(metadata, bad)
+
+
+def newly_lost(
+    metadata: LedgerMetadata, live: Collection[str], known: Mapping[str, Reason]
+) -> dict[str, Reason]:
+    """Bookies the ledger's segments name that are not registered now and ``known`` does
+    not list yet."""
+    return {b: Reason.LOST for b in sorted(metadata.bookies()) if b not in live and b not in known}
+
+
+def still_bad(
+    bad: Mapping[str, Reason], live: Collection[str], metadata: LedgerMetadata | None = None
+) -> dict[str, Reason]:
+    """``bad`` without the lost replicas that are live again (they need nothing), and,
+    given the ledger's metadata, with its bookies lost since (as BookKeeper's worker
+    checks every fragment of the ledger, not only the bookies its task names)."""
+    out = {b: r for b, r in bad.items() if r is not Reason.LOST or b not in live}
+    if metadata is not None:
+        out.update(newly_lost(metadata, live, out))
+    return out

@@ -16,8 +16,9 @@ with the StarRocks seed's ordering:
    writer to change ensembles itself (any metadata change restarts the wait: the
    writer is alive), then fence it by a recovery open (:class:`StartRecovery`),
    which closes it. With a grace period of 0 it fences at once.
-3. Copy every immutable fragment on a bad bookie (:class:`RepairRun`: one
-   :class:`Copy`, then one :class:`CasReplica` of the new replica, per fragment).
+3. Copy every immutable fragment on a bad bookie
+   (:class:`impl.core.repair_run.RepairRun`: one :class:`Copy`, then one
+   :class:`CasReplica` of the new replica, per fragment).
 4. Re-read the metadata: once no segment names a bad bookie, delete the task with
    a version check
    (:class:`CompleteTask`): a mark that arrived meanwhile keeps it. Otherwise wait
@@ -58,24 +59,49 @@ from impl.core.actions import LocalProtocolError
 from impl.core.metadata import LedgerMetadata, LedgerState
 from impl.core.planted import validate as check_plants
 from impl.core.repair import (
-    Fragment,
     Reason,
     Scheduling,
     Task,
-    choose_target,
-    fragments,
     is_repaired,
     needs_fencing,
+    newly_lost,
     open_segment_has,
     order_tasks,
-    replace_replica,
+    still_bad,
+)
+from impl.core.repair_run import (
+    CAS_ATTEMPTS,
+    PLANT_NO_COPY,
+    PLANT_OPEN_SEGMENT,
+    CasReplica,
+    Copy,
+    ReadOpenLac,
+    RepairRun,
 )
 
-# Planted bugs (test-only, impl/core/planted.py) that change a worker decision.
-PLANT_NO_COPY = "repair-without-copy"
-PLANT_OPEN_SEGMENT = "repair-open-segment-without-fence"
-
-CAS_ATTEMPTS = 20  # metadata CASes of one new replica before the repair gives up
+# Besides its own names, the repair run's that the worker's shell and tests take from here:
+# a worker runs one RepairRun per ledger, and the run's actions are worker actions too.
+__all__ = [
+    "CAS_ATTEMPTS",
+    "PLANT_NO_COPY",
+    "PLANT_OPEN_SEGMENT",
+    "CasReplica",
+    "CompleteTask",
+    "Copy",
+    "Defer",
+    "ReadLedger",
+    "ReadOpenLac",
+    "RecordFailure",
+    "RepairRun",
+    "StartRecovery",
+    "TryLock",
+    "Unlock",
+    "Verified",
+    "WorkerAction",
+    "WorkerConfig",
+    "WorkerCore",
+    "WorkerPhase",
+]
 
 
 @dataclass(frozen=True)
@@ -84,29 +110,6 @@ class WorkerConfig:
     backoff_ms: int = 5000  # rwRereplicateBackoffMs
     slots_per_bookie: int = 4  # concurrent repair copies per bookie (the shell's semaphores)
     scheduling: Scheduling = field(default_factory=Scheduling)
-
-
-@dataclass
-class FragmentResult:
-    segment: int
-    bookie: str
-    target: str | None
-    entries: int = 0
-    bytes: int = 0
-    skipped: str = ""  # why nothing was copied, if so
-    deferred: bool = False  # skipped, but not a failure: another worker's job, or slots busy
-
-
-@dataclass
-class LedgerRepair:
-    ledger_id: int
-    fragments: list[FragmentResult] = field(default_factory=list)
-    complete: bool = False
-    message: str = ""
-
-    @property
-    def bytes(self) -> int:
-        return sum(f.bytes for f in self.fragments)
 
 
 # ------------------------------------------------------------------ actions
@@ -138,42 +141,6 @@ class StartRecovery:
     ledger_id: int
     password: bytes
     bookies: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ReadOpenLac:
-    """PLANTED BUG (test-only): read the LAC of the open segment's ``bookies`` without
-    fencing; answer with the highest one (-1: none) through ``on_open_lac``."""
-
-    ledger_id: int
-    bookies: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Copy:
-    """Copy ``fragment``'s entries to ``target`` with recovery adds, read from the other
-    replicas (those in ``avoid`` last), holding the repair slots of ``involved``.
-    Answer with ``on_copied``, or ``on_copy_busy`` when a slot is taken."""
-
-    metadata: LedgerMetadata
-    fragment: Fragment
-    target: str
-    involved: tuple[str, ...]
-    avoid: frozenset[str]
-
-
-@dataclass(frozen=True, slots=True)
-class CasReplica:
-    """CAS the metadata from ``expected_version`` to ``metadata``, where ``target``
-    replaces ``bookie`` in segment ``segment``; the lock must still be ours. Answer with
-    ``on_cas`` or ``on_cas_conflict``."""
-
-    ledger_id: int
-    segment: int
-    bookie: str
-    target: str
-    metadata: LedgerMetadata
-    expected_version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +184,6 @@ class Unlock:
     ledger_id: int
 
 
-RepairAction = Copy | CasReplica | ReadOpenLac
 WorkerAction = (
     TryLock
     | ReadLedger
@@ -233,213 +199,7 @@ WorkerAction = (
 )
 
 
-# ------------------------------------------------------------------ one ledger's repair
-
-
-@dataclass(slots=True)
-class _Step:
-    fragment: Fragment
-    target: str
-    result: FragmentResult
-    involved: tuple[str, ...]
-    cas_tries: int = 0
-    proposed: LedgerMetadata | None = None  # the metadata of the CAS in flight
-
-
-class RepairRun:
-    """One ledger's re-replication: for each immutable fragment on a bad bookie, a
-    :class:`Copy` and then a :class:`CasReplica` that names the new replica, in that
-    order (a metadata change before the copy would name a bookie without the entries;
-    a copy never recorded is harmless garbage). One step at a time.
-
-    Bad replicas (lost, leaving, or missing entries) move to ``target`` if given, else
-    to ``local`` (a worker beside a bookie), else to a bookie the placement rules choose
-    among ``candidates`` (bookie -> failure domain). A CAS
-    that meets a concurrent change is retried on the current metadata while the segment
-    still starts where it did and names the bad bookie (the order of a closed segment's
-    entries cannot change); constructing the run plans its first step.
-    """
-
-    def __init__(
-        self,
-        ledger_id: int,
-        metadata: LedgerMetadata,
-        version: int,
-        bad: Mapping[str, Reason],
-        candidates: Mapping[str, str],
-        *,
-        local: str | None = None,
-        target: str | None = None,
-        plants: frozenset[str] = frozenset(),
-    ) -> None:
-        self.ledger_id = ledger_id
-        self.metadata = metadata
-        self.version = version
-        self.bad = dict(bad)
-        self.candidates = dict(candidates)
-        self.local = local
-        self.target = target
-        self.plants = check_plants(plants)
-        self.result = LedgerRepair(ledger_id)
-        self.done = False
-        self.failed = ""  # why the run gave up (the shell raises it as an error)
-        # (segment, bad bookie, metadata version) of the copy made and not yet recorded.
-        self.pending: tuple[int, str, int] | None = None
-        self._actions: list[RepairAction] = []
-        self._todo = fragments(metadata, ledger_id, self.bad)
-        # Bookies each segment gains in this run: two lost replicas of one segment must
-        # not both move to the same bookie (the metadata would name it twice).
-        self._gained: dict[int, set[str]] = {}
-        self._incomplete = False
-        self._step: _Step | None = None
-        self._awaiting_lac = False
-        if not metadata.is_closed and PLANT_OPEN_SEGMENT in self.plants:
-            # PLANTED BUG: the open last segment is copied too, up to its replicas' LAC.
-            ensemble = metadata.last_segment.ensemble
-            self._awaiting_lac = True
-            self._actions.append(
-                ReadOpenLac(ledger_id, tuple(b for b in ensemble if b not in self.bad))
-            )
-        else:
-            self._next()
-
-    def take_actions(self) -> list[RepairAction]:
-        out, self._actions = self._actions, []
-        return out
-
-    # ------------------------------------------------------------ events
-
-    def on_open_lac(self, lac: int) -> None:
-        if not self._awaiting_lac:
-            raise LocalProtocolError(f"repair of ledger {self.ledger_id}: no LAC read pending")
-        self._awaiting_lac = False
-        md = self.metadata
-        seg = len(md.segments) - 1
-        first, ensemble = md.last_segment.first_entry, md.last_segment.ensemble
-        self._todo += [
-            Fragment(self.ledger_id, seg, first, lac, ensemble, idx)
-            for idx, b in enumerate(ensemble)
-            if b in self.bad and lac >= first
-        ]
-        self._next()
-
-    def on_copied(self, entries: int, nbytes: int) -> None:
-        step = self._expect("a copy")
-        step.result.entries, step.result.bytes = entries, nbytes
-        self._cas(step)
-
-    def on_copy_busy(self) -> None:
-        """A repair slot of a bookie involved is taken: another repair's turn first."""
-        step = self._expect("a copy")
-        step.result.skipped = "no free repair slot on " + ", ".join(step.involved)
-        step.result.deferred = True
-        self._incomplete = True
-        self._finish_step()
-
-    def on_cas(self, version: int) -> None:
-        step = self._expect("a CAS")
-        assert step.proposed is not None
-        self.metadata, self.version = step.proposed, version
-        self._gained.setdefault(step.fragment.segment, set()).add(step.target)
-        self._finish_step()
-
-    def on_cas_conflict(self, current: LedgerMetadata, version: int) -> None:
-        """Someone changed the metadata first (the writer's ensemble change, a recovery's
-        close): retry on what is there now, if the copy still fits it."""
-        step = self._expect("a CAS")
-        step.proposed = None
-        self.metadata, self.version = current, version
-        self._cas(step)
-
-    # ------------------------------------------------------------ steps
-
-    def _expect(self, what: str) -> _Step:
-        step = self._step
-        copying = what == "a copy"
-        if step is None or self._awaiting_lac or (step.proposed is None) != copying:
-            raise LocalProtocolError(f"repair of ledger {self.ledger_id}: no {what} pending")
-        return step
-
-    def _next(self) -> None:
-        only = self.target if self.target is not None else self.local
-        while self._todo:
-            frag = self._todo.pop(0)
-            taken = self._gained.setdefault(frag.segment, set())
-            dest = choose_target(
-                frag, self.candidates, local=only, exclude=set(self.bad) | taken, joining=taken
-            )
-            res = FragmentResult(frag.segment, frag.bookie, dest)
-            self.result.fragments.append(res)
-            if dest is None:
-                res.deferred = self.local is not None and self.target is None
-                res.skipped = (
-                    f"{'target' if self.target else 'local'} bookie {only} cannot hold it (in "
-                    "the ensemble already, not writable, or its failure domain is used)"
-                    if only is not None
-                    else "no writable bookie outside the ensemble in an unused failure domain"
-                )
-                self._incomplete = True
-                continue
-            involved = tuple(sorted({dest, *(b for b in frag.ensemble if b != frag.bookie)}))
-            step = _Step(frag, dest, res, involved)
-            self._step = step
-            self.pending = (frag.segment, frag.bookie, self.version)
-            if PLANT_NO_COPY not in self.plants:
-                self._actions.append(Copy(self.metadata, frag, dest, involved, frozenset(self.bad)))
-                return
-            # PLANTED BUG: the new replica is recorded without copying the fragment.
-            self._cas(step)
-            return
-        self._step = self.pending = None
-        self.result.complete = not self._incomplete
-        self.done = True
-
-    def _cas(self, step: _Step) -> None:
-        frag = step.fragment
-        md = self.metadata
-        new = replace_replica(md, frag.segment, frag.bookie, step.target)
-        if new is None or md.segments[frag.segment].first_entry != frag.first:
-            step.result.skipped = "segment changed meanwhile; copy not recorded"
-            self._incomplete = True
-            self._finish_step()
-            return
-        if step.cas_tries >= CAS_ATTEMPTS:
-            self._step = self.pending = None
-            self.failed = f"ledger {self.ledger_id}: metadata kept changing under the repair"
-            self.done = True
-            return
-        step.cas_tries += 1
-        step.proposed = new
-        self._actions.append(
-            CasReplica(self.ledger_id, frag.segment, frag.bookie, step.target, new, self.version)
-        )
-
-    def _finish_step(self) -> None:
-        self._step = self.pending = None
-        self._next()
-
-
 # ------------------------------------------------------------------ the worker
-
-
-def _lost_now(
-    metadata: LedgerMetadata, live: Collection[str], known: Mapping[str, Reason]
-) -> dict[str, Reason]:
-    """Bookies the ledger's segments name that are not registered now and ``known`` does
-    not list yet."""
-    return {b: Reason.LOST for b in sorted(metadata.bookies()) if b not in live and b not in known}
-
-
-def _bad_now(
-    bad: Mapping[str, Reason], live: Collection[str], metadata: LedgerMetadata | None = None
-) -> dict[str, Reason]:
-    """``bad`` without the lost replicas that are live again (they need nothing), and,
-    given the ledger's metadata, with its bookies lost since (as BookKeeper's worker
-    checks every fragment of the ledger, not only the bookies its task names)."""
-    out = {b: r for b, r in bad.items() if r is not Reason.LOST or b not in live}
-    if metadata is not None:
-        out.update(_lost_now(metadata, live, out))
-    return out
 
 
 class WorkerPhase(enum.Enum):
@@ -587,7 +347,7 @@ class WorkerCore:
                     f"worker {self.node_id}: ledger {lid} read without bookies"
                 )
             assert self.task is not None
-            self._bad = _bad_now(self.task.replicas, live, metadata)
+            self._bad = still_bad(self.task.replicas, live, metadata)
             if metadata is None:
                 self._complete(repaired=False)
             else:
@@ -602,7 +362,7 @@ class WorkerCore:
                 return
             if live is not None:
                 # The recovery took a while: a lost bookie may be back, another lost.
-                self._bad = _bad_now(self._bad, live, metadata)
+                self._bad = still_bad(self._bad, live, metadata)
             self._start_run(lid, metadata, version, candidates)
         elif self.phase is WorkerPhase.VERIFYING:
             self._verify(lid, metadata, live)
@@ -616,34 +376,26 @@ class WorkerCore:
         self.phase = WorkerPhase.REREADING
         self._actions.append(ReadLedger(lid, live=True, candidates=True))
 
+    # The repair run's events, passed on to it.
+
     def on_open_lac(self, lac: int) -> None:
-        self._in(WorkerPhase.COPYING)
-        assert self.run is not None
-        self.run.on_open_lac(lac)
+        self._copying().on_open_lac(lac)
         self._pump()
 
     def on_copied(self, entries: int, nbytes: int) -> None:
-        self._in(WorkerPhase.COPYING)
-        assert self.run is not None
-        self.run.on_copied(entries, nbytes)
+        self._copying().on_copied(entries, nbytes)
         self._pump()
 
     def on_copy_busy(self) -> None:
-        self._in(WorkerPhase.COPYING)
-        assert self.run is not None
-        self.run.on_copy_busy()
+        self._copying().on_copy_busy()
         self._pump()
 
     def on_cas(self, version: int) -> None:
-        self._in(WorkerPhase.COPYING)
-        assert self.run is not None
-        self.run.on_cas(version)
+        self._copying().on_cas(version)
         self._pump()
 
     def on_cas_conflict(self, current: LedgerMetadata, version: int) -> None:
-        self._in(WorkerPhase.COPYING)
-        assert self.run is not None
-        self.run.on_cas_conflict(current, version)
+        self._copying().on_cas_conflict(current, version)
         self._pump()
 
     def on_completed(self, deleted: bool) -> None:
@@ -728,7 +480,7 @@ class WorkerCore:
         assert self.run is not None
         bad: Mapping[str, Reason] = self._bad
         if live is not None:
-            lost = _lost_now(md, live, self._bad)
+            lost = newly_lost(md, live, self._bad)
             if lost:
                 # A bookie of the ledger was lost during the copies: not repaired, and not
                 # this attempt's failure either; the auditor marks it and a later round
@@ -737,7 +489,7 @@ class WorkerCore:
                 return
             # A lost replica that came back during the copies needs nothing any more: a
             # fragment of it that was skipped does not count.
-            bad = _bad_now(self._bad, live)
+            bad = still_bad(self._bad, live)
         skipped = [f for f in self.run.result.fragments if f.skipped and f.bookie in bad]
         if not skipped and is_repaired(md, bad):
             self._actions.append(Verified(lid))
@@ -804,6 +556,12 @@ class WorkerCore:
                 f"worker {self.node_id}: event for {phase.value} while {self.phase.value}"
             )
         return self._locked_ledger()
+
+    def _copying(self) -> RepairRun:
+        """The repair run an event of the COPYING phase is for."""
+        self._in(WorkerPhase.COPYING)
+        assert self.run is not None
+        return self.run
 
     def _clock(self, now_ms: int) -> None:
         self.now_ms = max(self.now_ms, now_ms)

@@ -114,7 +114,7 @@ def test_a_bookie_that_skips_its_cookie_check_is_caught(
     zk: KazooClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The spec's wiped bookie stays out (REFUSED); one that starts anyway is caught."""
-    monkeypatch.setattr("refine.bkref_driver.verify_or_create", lambda *a, **k: None)
+    monkeypatch.setattr("refine.bkref_bookie.verify_or_create", lambda *a, **k: None)
     stats, found = run(NAMED["m-2612"], lambda: BkrefDriver(zk), examples=2000, seed=0)
     assert found is not None, f"not caught in {stats.examples} examples"
     assert found.trace[-1][0] == "bookie_restarts_with_wiped_disk"

@@ -6,10 +6,11 @@ import random
 
 import pytest
 
-from spec.checker import check, collision_probability, fingerprint, walk
+from spec.checker import check, walk
 from spec.configs import CONFIGS, mutant_config
 from spec.protocol import W_OPEN, initial_state, next_states
 from spec.symmetry import canonical, rename
+from spec.visited import collision_probability, fingerprint
 
 SHORT = ["a-short", "b-short", "c-short"]
 
