@@ -38,13 +38,11 @@ from impl.client.errors import BKError
 from impl.clock import SYSTEM_CLOCK, Clock
 from impl.core.actions import LocalProtocolError
 from impl.core.repair import Task
+from impl.core.repair_run import CasReplica, Copy, ReadOpenLac
 from impl.core.replication import (
-    CasReplica,
     CompleteTask,
-    Copy,
     Defer,
     ReadLedger,
-    ReadOpenLac,
     RecordFailure,
     StartRecovery,
     TryLock,

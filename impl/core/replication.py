@@ -70,38 +70,12 @@ from impl.core.repair import (
     still_bad,
 )
 from impl.core.repair_run import (
-    CAS_ATTEMPTS,
-    PLANT_NO_COPY,
     PLANT_OPEN_SEGMENT,
     CasReplica,
     Copy,
     ReadOpenLac,
     RepairRun,
 )
-
-# Besides its own names, the repair run's that the worker's shell and tests take from here:
-# a worker runs one RepairRun per ledger, and the run's actions are worker actions too.
-__all__ = [
-    "CAS_ATTEMPTS",
-    "PLANT_NO_COPY",
-    "PLANT_OPEN_SEGMENT",
-    "CasReplica",
-    "CompleteTask",
-    "Copy",
-    "Defer",
-    "ReadLedger",
-    "ReadOpenLac",
-    "RecordFailure",
-    "RepairRun",
-    "StartRecovery",
-    "TryLock",
-    "Unlock",
-    "Verified",
-    "WorkerAction",
-    "WorkerConfig",
-    "WorkerCore",
-    "WorkerPhase",
-]
 
 
 @dataclass(frozen=True)

@@ -16,18 +16,20 @@ import pytest
 from impl.core.actions import LocalProtocolError
 from impl.core.metadata import Segment
 from impl.core.repair import Fragment, Reason, Task, replace_replica
-from impl.core.replication import (
+from impl.core.repair_run import (
     CAS_ATTEMPTS,
     PLANT_NO_COPY,
     PLANT_OPEN_SEGMENT,
     CasReplica,
-    CompleteTask,
     Copy,
+    ReadOpenLac,
+    RepairRun,
+)
+from impl.core.replication import (
+    CompleteTask,
     Defer,
     ReadLedger,
-    ReadOpenLac,
     RecordFailure,
-    RepairRun,
     StartRecovery,
     TryLock,
     Unlock,
