@@ -34,6 +34,7 @@ LINEARIZABLE: Final = "linearizable"
 DURABILITY: Final = "durability"
 REPLICATION: Final = "replication"
 GENERIC: Final = "generic"
+CONVERGENCE: Final = "convergence"  # a campaign's repair after the heal (nemesis.checker)
 
 KINDS: Final = (
     Kind(
@@ -87,7 +88,12 @@ KINDS: Final = (
     Kind(
         "under-replicated",
         "a bookie of an entry's write set does not store it",
-        (REPLICATION,),
+        (REPLICATION, CONVERGENCE),
+    ),
+    Kind(
+        "not-repaired-after-heal",
+        "AutoRecovery did not repair every ledger within the campaign's convergence phase",
+        (CONVERGENCE,),
     ),
     Kind(
         "digest-mismatch",
@@ -228,6 +234,19 @@ NOT_ON_WRITE_SET: Final = Message(
 )
 REPLICAS_DIFFER: Final = Message(
     "digest-mismatch", "entry {e} of ledger {ledger} has replicas with different digests: {copies}"
+)
+
+# ---------------------------------------------------------------- a campaign's convergence
+# Fields: ``ledger``, ``bookies`` the bookies missing replicas (joined by ", "),
+# ``seconds`` the convergence phase's length.
+
+MISSING_AFTER_CONVERGENCE: Final = Message(
+    "under-replicated",
+    "ledger {ledger} (Wq = Aq): after the cluster converged the full replica check found "
+    "replicas missing on {bookies}",
+)
+NOT_CONVERGED: Final = Message(
+    "not-repaired-after-heal", "the cluster did not converge within {seconds} s"
 )
 
 # ---------------------------------------------------------------- the generic search on Spark

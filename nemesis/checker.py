@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from linearizability.anomalies import MISSING_AFTER_CONVERGENCE, NOT_CONVERGED
 from linearizability.durability import check_durability
 from linearizability.history import Op
 from linearizability.ledger_checker import check_ledgers
@@ -73,8 +74,9 @@ def check_replication(
             "kind": "under-replicated",
             "ledger": m["ledger"],
             "bookies": m["bookies"],
-            "message": f"ledger {m['ledger']} (Wq = Aq): after the cluster converged "
-            f"the full replica check found replicas missing on {', '.join(m['bookies'])}",
+            "message": MISSING_AFTER_CONVERGENCE.render(
+                ledger=m["ledger"], bookies=", ".join(m["bookies"])
+            ),
         }
         for m in after.get("missing_after_convergence", [])
     )
@@ -86,7 +88,7 @@ def check_replication(
                 "tasks_left": after.get("tasks_left"),
                 "naming_down_bookies": after.get("naming_down_bookies"),
                 "not_closed": after.get("not_closed"),
-                "message": f"the cluster did not converge within {after.get('seconds')} s",
+                "message": NOT_CONVERGED.render(seconds=after.get("seconds")),
             },
         )
     return {

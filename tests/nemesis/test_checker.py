@@ -108,3 +108,18 @@ def test_a_replica_the_full_check_found_missing_after_convergence_is_an_anomaly(
     found = check_replication(lost, entries, tmp_path)
     assert not found["valid"]
     assert [a["kind"] for a in found["anomalies"]] == ["under-replicated"]
+    assert found["anomalies"][0]["message"] == (
+        "ledger 1 (Wq = Aq): after the cluster converged the full replica check found "
+        "replicas missing on b"
+    )
+
+
+def test_a_cluster_that_did_not_converge_is_an_anomaly_first(tmp_path: Path) -> None:
+    (tmp_path / "dumps").mkdir()
+    entries = [{"bookie": b, "ledger": 1, "entry": 0, "digest": "d"} for b in ("a", "b")]
+    stuck = _converged(converged=False, seconds=120.0, tasks_left=1, missing_after_convergence=[])
+    found = check_replication(stuck, entries, tmp_path)
+    assert not found["valid"]
+    first = found["anomalies"][0]
+    assert (first["kind"], first["tasks_left"]) == ("not-repaired-after-heal", 1)
+    assert first["message"] == "the cluster did not converge within 120.0 s"
