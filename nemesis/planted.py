@@ -4,7 +4,7 @@ For every bug in :mod:`impl.core.planted` a campaign can see (``CAMPAIGN_PLANTS`
 refinement-only ones lose nothing a history shows), run campaigns of the default length
 with the bug switched on, with the faults that exercise it, on seeds 1, 2, 3,
 ... until one run is found invalid (the bug detected) or ``--runs`` runs came
-out valid (missed). The issue's bar: each bug detected in at least one of three
+out valid (missed). The bar: each bug detected in at least one of three
 runs. Each campaign is an ordinary ``bkref campaign`` (its report and results
 are kept under ``--out``); exit 0 when every bug was detected, 1 when one was
 missed, 2 when a campaign could not run.
