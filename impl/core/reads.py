@@ -10,11 +10,16 @@ be asked (``on_bookie_unavailable``), until a completion comes out
   :func:`read_order`. The first copy whose digest verifies is the answer. Without
   one, once every replica has answered or failed:
 
-  - NO_SUCH_ENTRY when the replicas that said they do not hold it cover the write set
-    (:meth:`Quorum.is_entry_absent`, Wq - Aq + 1 of them): a confirmed entry is on at
-    least Aq replicas of its write set, so it never was confirmed;
-  - IO_ERROR otherwise: too few replicas could say (down, an error, a corrupt copy),
+  - NO_SUCH_ENTRY when every replica of the write set said it does not hold it;
+  - IO_ERROR otherwise: some replica could not say (down, an error, a corrupt copy),
     so whether the entry exists is unknown.
+
+  This is stricter than BookKeeper's reads, which take Wq - Aq + 1 negatives as
+  proof (:meth:`Quorum.is_entry_absent`; recovery uses that rule, as it must). A
+  bookie whose disk lost fsynced data (a campaign's victim) answers a negative it
+  should not; with a holder of the entry down, coverage would call a confirmed
+  entry absent, and a history checker would see a stale read that the faults, not
+  the protocol, made. Unanimity leaves such a read unknown.
 
   Absence is decided only after every replica was asked: a copy that verifies wins
   over any number of negatives (a replica that lost its data under faults beyond
@@ -157,19 +162,14 @@ class EntryReader:
         where = f"ledger {self.ledger_id} entry {self.entry_id}"
         detail = "; ".join(self._answers)
         mismatches = tuple(self.mismatches)
-        if self.quorum.is_entry_absent(self.negatives, self.entry_id):
-            if len(self.negatives) == len(self.order):
-                why = "every replica of its write set answered that it has no such entry"
-            else:
-                why = (
-                    f"{len(self.negatives)} of the {len(self.order)} replicas of its write "
-                    "set answered that they have no such entry, enough to prove it was never "
-                    f"confirmed (ack quorum {self.quorum.ack_quorum})"
-                )
+        if len(self.negatives) == len(self.order):
             return ReadCompleted(
                 self.entry_id,
                 Status.NO_SUCH_ENTRY,
-                message=f"{where}: {why} ({detail})",
+                message=(
+                    f"{where}: every replica of its write set answered that it has no "
+                    f"such entry ({detail})"
+                ),
                 digest_mismatches=mismatches,
             )
         return ReadCompleted(
@@ -177,9 +177,9 @@ class EntryReader:
             Status.IO_ERROR,
             message=(
                 f"{where} unreadable: no replica returned a verified copy, and only "
-                f"{len(self.negatives)} of the {self.quorum.negatives_needed} negative answers "
-                f"that would prove it absent came ({detail}); retry once the bookies are "
-                "reachable"
+                f"{len(self.negatives)} of the {len(self.order)} replicas answered that they "
+                f"have no such entry (absence needs all of them) ({detail}); retry once the "
+                "bookies are reachable"
             ),
             digest_mismatches=mismatches,
         )
