@@ -5,6 +5,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# pytest workers for `make verify`: one per core of the 2-core CI machine. A test module
+# runs whole on one worker (--dist loadfile), so module fixtures are shared as before.
+TEST_WORKERS ?= 2
 STAMP := $(VENV)/.bkref-installed
 # Debian packages the project runs for real: ZooKeeper (metadata), iptables,
 # nftables and iproute2 (network faults in campaigns), libfuse2 (lazyfs, the
@@ -148,7 +151,7 @@ refine: setup
 	done
 
 verify: lint typecheck contracts crosshair bench-smoke docker-smoke
-	$(VENV)/bin/pytest -q -m 'not docker' --durations=25
+	$(VENV)/bin/pytest -q -m 'not docker' -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 bench: setup
 	$(PY) -m tests.bench
