@@ -14,12 +14,12 @@ import collections
 import logging
 import shutil
 import threading
-import time
 from pathlib import Path
 
 from impl.bookie.config import BookieConfig
 from impl.bookie.cookie import verify_or_create
 from impl.bookie.registration import Registration
+from impl.clock import SYSTEM_CLOCK, Clock
 from impl.core.bookie import BookieCore, BookieDecision
 from impl.core.frames import (
     ErrorResponse,
@@ -38,9 +38,17 @@ log = logging.getLogger(__name__)
 
 
 class Bookie:
-    def __init__(self, config: BookieConfig, *, plants: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        config: BookieConfig,
+        *,
+        plants: frozenset[str] = frozenset(),
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.config = config
         self.plants = plants  # planted bugs (test-only) of its storage and AutoRecovery
+        # When compaction is due and when a redundant ledger has waited long enough.
+        self.clock = clock
         self.bookie_id = config.bookie_id
         self.storage: BookieStorage | None = None
         self.core = BookieCore()
@@ -118,6 +126,10 @@ class Bookie:
 
     # ------------------------------------------------------------ background work
 
+    def _now(self) -> float:
+        """Seconds on the server's clock (the GC wait itself is a real-time poll)."""
+        return self.clock.monotonic_ms() / 1000
+
     def _sync_loop(self) -> None:
         """The sync thread: checkpoint every flushInterval."""
         while not self._stop.wait(self.config.flushInterval / 1000):
@@ -129,9 +141,9 @@ class Bookie:
 
     def _gc_loop(self) -> None:
         c = self.config
-        last_minor = last_major = time.monotonic()
+        last_minor = last_major = self._now()
         while not self._stop.wait(c.gcWaitTime / 1000):
-            now = time.monotonic()
+            now = self._now()
             threshold = 0.0
             if (
                 c.majorCompactionThreshold > 0
@@ -186,7 +198,7 @@ class Bookie:
         under-replication lock keeps a repair that is copying here right now (before its
         metadata CAS) from losing its copy, and the metadata is read again under it."""
         assert self.store is not None
-        now = time.monotonic()
+        now = self._now()
         redundant: set[int] = set()
         for lid in ledgers:
             try:
