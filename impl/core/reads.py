@@ -4,7 +4,8 @@ Shaped like the writer and the recovery: ``start()``, then the shell performs th
 actions of ``take_actions()`` (``SendRead``/``SendReadLac``) and feeds back each
 answer (``on_read_response``/``on_read_lac_response``), or that the bookie could not
 be asked (``on_bookie_unavailable``), until a completion comes out
-(``ReadCompleted``/``ReadLacCompleted``). Coverage is :class:`impl.core.quorum.Quorum`'s.
+(``ReadCompleted``/``ReadLacCompleted``). The LAC reader's coverage is
+:class:`impl.core.quorum.Quorum`'s.
 
 - :class:`EntryReader`, one entry: its write set is asked one replica at a time, in
   :func:`read_order`. The first copy whose digest verifies is the answer. Without
@@ -75,7 +76,6 @@ class EntryReader:
         self.ledger_id = ledger_id
         self.entry_id = entry_id
         self.digest = digest
-        self.quorum = metadata.quorum
         self.ensemble = metadata.ensemble_for(entry_id)
         self.order = read_order(metadata, entry_id, avoid)
         self.negatives: set[int] = set()  # ensemble indexes that said "no such entry"
