@@ -24,7 +24,7 @@ import inspect
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -172,13 +172,19 @@ async def eventually(condition: Condition, timeout: float, interval: float = 0.0
 
 
 async def write_closed_ledgers(
-    bk: BookKeeper, count: int, entries: int, password: bytes, *, size: int = 100
+    bk: BookKeeper,
+    count: int,
+    entries: int,
+    password: bytes,
+    *,
+    size: int = 100,
+    bookies: Sequence[str] | None = None,
 ) -> Ledgers:
     """``count`` ledgers (E = 3, Wq = 2, Aq = 2) of ``entries`` entries of about ``size``
-    bytes each, written and closed."""
+    bytes each, written and closed; placed on ``bookies`` when given."""
     out: Ledgers = {}
     for n in range(count):
-        h = await bk.create_ledger(3, 2, 2, password)
+        h = await bk.create_ledger(3, 2, 2, password, bookies=bookies)
         data = [b"%d:%d:" % (n, i) + b"x" * size for i in range(entries)]
         await h.add_many(data)
         await h.close()
@@ -189,17 +195,13 @@ async def write_closed_ledgers(
 async def ledger_on(
     bk: BookKeeper, must: str, avoid: set[str], entries: int, password: bytes
 ) -> Ledgers:
-    """A closed ledger whose ensemble holds ``must`` and none of ``avoid`` (placement is
-    random: ledgers that miss are deleted, up to 50 tries)."""
-    for _ in range(50):
-        more = await write_closed_ledgers(bk, 1, entries, password)
-        lid = next(iter(more))
-        md, _ = await asyncio.to_thread(bk.meta.read_ledger, lid)
-        ens = md.bookies()
-        if must in ens and not ens & avoid:
-            return more
-        await bk.delete_ledger(lid)
-    raise AssertionError(f"no ensemble with {must} and without {avoid} in 50 tries")
+    """A closed ledger whose ensemble holds ``must`` and none of ``avoid``: placed, not
+    drawn, so that the test does not depend on placement's luck."""
+    others = sorted(set(await bk.zk_calls.writable_bookies()) - avoid - {must})
+    bk.rng.shuffle(others)  # varied placement, each one valid
+    if len(others) < 2:
+        raise AssertionError(f"no ensemble of 3 with {must} and without {avoid}: too few bookies")
+    return await write_closed_ledgers(bk, 1, entries, password, bookies=[must, *others[:2]])
 
 
 def read_request(ledger: int, entry: int) -> Callable[[int], ReadRequest]:

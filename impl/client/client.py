@@ -9,7 +9,7 @@ the clock. The ledger handles and the driver of the core's machines are in
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from impl.client.connection import BookieConnection
 from impl.client.driver import ReadHandle, WriteHandle, recover
@@ -95,17 +95,32 @@ class BookKeeper:
         ack_quorum: int = 2,
         password: bytes = b"",
         digest: DigestType = DigestType.CRC32C,
+        *,
+        bookies: Sequence[str] | None = None,
     ) -> WriteHandle:
+        """A new ledger on ``ensemble`` bookies chosen by the placement policy, or on
+        ``bookies`` when given (a fixed placement, for tests and tools: each must be a
+        writable bookie, and there must be ``ensemble`` of them, all distinct)."""
         candidates = await self.zk_calls.writable_bookies()
-        try:
-            bookies = choose_ensemble(candidates, ensemble, rng=self.rng)
-        except NotEnoughBookiesError as e:
-            raise BKError(str(e)) from e
+        if bookies is not None:
+            chosen = tuple(bookies)
+            unknown = [b for b in chosen if b not in candidates]
+            if len(set(chosen)) != ensemble or len(chosen) != ensemble or unknown:
+                raise BKError(
+                    f"cannot place a ledger of ensemble size {ensemble} on {list(chosen)}: "
+                    f"need {ensemble} distinct writable bookies"
+                    + (f"; not writable: {unknown}" if unknown else "")
+                )
+        else:
+            try:
+                chosen = choose_ensemble(candidates, ensemble, rng=self.rng)
+            except NotEnoughBookiesError as e:
+                raise BKError(str(e)) from e
         md = LedgerMetadata(
             ensemble,
             write_quorum,
             ack_quorum,
-            (Segment(0, bookies),),
+            (Segment(0, chosen),),
             digest,
             password_hash(password),
             ctime_ms=self.clock.wall_ms(),

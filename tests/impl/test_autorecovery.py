@@ -97,14 +97,9 @@ async def test_idle_open_ledger_is_fenced_after_the_grace_period_and_an_active_w
         idle = await bk.create_ledger(3, 2, 2, PW)
         await idle.add_many([b"idle-%d" % i for i in range(50)])
         victim = idle.writer.ensemble[0]
-        active = None
-        for _ in range(20):  # an active ledger on the same victim
-            h = await bk.create_ledger(3, 2, 2, PW)
-            if victim in h.writer.ensemble:
-                active = h
-                break
-            await h.close()
-        assert active is not None
+        others = [b.bookie_id for b in cluster.bookies if b.bookie_id != victim]
+        # an active ledger on the same victim
+        active = await bk.create_ledger(3, 2, 2, PW, bookies=[victim, *others[:2]])
         await active.add_many([b"active-%d" % i for i in range(50)])
         await asyncio.to_thread(cluster.kill_bookie, index_of(cluster, victim))
 
@@ -188,12 +183,7 @@ async def test_manual_recovery_to_a_target_bookie_reports_per_ledger(
         for _ in range(3):
             ledgers.update(await ledger_on(bk, lost, {target}, 40, PW))
         # An open ledger whose writer went idle: recovery fences and closes it first.
-        while True:
-            h = await bk.create_ledger(3, 2, 2, PW)
-            if lost in h.writer.ensemble and target not in h.writer.ensemble:
-                break
-            await h.close()
-            await bk.delete_ledger(h.ledger_id)
+        h = await bk.create_ledger(3, 2, 2, PW, bookies=[lost, ids[1], ids[2]])
         await h.add_many([b"open-%d" % i for i in range(40)])
         ledgers[h.ledger_id] = [b"open-%d" % i for i in range(40)]
         await asyncio.to_thread(lose_bookie, cluster, store, lost)

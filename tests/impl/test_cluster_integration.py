@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -205,6 +206,22 @@ async def test_read_tells_an_absent_entry_from_unreachable_replicas(
             await h.read_entry(3)
         assert not isinstance(err.value, NoSuchEntryError)
         assert err.value.status is Status.IO_ERROR
+
+
+async def test_a_ledger_placed_on_given_bookies_is_there_and_a_bad_placement_is_refused(
+    make_cluster: MakeCluster,
+) -> None:
+    cluster = make_cluster(4)
+    ids = [b.bookie_id for b in cluster.bookies]
+    async with BookKeeper(cluster.zk_hosts) as bk:
+        h = await bk.create_ledger(3, 2, 2, PW, bookies=[ids[3], ids[0], ids[2]])
+        md, _ = await asyncio.to_thread(bk.meta.read_ledger, h.ledger_id)
+        assert md.segments[0].ensemble == (ids[3], ids[0], ids[2])
+        await h.add(b"placed")
+        with pytest.raises(BKError, match=re.escape("not writable: ['127.0.0.1:1']")):
+            await bk.create_ledger(3, 2, 2, PW, bookies=[ids[0], ids[1], "127.0.0.1:1"])
+        with pytest.raises(BKError, match="need 3 distinct writable bookies"):
+            await bk.create_ledger(3, 2, 2, PW, bookies=[ids[0], ids[0], ids[1]])
 
 
 def test_cluster_cli_up_status_down(tmp_path: Path) -> None:
