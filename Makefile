@@ -17,7 +17,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo
 
-.PHONY: crosshair spec-check spec-big spec-coverage refine campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup docker-images docker-smoke docker-campaign docker-planted
+.PHONY: install-check crosshair spec-check spec-big spec-coverage refine campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup docker-images docker-smoke docker-campaign docker-planted
 
 help:
 	@echo "make campaign  the main job: a fault campaign on a local cluster, its checks and report"
@@ -35,6 +35,7 @@ help:
 	@echo "make docker-smoke  the Docker tests (engine, image, a short campaign), or why not"
 	@echo "make docker-planted  every planted bug, each caught on the Docker backend"
 	@echo "make docker-campaign  a default-length campaign on the Docker backend (CAMPAIGN_ARGS too)"
+	@echo "make install-check  pip install . into a fresh venv; bkref runs from outside the checkout"
 	@echo "make verify    ruff, mypy --strict, import contracts, the whole test suite (what CI runs)"
 
 setup: system-packages $(STAMP)
@@ -103,6 +104,22 @@ docker-planted: docker-setup
 docker-campaign: docker-images
 	$(VENV)/bin/bkref campaign --backend docker $(CAMPAIGN_ARGS)
 
+# What a user of bkref as a library does: `pip install .` (not editable) into a new venv,
+# dependencies from PyPI. Only the `bkref` namespace is installed, and the command works
+# from outside the checkout. (The suite checks the same on the wheel without network:
+# tests/unit/test_packaging.py.)
+INSTALL_CHECK_DIR ?= $${TMPDIR:-/tmp}/bkref-install-check
+install-check:
+	rm -rf $(INSTALL_CHECK_DIR) && $(PYTHON) -m venv $(INSTALL_CHECK_DIR)/venv
+	$(INSTALL_CHECK_DIR)/venv/bin/pip install -q --upgrade pip
+	$(INSTALL_CHECK_DIR)/venv/bin/pip install -q .
+	cp tests/data/peer-histories/jepsen/etcd_002.log $(INSTALL_CHECK_DIR)/history.log
+	cd $(INSTALL_CHECK_DIR) && venv/bin/python -c "import bkref.spec, bkref.linearizability"
+	cd $(INSTALL_CHECK_DIR) && ! venv/bin/python -c "import spec" 2>/dev/null
+	cd $(INSTALL_CHECK_DIR) && venv/bin/bkref check history.log
+	cd $(INSTALL_CHECK_DIR) && venv/bin/bkref spec check --config c-short --quiet
+	@echo "make install-check: OK ($(INSTALL_CHECK_DIR))"
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -118,11 +135,11 @@ test: setup
 
 # The spec's pure helpers carry PEP 316 contracts; crosshair proves them symbolically.
 crosshair: setup
-	$(VENV)/bin/crosshair check --analysis_kind=PEP316 --per_condition_timeout=10 spec/quorum.py
+	$(VENV)/bin/crosshair check --analysis_kind=PEP316 --per_condition_timeout=10 bkref/spec/quorum.py
 
 # Exhaustive checks of the full named configs (a, b, c): a and b take 1-2 minutes each with
 # both cores at low load (0.9M and 1.7M states); not part of `verify`.
-# Which actions and branches of the spec the named configs reach (spec/coverage.py);
+# Which actions and branches of the spec the named configs reach (bkref/spec/coverage.py);
 # exits 1 while a branch no config reaches has no recorded reason. Every config, ~10 min.
 # Every named config checked exhaustively, counting the actions, branches and races it
 # reaches; fails on a violation, on a branch unreached without a recorded reason and on a
@@ -130,7 +147,7 @@ crosshair: setup
 spec-check: setup
 	$(VENV)/bin/bkref spec coverage --markdown docs/coverage.md
 
-# The configs too big for spec-check (spec/configs.py BIG_CONFIGS), with fingerprints.
+# The configs too big for spec-check (bkref/spec/configs.py BIG_CONFIGS), with fingerprints.
 spec-big: setup
 	for c in a3 a-crash a-recoveries-loss; do $(VENV)/bin/bkref spec check --fingerprints --workers 2 --config $$c || exit 1; done
 
@@ -139,7 +156,7 @@ spec-coverage: setup
 	mkdir -p out
 	$(VENV)/bin/bkref spec coverage --json > out/spec-coverage.json
 
-# The refinement machine (refine/, docs/refine.md), long: every config bkref's driver runs,
+# The refinement machine (bkref/refine/, docs/refine.md), long: every config bkref's driver runs,
 # REFINE_EXAMPLES examples each, then each planted bug it can exercise. `make verify` runs
 # short versions of both (tests/refine/).
 REFINE_EXAMPLES ?= 2000
@@ -168,9 +185,9 @@ CAMPAIGN_ARGS ?=
 campaign: setup
 	$(VENV)/bin/bkref campaign $(CAMPAIGN_ARGS)
 
-# Each planted bug (impl/core/planted.py) in campaigns of the default length until caught.
+# Each planted bug (bkref/impl/core/planted.py) in campaigns of the default length until caught.
 planted: setup
-	$(VENV)/bin/python -m nemesis.planted $(PLANTED_ARGS)
+	$(VENV)/bin/python -m bkref.nemesis.planted $(PLANTED_ARGS)
 
 zookeeper-demo: setup
 	rm -rf $(ZK_DEMO_DIR)

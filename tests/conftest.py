@@ -20,7 +20,7 @@ from hypothesis import settings
 settings.register_profile("bkref", deadline=None)
 settings.load_profile("bkref")
 
-pytest_plugins = ["impl.cluster.pytest_plugin", "pytester"]
+pytest_plugins = ["bkref.impl.cluster.pytest_plugin", "pytester"]
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -20,12 +20,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from impl.client.client import BookKeeper
-from impl.client.driver import WriteHandle
-from impl.cluster.local import LocalCluster
-from impl.cluster.process import wait_until
-from impl.meta.store import ZkMetadataStore, connect
-from impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.client.driver import WriteHandle
+from bkref.impl.cluster.local import LocalCluster
+from bkref.impl.cluster.process import wait_until
+from bkref.impl.meta.store import ZkMetadataStore, connect
+from bkref.impl.meta.underreplication import UnderreplicationManager
 from tests.bench.bench_impl import loopback_throughput
 
 TITLE = "AutoRecovery: re-replication throughput after losing a bookie"

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from linearizability import wgl
-from linearizability.generate import ledger_history, many_ledgers, to_ops
-from linearizability.history import Op, pair
-from linearizability.history_files import write_jsonl
-from linearizability.ledger_checker import check_ledgers
-from linearizability.peer import read_edn_kv, read_jepsen_log
+from bkref.linearizability import wgl
+from bkref.linearizability.generate import ledger_history, many_ledgers, to_ops
+from bkref.linearizability.history import Op, pair
+from bkref.linearizability.history_files import write_jsonl
+from bkref.linearizability.ledger_checker import check_ledgers
+from bkref.linearizability.peer import read_edn_kv, read_jepsen_log
 
 TITLE = "Linearizability checkers"
 PEER = Path(__file__).resolve().parents[1] / "data" / "peer-histories"
@@ -27,8 +27,8 @@ PEER = Path(__file__).resolve().parents[1] / "data" / "peer-histories"
 # carry over the parent's across exec) is the check's own.
 _CHILD = """
 import sys, time
-from linearizability.history_files import read_jsonl
-from linearizability.ledger_checker import check_ledgers
+from bkref.linearizability.history_files import read_jsonl
+from bkref.linearizability.ledger_checker import check_ledgers
 t, c = time.perf_counter(), time.process_time()
 r = check_ledgers(read_jsonl(sys.argv[1]))
 s, cpu = time.perf_counter() - t, time.process_time() - c
@@ -182,7 +182,7 @@ def _body(quick: bool) -> str:
             "Ledger checker (no search). *parse + check*: a fresh process reads the JSON Lines "
             "file, validates it and checks it, on one core (wall clock, and the CPU time it "
             "used, which other jobs on a shared machine disturb less); *check only*: the same "
-            "ops from memory. Histories come from `linearizability.generate` (valid by "
+            "ops from memory. Histories come from `bkref.linearizability.generate` (valid by "
             "construction).",
             "",
             *_ledger_rows(quick),
@@ -192,7 +192,7 @@ def _body(quick: bool) -> str:
             "",
             *_peer_rows(quick),
             "",
-            "The generic search over `spec.ledger_model` against the ledger checker, "
+            "The generic search over `bkref.spec.ledger_model` against the ledger checker, "
             "same histories.",
             "",
             *_agreement_rows(quick),

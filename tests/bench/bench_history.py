@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from linearizability.history import Op
-from linearizability.history_files import read_jsonl, read_parquet, write_jsonl, write_parquet
+from bkref.linearizability.history import Op
+from bkref.linearizability.history_files import read_jsonl, read_parquet, write_jsonl, write_parquet
 
 TITLE = "History format: read and write throughput"
 

@@ -13,9 +13,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
-from impl.client.client import BookKeeper
-from impl.cluster.local import LocalCluster
-from impl.cluster.zookeeper import free_port
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.cluster.local import LocalCluster
+from bkref.impl.cluster.zookeeper import free_port
 
 TITLE = "Bookies and client (impl): adds, reads, and raw baselines"
 

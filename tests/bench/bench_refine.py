@@ -9,10 +9,10 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from impl.cluster.zookeeper import ZooKeeperEnsemble
-from refine.bkref_driver import BkrefDriver
-from refine.machine import run as refine
-from spec.configs import CONFIGS, MUTANT_CONFIGS
+from bkref.impl.cluster.zookeeper import ZooKeeperEnsemble
+from bkref.refine.bkref_driver import BkrefDriver
+from bkref.refine.machine import run as refine
+from bkref.spec.configs import CONFIGS, MUTANT_CONFIGS
 
 TITLE = "Refinement machine: bkref held against the spec (real ZooKeeper, real storage)"
 

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from linearizability.columnar import columnar_history, write_columnar
+from bkref.linearizability.columnar import columnar_history, write_columnar
 
 TITLE = "Spark checks (spark_checks): throughput and peak memory on local[2]"
 BASELINE_MAX = 20_000_000  # lines: the single-process checkers hold them all in memory
@@ -31,9 +31,9 @@ BASELINE_MAX = 20_000_000  # lines: the single-process checkers hold them all in
 # memory (VmHWM) is its own.
 _BASELINE = """
 import sys, time
-from linearizability.durability import check_durability
-from linearizability.history_files import read_parquet
-from linearizability.ledger_checker import check_ledgers
+from bkref.linearizability.durability import check_durability
+from bkref.linearizability.history_files import read_parquet
+from bkref.linearizability.ledger_checker import check_ledgers
 t = time.perf_counter()
 ops = list(read_parquet(sys.argv[1], check=False))
 r = check_ledgers(ops)

@@ -15,9 +15,9 @@ import resource
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from spec.checker import check, rss_bytes
-from spec.config import Config
-from spec.configs import CONFIGS
+from bkref.spec.checker import check, rss_bytes
+from bkref.spec.config import Config
+from bkref.spec.configs import CONFIGS
 
 TITLE = "Spec model checker: exhaustive BFS per named config"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spec.configs import BIG_CONFIGS, CONFIGS
+from bkref.spec.configs import BIG_CONFIGS, CONFIGS
 from tests.bench.bench_spec import measure
 
 TITLE = "Spec model checker: the big configs, with fingerprints"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from nemesis.backends.docker import LazyfsDockerBackend
-from nemesis.docker_engine import DockerEngine, missing_packages
-from nemesis.runner import RunSpec, run_once
-from nemesis.workload import WorkloadSpec
+from bkref.nemesis.backends.docker import LazyfsDockerBackend
+from bkref.nemesis.docker_engine import DockerEngine, missing_packages
+from bkref.nemesis.runner import RunSpec, run_once
+from bkref.nemesis.workload import WorkloadSpec
 from tests.docker.hostnet import host_network
 from tests.nemesis.test_planted import caught
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nemesis.backends.docker import cleanup
-from nemesis.docker_engine import (
+from bkref.nemesis.backends.docker import cleanup
+from bkref.nemesis.docker_engine import (
     CGROUP_PARENT,
     CGROUP_ROOT,
     DockerEngine,
@@ -18,7 +18,7 @@ from nemesis.docker_engine import (
     netns_name,
     wrapper_script,
 )
-from nemesis.lazyfs import LazyMount, daemons_in_namespace_of
+from bkref.nemesis.lazyfs import LazyMount, daemons_in_namespace_of
 from tests.docker.hostnet import host_network
 
 MOUNTINFO = """\

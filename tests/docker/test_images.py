@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nemesis import docker_images
-from nemesis.docker_engine import DockerEngine, missing_packages
-from nemesis.docker_images import IMAGE, base_key, build, debian_mirror
+from bkref.nemesis import docker_images
+from bkref.nemesis.docker_engine import DockerEngine, missing_packages
+from bkref.nemesis.docker_images import IMAGE, base_key, build, debian_mirror
 
 
 def test_debian_mirror_is_apts_main_archive(tmp_path: Path) -> None:

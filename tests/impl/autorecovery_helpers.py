@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from impl.autorecovery.worker import ReplicationWorker, WorkerConfig
-from impl.client.client import BookKeeper
-from impl.cluster.local import LocalCluster
-from impl.core.repair import Reason
-from impl.meta.store import ZkMetadataStore
-from impl.meta.underreplication import UnderreplicationManager
-from impl.testing import Ledgers, ledger_on, lose_bookie
+from bkref.impl.autorecovery.worker import ReplicationWorker, WorkerConfig
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.cluster.local import LocalCluster
+from bkref.impl.core.repair import Reason
+from bkref.impl.meta.store import ZkMetadataStore
+from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.testing import Ledgers, ledger_on, lose_bookie
 
 PW = b"autorecovery"
 # Short ZooKeeper sessions so that a killed bookie's registration lapses in seconds.

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from impl.cluster.local import LocalCluster
-from impl.meta.store import ZkMetadataStore
-from impl.meta.underreplication import UnderreplicationManager
-from impl.testing import Clusters, zookeeper_view
+from bkref.impl.cluster.local import LocalCluster
+from bkref.impl.meta.store import ZkMetadataStore
+from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.testing import Clusters, zookeeper_view
 
 MakeCluster = Callable[..., LocalCluster]
 ZkView = Callable[[LocalCluster], tuple[ZkMetadataStore, UnderreplicationManager]]

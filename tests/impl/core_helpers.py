@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from impl.core.digest import DigestType
-from impl.core.metadata import LedgerMetadata, Segment
+from bkref.impl.core.digest import DigestType
+from bkref.impl.core.metadata import LedgerMetadata, Segment
 
 A, B, C, D, E = "a:1", "b:1", "c:1", "d:1", "e:1"
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from impl.client.client import BookKeeper
-from impl.client.errors import FencedError
-from impl.testing import (
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.client.errors import FencedError
+from bkref.impl.testing import (
     assert_fully_replicated,
     eventually,
     holds_any,
@@ -149,7 +149,7 @@ async def test_a_dedicated_autorecovery_process_repairs_a_cluster_without_autore
     argv = ["autorecovery", "--config", str(config), "--dedicated"]
     with (tmp_path / "autorecovery.log").open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "impl.cli.main", *argv],
+            [sys.executable, "-m", "bkref.impl.cli.main", *argv],
             stdout=subprocess.DEVNULL,
             stderr=log,
         )

@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from impl.client.client import BookKeeper
-from impl.cluster.local import LocalCluster
-from impl.testing import (
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.cluster.local import LocalCluster
+from bkref.impl.testing import (
     assert_fully_replicated,
     eventually,
     index_of,

@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from impl.core.actions import LocalProtocolError
-from impl.core.audit import (
+from bkref.impl.core.actions import LocalProtocolError
+from bkref.impl.core.audit import (
     AuditorConfig,
     AuditorCore,
     AuditView,
@@ -27,9 +27,9 @@ from impl.core.audit import (
     Verdict,
     plan_marks,
 )
-from impl.core.metadata import Segment
-from impl.core.planted import UnknownPlantError
-from impl.core.repair import Reason
+from bkref.impl.core.metadata import Segment
+from bkref.impl.core.planted import UnknownPlantError
+from bkref.impl.core.repair import Reason
 from tests.impl.core_helpers import A, B, C, D, E, ledger_md
 
 _md = functools.partial(ledger_md, password=b"pw")

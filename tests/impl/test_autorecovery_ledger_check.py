@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from impl.bookie.config import BookieConfig
-from impl.client.client import BookKeeper
-from impl.core.frames import Status
-from impl.storage.bookie_storage import BookieStorage
-from impl.storage.entrylog import log_path
-from impl.testing import (
+from bkref.impl.bookie.config import BookieConfig
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.core.frames import Status
+from bkref.impl.storage.bookie_storage import BookieStorage
+from bkref.impl.storage.entrylog import log_path
+from bkref.impl.testing import (
     assert_fully_replicated,
     corrupt_replica,
     eventually,

@@ -16,12 +16,12 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 
-from impl.autorecovery.auditor import Auditor, AuditorConfig
-from impl.autorecovery.worker import ReplicationWorker, WorkerConfig
-from impl.client.client import BookKeeper
-from impl.core.repair import Reason, Task
-from impl.meta.underreplication import UnderreplicationManager
-from impl.testing import assert_fully_replicated, clients, holds_any, ledger_on, lose_bookie
+from bkref.impl.autorecovery.auditor import Auditor, AuditorConfig
+from bkref.impl.autorecovery.worker import ReplicationWorker, WorkerConfig
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.core.repair import Reason, Task
+from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.testing import assert_fully_replicated, clients, holds_any, ledger_on, lose_bookie
 from tests.impl.autorecovery_helpers import FAST, PW, lost_ledger, worker
 from tests.impl.conftest import MakeCluster, ZkView
 
@@ -237,7 +237,7 @@ async def test_repair_slots_left_by_failed_releases_are_reaped_by_their_session(
         for _ in range(2):  # both slots of the destination, held and forgotten
             assert leaker.urm.slot(ids[3], "leaked", 2).acquire(blocking=False)
         blocked = worker(bk2, ids[3], slots_per_bookie=2)
-        caplog.set_level(logging.INFO, "impl.autorecovery.worker")
+        caplog.set_level(logging.INFO, "bkref.impl.autorecovery.worker")
         await blocked.run_once()
         assert blocked.stats.repaired == 0
         assert [t.ledger_id for t, _ in urm.tasks()] == [lid]

@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from impl.core.actions import LocalProtocolError
-from impl.core.metadata import Segment
-from impl.core.repair import Fragment, Reason, Task, replace_replica
-from impl.core.repair_run import (
+from bkref.impl.core.actions import LocalProtocolError
+from bkref.impl.core.metadata import Segment
+from bkref.impl.core.repair import Fragment, Reason, Task, replace_replica
+from bkref.impl.core.repair_run import (
     CAS_ATTEMPTS,
     PLANT_NO_COPY,
     PLANT_OPEN_SEGMENT,
@@ -25,7 +25,7 @@ from impl.core.repair_run import (
     ReadOpenLac,
     RepairRun,
 )
-from impl.core.replication import (
+from bkref.impl.core.replication import (
     CompleteTask,
     Defer,
     ReadLedger,

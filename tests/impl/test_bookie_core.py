@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from impl.core.bookie import BookieCore
-from impl.core.digest import Digest, DigestType, master_key
-from impl.core.frames import (
+from bkref.impl.core.bookie import BookieCore
+from bkref.impl.core.digest import Digest, DigestType, master_key
+from bkref.impl.core.frames import (
     AddRequest,
     AddResponse,
     ErrorResponse,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from impl.client.client import BookKeeper
-from impl.testing import assert_bookie_holds, eventually, index_of
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.testing import assert_bookie_holds, eventually, index_of
 from tests.impl.conftest import MakeCluster
 
 pytestmark = pytest.mark.zookeeper
@@ -81,7 +81,7 @@ def test_a_wiped_data_dir_makes_the_bookie_refuse_to_start(make_cluster: MakeClu
     cluster.stop_bookie(1)
     shutil.rmtree(Path(b.directory) / "ledgers")
     out = subprocess.run(
-        [sys.executable, "-m", "impl.bookie", "--config", str(b.config_path)],
+        [sys.executable, "-m", "bkref.impl.bookie", "--config", str(b.config_path)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -175,7 +175,7 @@ async def test_bookie_dump_lists_every_stored_entry_with_equal_digests_across_re
         cluster.stop_bookie(b.index)
         argv = ["--config", str(b.config_path), "--dump", str(out)]
         done = subprocess.run(
-            [sys.executable, "-m", "impl.bookie", *argv],
+            [sys.executable, "-m", "bkref.impl.bookie", *argv],
             capture_output=True,
             text=True,
             check=False,

@@ -12,12 +12,12 @@ import struct
 
 import pytest
 
-from impl.client.client import BookKeeper
-from impl.client.connection import BookieConnection
-from impl.client.errors import WrongPasswordError
-from impl.cluster.process import pid_alive
-from impl.core.digest import Digest, DigestType, master_key
-from impl.core.frames import (
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.client.connection import BookieConnection
+from bkref.impl.client.errors import WrongPasswordError
+from bkref.impl.cluster.process import pid_alive
+from bkref.impl.core.digest import Digest, DigestType, master_key
+from bkref.impl.core.frames import (
     AddRequest,
     ErrorResponse,
     FrameDecoder,
@@ -28,7 +28,7 @@ from impl.core.frames import (
     Status,
     encode,
 )
-from impl.testing import assert_bookie_holds, shell
+from bkref.impl.testing import assert_bookie_holds, shell
 from tests.impl.conftest import MakeCluster
 
 pytestmark = pytest.mark.zookeeper

@@ -15,19 +15,19 @@ from typing import Any, cast
 import pytest
 from kazoo.exceptions import NoNodeError
 
-from impl.autorecovery.auditor import Auditor
-from impl.autorecovery.worker import ReplicationWorker
-from impl.client.client import BookKeeper
-from impl.client.errors import BKError, ZooKeeperError
-from impl.client.zkcalls import ZkCalls
-from impl.clock import SYSTEM_CLOCK, Clock, ManualClock, SystemClock
-from impl.core.audit import AuditorConfig, ReadDelay, ReadLedgers
-from impl.core.digest import DigestType, password_hash
-from impl.core.metadata import LedgerMetadata, Segment
-from impl.core.repair import Reason, Task
-from impl.core.replication import WorkerConfig
-from impl.meta.store import BookieInfo, ZkMetadataStore
-from impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.autorecovery.auditor import Auditor
+from bkref.impl.autorecovery.worker import ReplicationWorker
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.client.errors import BKError, ZooKeeperError
+from bkref.impl.client.zkcalls import ZkCalls
+from bkref.impl.clock import SYSTEM_CLOCK, Clock, ManualClock, SystemClock
+from bkref.impl.core.audit import AuditorConfig, ReadDelay, ReadLedgers
+from bkref.impl.core.digest import DigestType, password_hash
+from bkref.impl.core.metadata import LedgerMetadata, Segment
+from bkref.impl.core.repair import Reason, Task
+from bkref.impl.core.replication import WorkerConfig
+from bkref.impl.meta.store import BookieInfo, ZkMetadataStore
+from bkref.impl.meta.underreplication import UnderreplicationManager
 
 LEDGER = 5
 LOST = "lost:3181"

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from impl.client.client import BookKeeper
-from impl.client.errors import BKError, FencedError, NoSuchEntryError
-from impl.cluster.process import pid_alive
-from impl.core.frames import Status
-from impl.testing import clients, index_of
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.client.errors import BKError, FencedError, NoSuchEntryError
+from bkref.impl.cluster.process import pid_alive
+from bkref.impl.core.frames import Status
+from bkref.impl.testing import clients, index_of
 from tests.impl.conftest import MakeCluster
 
 pytestmark = pytest.mark.zookeeper
@@ -226,7 +226,7 @@ async def test_a_ledger_placed_on_given_bookies_is_there_and_a_bad_placement_is_
 
 def test_cluster_cli_up_status_down(tmp_path: Path) -> None:
     d = tmp_path / "c"
-    bkref = [sys.executable, "-m", "impl.cli.main"]
+    bkref = [sys.executable, "-m", "bkref.impl.cli.main"]
     up = subprocess.run(
         [*bkref, "cluster", "up", "--bookies", "2", "--dir", str(d)],
         capture_output=True,

@@ -17,11 +17,11 @@ from hypothesis import note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from impl.core.actions import RecoveryCompleted, WriteMetadata
-from impl.core.frames import Status
-from impl.core.metadata import LedgerState
-from impl.core.recovery import LedgerRecovery, RecoveryPhase
-from impl.core.writer import LedgerWriter, WriterState
+from bkref.impl.core.actions import RecoveryCompleted, WriteMetadata
+from bkref.impl.core.frames import Status
+from bkref.impl.core.metadata import LedgerState
+from bkref.impl.core.recovery import LedgerRecovery, RecoveryPhase
+from bkref.impl.core.writer import LedgerWriter, WriterState
 from tests.impl.test_writer_recovery import LEDGER, Driver, _setup
 
 

@@ -23,11 +23,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from impl.core.bookie import JournalAdd, JournalFence, JournalMasterKey, JournalRecord
-from impl.core.planted import UnknownPlantError
-from impl.storage.bookie_storage import BookieStorage, StorageConfig
-from impl.storage.crashdisk import CrashDisk, CrashReport, PowerLossError
-from impl.storage.disk import Disk, OsDisk
+from bkref.impl.core.bookie import JournalAdd, JournalFence, JournalMasterKey, JournalRecord
+from bkref.impl.core.planted import UnknownPlantError
+from bkref.impl.storage.bookie_storage import BookieStorage, StorageConfig
+from bkref.impl.storage.crashdisk import CrashDisk, CrashReport, PowerLossError
+from bkref.impl.storage.disk import Disk, OsDisk
 from tests.impl.test_storage import DIGEST, KEY, _body, _persist
 
 if TYPE_CHECKING:

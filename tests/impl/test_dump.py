@@ -5,13 +5,13 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from impl.bookie.config import BookieConfig
-from impl.bookie.dump import UNREADABLE, stored_entries
-from impl.core.bookie import JournalAdd, JournalMasterKey
-from impl.core.checksum import crc32c
-from impl.core.digest import Digest, DigestType, content_fingerprint
-from impl.storage.bookie_storage import BookieStorage
-from impl.storage.entrylog import log_path
+from bkref.impl.bookie.config import BookieConfig
+from bkref.impl.bookie.dump import UNREADABLE, stored_entries
+from bkref.impl.core.bookie import JournalAdd, JournalMasterKey
+from bkref.impl.core.checksum import crc32c
+from bkref.impl.core.digest import Digest, DigestType, content_fingerprint
+from bkref.impl.storage.bookie_storage import BookieStorage
+from bkref.impl.storage.entrylog import log_path
 from tests.impl.test_storage import KEY, _body, _persist
 
 

@@ -7,8 +7,8 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impl.core.checksum import crc32c
-from impl.core.frames import (
+from bkref.impl.core.checksum import crc32c
+from bkref.impl.core.frames import (
     DEFAULT_MAX_FRAME,
     AddRequest,
     AddResponse,

@@ -15,16 +15,16 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 
-from impl.bookie.config import BookieConfig, ConfigError
-from impl.bookie.cookie import CookieMismatchError, verify_or_create
-from impl.bookie.registration import Registration
-from impl.cli.shell import main as shell_main
-from impl.core.digest import DigestType
-from impl.core.metadata import LedgerMetadata, LedgerState, Segment
-from impl.core.repair import Reason, Task
-from impl.meta.layout import ledger_path
-from impl.meta.store import MetadataConflictError, ZkMetadataStore, connect
-from impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.bookie.config import BookieConfig, ConfigError
+from bkref.impl.bookie.cookie import CookieMismatchError, verify_or_create
+from bkref.impl.bookie.registration import Registration
+from bkref.impl.cli.shell import main as shell_main
+from bkref.impl.core.digest import DigestType
+from bkref.impl.core.metadata import LedgerMetadata, LedgerState, Segment
+from bkref.impl.core.repair import Reason, Task
+from bkref.impl.meta.layout import ledger_path
+from bkref.impl.meta.store import MetadataConflictError, ZkMetadataStore, connect
+from bkref.impl.meta.underreplication import UnderreplicationManager
 from tests.impl.conftest import MakeCluster
 
 MD = LedgerMetadata(3, 2, 2, (Segment(0, ("a:1", "b:1", "c:1")),), DigestType.CRC32C, "h")
@@ -192,7 +192,7 @@ def test_shell_commands_against_a_real_cluster(
 def test_shell_says_clearly_when_zookeeper_is_unreachable(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from impl.cluster.zookeeper import free_port
+    from bkref.impl.cluster.zookeeper import free_port
 
     zk = f"127.0.0.1:{free_port()}"
     assert shell_main(["listbookies", "--zk", zk, "--zk-timeout", "1"]) == 2

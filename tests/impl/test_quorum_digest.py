@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impl.core.digest import Digest, DigestMismatchError, DigestType, master_key
-from impl.core.placement import NotEnoughBookiesError, choose_ensemble, replace_bookie
-from impl.core.quorum import Quorum
+from bkref.impl.core.digest import Digest, DigestMismatchError, DigestType, master_key
+from bkref.impl.core.placement import NotEnoughBookiesError, choose_ensemble, replace_bookie
+from bkref.impl.core.quorum import Quorum
 
 quorums = st.integers(1, 6).flatmap(
     lambda e: st.integers(1, e).flatmap(lambda w: st.integers(1, w).map(lambda a: Quorum(e, w, a)))

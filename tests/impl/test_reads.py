@@ -1,4 +1,4 @@
-"""The client's readers (impl/core/reads.py): what a read's answers prove, without I/O.
+"""The client's readers (bkref/impl/core/reads.py): what a read's answers prove, without I/O.
 
 An entry read asks its write set one replica at a time; a LAC read asks the last
 ensemble at once. Each test feeds answers and checks the actions that come out.
@@ -10,17 +10,17 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-from impl.core.actions import (
+from bkref.impl.core.actions import (
     LocalProtocolError,
     ReadCompleted,
     ReadLacCompleted,
     SendRead,
     SendReadLac,
 )
-from impl.core.digest import Digest, DigestType, password_hash
-from impl.core.frames import Status
-from impl.core.metadata import LedgerMetadata, LedgerState, Segment
-from impl.core.reads import EntryReader, LacReader, read_order
+from bkref.impl.core.digest import Digest, DigestType, password_hash
+from bkref.impl.core.frames import Status
+from bkref.impl.core.metadata import LedgerMetadata, LedgerState, Segment
+from bkref.impl.core.reads import EntryReader, LacReader, read_order
 
 PW = b"pw"
 LEDGER = 9

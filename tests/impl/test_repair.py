@@ -1,4 +1,4 @@
-"""The pure repair planning of AutoRecovery (impl/core/repair.py)."""
+"""The pure repair planning of AutoRecovery (bkref/impl/core/repair.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from impl.core.metadata import LedgerState, Segment
-from impl.core.repair import (
+from bkref.impl.core.metadata import LedgerState, Segment
+from bkref.impl.core.repair import (
     Fragment,
     Health,
     Reason,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from impl.core.bookie import JournalAdd, JournalFence, JournalMasterKey, JournalRecord
-from impl.core.digest import Digest, DigestType, master_key
-from impl.storage.bookie_storage import BookieStorage, StorageConfig
-from impl.storage.journal import journal_ids, journal_path
+from bkref.impl.core.bookie import JournalAdd, JournalFence, JournalMasterKey, JournalRecord
+from bkref.impl.core.digest import Digest, DigestType, master_key
+from bkref.impl.storage.bookie_storage import BookieStorage, StorageConfig
+from bkref.impl.storage.journal import journal_ids, journal_path
 
 KEY = master_key(b"pw")
 DIGEST = Digest(DigestType.CRC32C, b"pw")

@@ -16,9 +16,9 @@ from hypothesis import note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from impl.core.bookie import JournalAdd, JournalFence, JournalMasterKey, JournalRecord
-from impl.core.digest import Digest, DigestType, master_key
-from impl.storage.bookie_storage import BookieStorage, StorageConfig
+from bkref.impl.core.bookie import JournalAdd, JournalFence, JournalMasterKey, JournalRecord
+from bkref.impl.core.digest import Digest, DigestType, master_key
+from bkref.impl.storage.bookie_storage import BookieStorage, StorageConfig
 
 KEY = master_key(b"pw")
 DIGEST = Digest(DigestType.CRC32C, b"pw")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
-from impl.core.actions import (
+from bkref.impl.core.actions import (
     Action,
     AddCompleted,
     CloseCompleted,
@@ -16,14 +16,14 @@ from impl.core.actions import (
     SendReadLac,
     WriteMetadata,
 )
-from impl.core.digest import Digest, DigestType, master_key, password_hash, peek_header
-from impl.core.frames import (
+from bkref.impl.core.digest import Digest, DigestType, master_key, password_hash, peek_header
+from bkref.impl.core.frames import (
     Status,
 )
-from impl.core.metadata import LedgerMetadata, LedgerState, Segment
-from impl.core.recovery import LedgerRecovery
-from impl.core.sim import Delivery, MetaStore, SimBookie, SimCluster, status_of
-from impl.core.writer import LedgerWriter, WriterState
+from bkref.impl.core.metadata import LedgerMetadata, LedgerState, Segment
+from bkref.impl.core.recovery import LedgerRecovery
+from bkref.impl.core.sim import Delivery, MetaStore, SimBookie, SimCluster, status_of
+from bkref.impl.core.writer import LedgerWriter, WriterState
 
 PW = b"secret"
 LEDGER = 7

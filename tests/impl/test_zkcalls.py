@@ -21,11 +21,11 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from impl.client.errors import BKError, ZooKeeperError
-from impl.client.zkcalls import ZkCalls
-from impl.core.digest import DigestType, password_hash
-from impl.core.metadata import LedgerMetadata, Segment
-from impl.meta.store import (
+from bkref.impl.client.errors import BKError, ZooKeeperError
+from bkref.impl.client.zkcalls import ZkCalls
+from bkref.impl.core.digest import DigestType, password_hash
+from bkref.impl.core.metadata import LedgerMetadata, Segment
+from bkref.impl.meta.store import (
     MetadataConflictError,
     MetadataUnavailableError,
     NoSuchLedgerError,

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from kazoo.exceptions import KazooException
 
-from impl.client.client import BookKeeper
-from impl.client.errors import BKError, ZooKeeperError
-from impl.cluster.zookeeper import ZooKeeperEnsemble
-from impl.testing import eventually
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.client.errors import BKError, ZooKeeperError
+from bkref.impl.cluster.zookeeper import ZooKeeperEnsemble
+from bkref.impl.testing import eventually
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from impl.client.client import BookKeeper
+from bkref.impl.client.client import BookKeeper
 
 
 async def _main(zk: str, password: bytes, entries: int) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from impl.cluster.process import wait_until
-from impl.cluster.zookeeper import ZooKeeperEnsemble, ZooKeeperError, server_mode
+from bkref.impl.cluster.process import wait_until
+from bkref.impl.cluster.zookeeper import ZooKeeperEnsemble, ZooKeeperError, server_mode
 
 pytestmark = pytest.mark.zookeeper
 

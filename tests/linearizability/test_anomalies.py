@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from linearizability import anomalies as msg
+from bkref.linearizability import anomalies as msg
 
 MESSAGES = [m for m in vars(msg).values() if isinstance(m, msg.Message)] + list(
     msg.TOO_EARLY.values()

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from linearizability.check_cli import _Progress, main
-from linearizability.generate import ledger_history, to_ops
-from linearizability.history_files import write_history
-from linearizability.plant import plant
+from bkref.linearizability.check_cli import _Progress, main
+from bkref.linearizability.generate import ledger_history, to_ops
+from bkref.linearizability.history_files import write_history
+from bkref.linearizability.plant import plant
 
 PEER = Path(__file__).resolve().parents[1] / "data" / "peer-histories"
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from linearizability.durability import (
+from bkref.linearizability.durability import (
     NEVER_RECOVERED,
     NOT_READ_BACK,
     READ_IN_PART,
     check_durability,
     describe,
 )
-from linearizability.gen_cli import generate
-from linearizability.history import validate
-from linearizability.testing import HistoryBuilder
+from bkref.linearizability.gen_cli import generate
+from bkref.linearizability.history import validate
+from bkref.linearizability.testing import HistoryBuilder
 
 
 def _kinds(h: HistoryBuilder) -> list[str]:

@@ -11,12 +11,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from linearizability.anomalies import ANOMALY_KINDS
-from linearizability.columnar import columnar_history, format_rows, write_columnar
-from linearizability.durability import check_durability
-from linearizability.history import Op, validate
-from linearizability.history_files import read_history
-from linearizability.ledger_checker import check_ledgers
+from bkref.linearizability.anomalies import ANOMALY_KINDS
+from bkref.linearizability.columnar import columnar_history, format_rows, write_columnar
+from bkref.linearizability.durability import check_durability
+from bkref.linearizability.history import Op, validate
+from bkref.linearizability.history_files import read_history
+from bkref.linearizability.ledger_checker import check_ledgers
 
 
 def _ops(path: Path) -> list[Op]:

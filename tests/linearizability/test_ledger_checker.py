@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from linearizability import wgl
-from linearizability.anomalies import ANOMALY_KINDS
-from linearizability.generate import Event, interleave, ledger_history, many_ledgers, to_ops
-from linearizability.history import HistoryError, Op, pair, validate
-from linearizability.ledger_checker import check_ledgers
-from linearizability.plant import plant
+from bkref.linearizability import wgl
+from bkref.linearizability.anomalies import ANOMALY_KINDS
+from bkref.linearizability.generate import Event, interleave, ledger_history, many_ledgers, to_ops
+from bkref.linearizability.history import HistoryError, Op, pair, validate
+from bkref.linearizability.ledger_checker import check_ledgers
+from bkref.linearizability.plant import plant
 
 
 def _small(rng: random.Random) -> list[Op]:

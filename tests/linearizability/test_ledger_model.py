@@ -1,8 +1,8 @@
-"""spec.ledger_model, one rule at a time."""
+"""bkref.spec.ledger_model, one rule at a time."""
 
 from __future__ import annotations
 
-from spec.ledger_model import LedgerOp, LedgerState, initial_state, step
+from bkref.spec.ledger_model import LedgerOp, LedgerState, initial_state, step
 
 
 def _run(*ops: LedgerOp, created: bool = True) -> LedgerState | None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from linearizability import wgl
-from linearizability.history import HistoryError, Op, pair
-from linearizability.peer import read_edn_kv, read_jepsen_log, sniff
+from bkref.linearizability import wgl
+from bkref.linearizability.history import HistoryError, Op, pair
+from bkref.linearizability.peer import read_edn_kv, read_jepsen_log, sniff
 
 PEER = Path(__file__).resolve().parents[1] / "data" / "peer-histories"
 

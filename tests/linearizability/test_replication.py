@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from linearizability.replication import audit
+from bkref.linearizability.replication import audit
 
 LEDGER: dict[str, Any] = {
     "ledger": 7,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from linearizability.timeline import MAX_BARS, Bar, Section, render
+from bkref.linearizability.timeline import MAX_BARS, Bar, Section, render
 
 
 def test_page_has_lanes_bars_window_and_no_network() -> None:

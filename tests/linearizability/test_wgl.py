@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from linearizability import wgl
-from linearizability.history import JSON, Op, Operation, OpType, pair
-from linearizability.models import CAS_REGISTER, KV, REGISTER
+from bkref.linearizability import wgl
+from bkref.linearizability.history import JSON, Op, Operation, OpType, pair
+from bkref.linearizability.models import CAS_REGISTER, KV, REGISTER
 
 
 def _ops(*events: tuple[int, OpType, str, JSON]) -> list[Operation]:

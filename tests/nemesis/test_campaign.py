@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from impl.client.client import BookKeeper
-from impl.cluster.process import pid_alive
-from impl.testing import Clusters
-from linearizability.durability import check_durability
-from linearizability.history import Recorder
-from linearizability.history_files import JsonlWriter, read_jsonl
-from linearizability.ledger_checker import check_ledgers
-from nemesis.backends.local import LocalBackend
-from nemesis.backends.netns import LazyfsNamespaceBackend
-from nemesis.netns import namespaces_supported
-from nemesis.report import render
-from nemesis.runner import RunSpec, run_once
-from nemesis.workload import Workload, WorkloadSpec
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.cluster.process import pid_alive
+from bkref.impl.testing import Clusters
+from bkref.linearizability.durability import check_durability
+from bkref.linearizability.history import Recorder
+from bkref.linearizability.history_files import JsonlWriter, read_jsonl
+from bkref.linearizability.ledger_checker import check_ledgers
+from bkref.nemesis.backends.local import LocalBackend
+from bkref.nemesis.backends.netns import LazyfsNamespaceBackend
+from bkref.nemesis.netns import namespaces_supported
+from bkref.nemesis.report import render
+from bkref.nemesis.runner import RunSpec, run_once
+from bkref.nemesis.workload import Workload, WorkloadSpec
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from linearizability.testing import HistoryBuilder
-from nemesis.checker import check_durability, check_replication
+from bkref.linearizability.testing import HistoryBuilder
+from bkref.nemesis.checker import check_durability, check_replication
 
 
 def _good() -> HistoryBuilder:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nemesis.cli import _fault_length, _quorum, main
+from bkref.nemesis.cli import _fault_length, _quorum, main
 
 
 @pytest.mark.parametrize(

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from impl.client.client import BookKeeper
-from impl.cluster.process import pid_alive
-from nemesis.backends.base import NodeRefusedError
-from nemesis.backends.netns import LazyfsNamespaceBackend, cleanup
-from nemesis.netns import list_namespaces, namespaces_supported
-from nemesis.partition import isolate
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.cluster.process import pid_alive
+from bkref.nemesis.backends.base import NodeRefusedError
+from bkref.nemesis.backends.netns import LazyfsNamespaceBackend, cleanup
+from bkref.nemesis.netns import list_namespaces, namespaces_supported
+from bkref.nemesis.partition import isolate
 
 SUPPORTED, WHY = namespaces_supported()
 pytestmark = [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nemesis.disk import NothingToCorruptError, flip_bytes, truncate_tail, wipe
+from bkref.nemesis.disk import NothingToCorruptError, flip_bytes, truncate_tail, wipe
 
 
 def test_flip_changes_exactly_the_named_bytes_of_one_entry_log(tmp_path: Path) -> None:

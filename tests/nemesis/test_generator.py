@@ -8,8 +8,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from nemesis.faults import AUDITOR_KINDS, FAULT_KINDS, VICTIM_KINDS, expand_kinds
-from nemesis.generator import ScheduleSpec, schedule
+from bkref.nemesis.faults import AUDITOR_KINDS, FAULT_KINDS, VICTIM_KINDS, expand_kinds
+from bkref.nemesis.generator import ScheduleSpec, schedule
 
 TARGETS = ("bookie-0", "bookie-1", "bookie-2", "bookie-3", "bookie-4")
 

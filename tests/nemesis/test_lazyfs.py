@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nemesis.lazyfs import LazyMount
+from bkref.nemesis.lazyfs import LazyMount
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/dev/fuse") or os.geteuid() != 0,

@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from nemesis.netns import NamespaceNetwork, cleanup_leftovers, list_namespaces, namespaces_supported
-from nemesis.partition import isolate
+from bkref.nemesis.netns import (
+    NamespaceNetwork,
+    cleanup_leftovers,
+    list_namespaces,
+    namespaces_supported,
+)
+from bkref.nemesis.partition import isolate
 
 SUPPORTED, WHY = namespaces_supported()
 pytestmark = pytest.mark.skipif(not SUPPORTED, reason=f"no network namespaces here: {WHY}")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nemesis.partition import (
+from bkref.nemesis.partition import (
     bridge,
     complete_grudge,
     halves,

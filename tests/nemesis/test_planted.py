@@ -1,6 +1,6 @@
 """Planted bugs: each is caught by the campaign's checks, and the same seed without it is valid.
 
-A campaign that cannot fail proves nothing. ``impl.core.planted`` switches on
+A campaign that cannot fail proves nothing. ``bkref.impl.core.planted`` switches on
 known ways to break BookKeeper's guarantees; these tests run short campaigns
 with and without each switch, with seeds that trigger it.
 """
@@ -16,22 +16,22 @@ from typing import ClassVar
 
 import pytest
 
-from impl.client.client import BookKeeper
-from impl.cluster.local import LocalCluster
-from impl.core.planted import CAMPAIGN_PLANTS, PLANTS, UnknownPlantError, active, validate
-from linearizability.anomalies import ANOMALY_KINDS
-from linearizability.history import Recorder
-from linearizability.history_files import JsonlWriter
-from nemesis.backends import make_backend
-from nemesis.backends.local import LocalBackend
-from nemesis.backends.netns import LazyfsNamespaceBackend
-from nemesis.cli import _fault_length
-from nemesis.cli import _parser as campaign_parser
-from nemesis.faults import expand_kinds
-from nemesis.netns import namespaces_supported
-from nemesis.planted import EXERCISES
-from nemesis.runner import RunResult, RunSpec, run_once
-from nemesis.workload import Workload, WorkloadSpec
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.cluster.local import LocalCluster
+from bkref.impl.core.planted import CAMPAIGN_PLANTS, PLANTS, UnknownPlantError, active, validate
+from bkref.linearizability.anomalies import ANOMALY_KINDS
+from bkref.linearizability.history import Recorder
+from bkref.linearizability.history_files import JsonlWriter
+from bkref.nemesis.backends import make_backend
+from bkref.nemesis.backends.local import LocalBackend
+from bkref.nemesis.backends.netns import LazyfsNamespaceBackend
+from bkref.nemesis.cli import _fault_length
+from bkref.nemesis.cli import _parser as campaign_parser
+from bkref.nemesis.faults import expand_kinds
+from bkref.nemesis.netns import namespaces_supported
+from bkref.nemesis.planted import EXERCISES
+from bkref.nemesis.runner import RunResult, RunSpec, run_once
+from bkref.nemesis.workload import Workload, WorkloadSpec
 
 SUPPORTED, WHY = namespaces_supported()
 SMALL = WorkloadSpec(writers=2, readers=1, in_flight=4, entries_per_ledger=40)
@@ -56,7 +56,10 @@ FAMILIES: dict[str, frozenset[str]] = {
     # lost-write (durability) and stale-read (the ledger checker: "no such entry" for
     # an entry known to exist), the ledger checker's only name when the final reads
     # never ran and only a reader during the run saw the entry gone.
-    "ack-before-fsync": frozenset({"lost-write", "stale-read"}),
+    # Or lost from fewer than all replicas: the metadata still names the bookie that
+    # forgot them and no bookie is missing, so nothing re-replicates them, and the full
+    # replica check after convergence finds them missing: under-replicated.
+    "ack-before-fsync": frozenset({"lost-write", "stale-read", "under-replicated"}),
     # The metadata names a bookie that never got the entries. Every read still finds
     # the other replica, so only the replication audit of the bookies' dumps sees it.
     "repair-without-copy": frozenset({"under-replicated"}),
@@ -80,7 +83,7 @@ def test_plants_are_checked_names_passed_as_arguments() -> None:
         active("ack-before-fsync", frozenset({"ack-before-sync"}))
 
 
-BKREF = [sys.executable, "-m", "impl.cli.main"]
+BKREF = [sys.executable, "-m", "bkref.impl.cli.main"]
 
 
 @pytest.mark.parametrize(
@@ -89,7 +92,7 @@ BKREF = [sys.executable, "-m", "impl.cli.main"]
         ([*BKREF, "bookie"], ["--config", "x"]),
         ([*BKREF, "autorecovery"], ["--config", "x"]),
         ([*BKREF, "shell", "listbookies"], ["--zk", "x"]),
-        ([sys.executable, "-m", "nemesis.writer_proc"], ["--zk", "x"]),
+        ([sys.executable, "-m", "bkref.nemesis.writer_proc"], ["--zk", "x"]),
     ],
     ids=["bookie", "autorecovery", "shell", "writer_proc"],
 )
@@ -137,7 +140,7 @@ def test_the_campaign_passes_its_plants_to_the_processes_it_starts(
     assert isinstance(backend, LocalBackend)
     assert backend.plants == {"ack-before-fsync"}
     # A bookie's command line names the plant; so does the state `bkref cluster` reads back.
-    monkeypatch.setattr("impl.cluster.local.subprocess.Popen", _Started)
+    monkeypatch.setattr("bkref.impl.cluster.local.subprocess.Popen", _Started)
     monkeypatch.setattr(LocalCluster, "_owners", lambda self, indexes: {})
     backend.cluster._zk_hosts = "127.0.0.1:1"
     backend.cluster.add_bookie(wait=False)
@@ -195,7 +198,7 @@ def _counts(result: RunResult) -> dict[str, object]:
 
 def test_every_planted_bug_has_a_family_of_anomaly_kinds_the_checks_report() -> None:
     assert set(FAMILIES) == set(CAMPAIGN_PLANTS)
-    replication = {"under-replicated", "digest-mismatch"}  # linearizability/replication.py
+    replication = {"under-replicated", "digest-mismatch"}  # bkref/linearizability/replication.py
     for family in FAMILIES.values():
         assert family
         assert family <= set(ANOMALY_KINDS) | replication
@@ -208,9 +211,14 @@ def test_recovery_without_fence_is_caught_and_the_same_seed_is_valid_without_it(
     tmp_path: Path, plant: tuple[str, ...]
 ) -> None:
     # No faults needed: writers race recoveries of their own ledgers. Without
-    # fencing a writer keeps adding after the recovery closed the ledger.
-    spec = RunSpec(seed=1, duration=6.0, faults=(), bookies=3, workload=SMALL, plant=plant)
-    result = _run(tmp_path, spec, netns=False)
+    # fencing a writer keeps adding after the recovery closed the ledger. How many
+    # races a 6 s run has depends on the machine's load, so the planted run gets the
+    # bar of `make planted`: caught on one of seeds 1-3 (seed 1 on a quiet machine).
+    for seed in (1, 2, 3) if plant else (1,):
+        spec = RunSpec(seed=seed, duration=6.0, faults=(), bookies=3, workload=SMALL, plant=plant)
+        result = _run(tmp_path / f"seed-{seed}", spec, netns=False)
+        if not result.valid:
+            break
     if plant:
         assert result.valid is False
         assert caught(result, plant[0]), _counts(result)

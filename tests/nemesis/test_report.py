@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from nemesis.report import render
-from nemesis.runner import RunResult
+from bkref.nemesis.report import render
+from bkref.nemesis.runner import RunResult
 
 
 def test_history_replication_and_cluster_anomalies_all_render(tmp_path: Path) -> None:

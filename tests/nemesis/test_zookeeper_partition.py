@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from impl.cluster.netns import run_in_netns
-from impl.cluster.process import wait_until
-from impl.cluster.zookeeper import ZooKeeperEnsemble
-from nemesis.netns import NamespaceNetwork, namespaces_supported
-from nemesis.partition import isolate
+from bkref.impl.cluster.netns import run_in_netns
+from bkref.impl.cluster.process import wait_until
+from bkref.impl.cluster.zookeeper import ZooKeeperEnsemble
+from bkref.nemesis.netns import NamespaceNetwork, namespaces_supported
+from bkref.nemesis.partition import isolate
 
 SUPPORTED, WHY = namespaces_supported()
 pytestmark = [

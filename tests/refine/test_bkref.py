@@ -18,12 +18,12 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from impl.cluster.zookeeper import ZooKeeperEnsemble
-from impl.core.planted import PLANTS
-from refine.bkref_driver import BkrefDriver
-from refine.machine import run
-from spec.config import MUTANTS
-from spec.configs import NAMED
+from bkref.impl.cluster.zookeeper import ZooKeeperEnsemble
+from bkref.impl.core.planted import PLANTS
+from bkref.refine.bkref_driver import BkrefDriver
+from bkref.refine.machine import run
+from bkref.spec.config import MUTANTS
+from bkref.spec.configs import NAMED
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 
@@ -114,7 +114,7 @@ def test_a_bookie_that_skips_its_cookie_check_is_caught(
     zk: KazooClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The spec's wiped bookie stays out (REFUSED); one that starts anyway is caught."""
-    monkeypatch.setattr("refine.bkref_bookie.verify_or_create", lambda *a, **k: None)
+    monkeypatch.setattr("bkref.refine.bkref_bookie.verify_or_create", lambda *a, **k: None)
     stats, found = run(NAMED["m-2612"], lambda: BkrefDriver(zk), examples=2000, seed=0)
     assert found is not None, f"not caught in {stats.examples} examples"
     assert found.trace[-1][0] == "bookie_restarts_with_wiped_disk"
@@ -122,7 +122,7 @@ def test_a_bookie_that_skips_its_cookie_check_is_caught(
 
 
 def test_the_command_exits_1_with_a_replayable_counterexample(zookeeper: ZooKeeperEnsemble) -> None:
-    base = [sys.executable, "-m", "impl.cli.main", "refine", "--zookeeper"]
+    base = [sys.executable, "-m", "bkref.impl.cli.main", "refine", "--zookeeper"]
     base += [zookeeper.connection_string, "--config", "a-short", "--seed", "0"]
     bad = subprocess.run(
         [*base, "--examples", "300", "--plant", "recovery-reads-without-fence"],

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from refine.driver import Performed
-from refine.machine import run
-from refine.observe import differences, project
-from refine.spec_driver import SpecDriver
-from spec.config import Config
-from spec.configs import CONFIGS, MUTANT_CONFIGS
-from spec.invariants import INVARIANTS
-from spec.protocol import ACTIONS, Label, State, initial_state, next_states
+from bkref.refine.driver import Performed
+from bkref.refine.machine import run
+from bkref.refine.observe import differences, project
+from bkref.refine.spec_driver import SpecDriver
+from bkref.spec.config import Config
+from bkref.spec.configs import CONFIGS, MUTANT_CONFIGS
+from bkref.spec.invariants import INVARIANTS
+from bkref.spec.protocol import ACTIONS, Label, State, initial_state, next_states
 
 
 @pytest.mark.parametrize(
@@ -124,7 +124,7 @@ def test_the_projection_keeps_every_invariant_verdict(cfg: Config) -> None:
 
 
 def test_the_docs_map_every_spec_action_to_a_bkref_step() -> None:
-    """docs/refine.md's table names each action of ``spec.protocol.ACTIONS`` (a family of
+    """docs/refine.md's table names each action of ``bkref.spec.protocol.ACTIONS`` (a family of
     actions by its ``*`` row), so that a new action cannot go unmapped."""
     text = (Path(__file__).parents[2] / "docs" / "refine.md").read_text()
     table = text.split("### Spec action → bkref step", 1)[1].split("\n###", 1)[0]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from spark_checks.session import session
+from bkref.spark_checks.session import session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from linearizability import gen_cli
-from linearizability.history import Op
-from linearizability.history_files import read_history, write_jsonl, write_parquet
-from linearizability.ledger_checker import check_ledgers
-from spark_checks import job
+from bkref.linearizability import gen_cli
+from bkref.linearizability.history import Op
+from bkref.linearizability.history_files import read_history, write_jsonl, write_parquet
+from bkref.linearizability.ledger_checker import check_ledgers
+from bkref.spark_checks import job
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

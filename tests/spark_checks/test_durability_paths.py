@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from linearizability import check_cli
-from linearizability.durability import describe
-from linearizability.gen_cli import generate
-from linearizability.history import Op, validate
-from linearizability.history_files import write_jsonl
-from linearizability.plant import drop_final_reads
-from nemesis.checker import check_history
-from spark_checks import job
+from bkref.linearizability import check_cli
+from bkref.linearizability.durability import describe
+from bkref.linearizability.gen_cli import generate
+from bkref.linearizability.history import Op, validate
+from bkref.linearizability.history_files import write_jsonl
+from bkref.linearizability.plant import drop_final_reads
+from bkref.nemesis.checker import check_history
+from bkref.spark_checks import job
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

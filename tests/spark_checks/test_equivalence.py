@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from linearizability.anomalies import ANOMALY_KINDS
-from linearizability.durability import MAX_ANOMALIES, check_durability
-from linearizability.gen_cli import generate
-from linearizability.generate import ledger_history, to_ops
-from linearizability.history import Op, validate
-from linearizability.history_files import read_jsonl, write_jsonl
-from linearizability.ledger_checker import MAX_EXAMPLES, check_ledgers
-from linearizability.plant import drop_final_reads
-from spark_checks.job import build, prepare
-from spark_checks.ledger import with_counts
+from bkref.linearizability.anomalies import ANOMALY_KINDS
+from bkref.linearizability.durability import MAX_ANOMALIES, check_durability
+from bkref.linearizability.gen_cli import generate
+from bkref.linearizability.generate import ledger_history, to_ops
+from bkref.linearizability.history import Op, validate
+from bkref.linearizability.history_files import read_jsonl, write_jsonl
+from bkref.linearizability.ledger_checker import MAX_EXAMPLES, check_ledgers
+from bkref.linearizability.plant import drop_final_reads
+from bkref.spark_checks.job import build, prepare
+from bkref.spark_checks.ledger import with_counts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

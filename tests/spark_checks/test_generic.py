@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from linearizability import wgl
-from linearizability.history import Op, pair
-from linearizability.history_files import write_jsonl
-from spark_checks.generic import anomalies, check
-from spark_checks.job import prepare
+from bkref.linearizability import wgl
+from bkref.linearizability.history import Op, pair
+from bkref.linearizability.history_files import write_jsonl
+from bkref.spark_checks.generic import anomalies, check
+from bkref.spark_checks.job import prepare
 
 if TYPE_CHECKING:
     from pathlib import Path

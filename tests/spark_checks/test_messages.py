@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from linearizability import anomalies as msg
-from spark_checks.messages import message_sql
+from bkref.linearizability import anomalies as msg
+from bkref.spark_checks.messages import message_sql
 
 
 def test_the_sql_rendering_follows_the_template() -> None:

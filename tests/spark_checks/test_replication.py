@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from spark_checks.replication import DumpError, audit, read_dumps
-from spec.quorum import write_set_positions
+from bkref.spark_checks.replication import DumpError, audit, read_dumps
+from bkref.spec.quorum import write_set_positions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

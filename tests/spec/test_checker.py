@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-from spec.checker import check, walk
-from spec.configs import CONFIGS, mutant_config
-from spec.protocol import W_OPEN, initial_state, next_states
-from spec.symmetry import canonical, rename
-from spec.visited import collision_probability, fingerprint
+from bkref.spec.checker import check, walk
+from bkref.spec.configs import CONFIGS, mutant_config
+from bkref.spec.protocol import W_OPEN, initial_state, next_states
+from bkref.spec.symmetry import canonical, rename
+from bkref.spec.visited import collision_probability, fingerprint
 
 SHORT = ["a-short", "b-short", "c-short"]
 
@@ -91,9 +91,9 @@ def test_config_b_reaches_a_striped_ensemble_change_in_the_metadata() -> None:
 
 
 def test_workers_give_the_same_result_as_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    import spec.checker
+    import bkref.spec.checker
 
-    monkeypatch.setattr(spec.checker, "PARALLEL_MIN_LAYER", 1)  # fork even for tiny layers
+    monkeypatch.setattr(bkref.spec.checker, "PARALLEL_MIN_LAYER", 1)  # fork even for tiny layers
     for cfg in (CONFIGS["c-short"], mutant_config("recovery-reads-without-fence")):
         one = check(cfg, keep_graph=True)
         two = check(cfg, keep_graph=True, workers=2)
@@ -109,10 +109,10 @@ def test_workers_give_the_same_result_as_one_process(monkeypatch: pytest.MonkeyP
 def test_fingerprints_and_layers_on_disk_give_the_same_result(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import spec.checker
+    import bkref.spec.checker
 
-    monkeypatch.setattr(spec.checker, "PARALLEL_MIN_LAYER", 1)
-    monkeypatch.setattr(spec.checker, "LAYER_BATCH", 300)  # several pools per layer
+    monkeypatch.setattr(bkref.spec.checker, "PARALLEL_MIN_LAYER", 1)
+    monkeypatch.setattr(bkref.spec.checker, "LAYER_BATCH", 300)  # several pools per layer
     for cfg in (CONFIGS["c-short"], mutant_config("delete-task-without-version-check")):
         whole = check(cfg)
         for workers in (1, 2):

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from spec.checker import check
-from spec.cli import main
-from spec.configs import NAMED
-from spec.coverage import RACES, _reason, branches, measure, races, report
-from spec.protocol import (
+from bkref.spec.checker import check
+from bkref.spec.cli import main
+from bkref.spec.configs import NAMED
+from bkref.spec.coverage import RACES, _reason, branches, measure, races, report
+from bkref.spec.protocol import (
     ACTIONS,
     initial_state,
     recovery_client_starts_recovery,

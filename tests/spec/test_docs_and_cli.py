@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from spec import docs, protocol
-from spec.cli import main
-from spec.config import MUTANTS
-from spec.configs import BIG_CONFIGS, CONFIGS
-from spec.invariants import INVARIANTS
+from bkref.spec import docs, protocol
+from bkref.spec.cli import main
+from bkref.spec.config import MUTANTS
+from bkref.spec.configs import BIG_CONFIGS, CONFIGS
+from bkref.spec.invariants import INVARIANTS
 
 
 def test_docs_spec_md_is_regenerated_from_the_docstrings() -> None:
-    assert docs.OUT.read_text() == docs.render(), "run `python -m spec.docs`"
+    assert docs.OUT.read_text() == docs.render(), "run `python -m bkref.spec.docs`"
 
 
 def test_docs_name_every_action_invariant_variable_and_mutant() -> None:

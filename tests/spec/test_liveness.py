@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from spec.configs import CONFIGS
-from spec.liveness import check_liveness, strongly_connected_components
+from bkref.spec.configs import CONFIGS
+from bkref.spec.liveness import check_liveness, strongly_connected_components
 
 
 def test_tarjan_finds_components_in_reverse_topological_order() -> None:

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from spec.checker import check
-from spec.config import MUTANTS
-from spec.configs import MUTANT_CONFIGS, mutant_config
-from spec.examples import example_text
+from bkref.spec.checker import check
+from bkref.spec.config import MUTANTS
+from bkref.spec.configs import MUTANT_CONFIGS, mutant_config
+from bkref.spec.examples import example_text
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "spec" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "bkref" / "spec" / "examples"
 
 CAUGHT_BY = {
     "recovery-reads-without-fence": "NoDivergenceBetweenClientAndMetaData",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from spec.config import Config
-from spec.invariants import INVARIANTS, AllClosedLedgersRepairedWhenQuiescent
-from spec.protocol import (
+from bkref.spec.config import Config
+from bkref.spec.invariants import INVARIANTS, AllClosedLedgersRepairedWhenQuiescent
+from bkref.spec.protocol import (
     ADD,
     CLOSED,
     DOWN,

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from spec.quorum import (
+from bkref.spec.quorum import (
     contiguous_confirmed,
     fencing_covers_ensemble,
     has_quorum_coverage,

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from spec.checker import check
-from spec.configs import CONFIGS, mutant_config
-from spec.protocol import (
+from bkref.spec.checker import check
+from bkref.spec.configs import CONFIGS, mutant_config
+from bkref.spec.protocol import (
     bookie_handles_add,
     bookie_handles_fencing_lac_read,
     bookie_handles_recovery_read,

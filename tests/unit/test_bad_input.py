@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from linearizability.history import Op
-from linearizability.history_files import write_jsonl, write_parquet
+from bkref.linearizability.history import Op
+from bkref.linearizability.history_files import write_jsonl, write_parquet
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -269,7 +269,7 @@ def _run(c: Case, d: Path) -> subprocess.CompletedProcess[str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     argv = [a.format(d=d, id=c.id) for a in c.argv]
     return subprocess.run(
-        [sys.executable, "-m", "impl.cli.main", *argv],
+        [sys.executable, "-m", "bkref.impl.cli.main", *argv],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -328,17 +328,17 @@ def test_bad_input_is_one_line_naming_the_problem_and_exit_2(
 
 
 def test_the_two_copies_of_the_argument_types_are_equal() -> None:
-    # spec/cli_args.py serves spec, linearizability and spark_checks; impl/cli/args.py
+    # bkref/spec/cli_args.py serves spec, linearizability and spark_checks; bkref/impl/cli/args.py
     # serves impl and nemesis: no one package may be imported by all of them.
-    spec_copy = (ROOT / "spec" / "cli_args.py").read_bytes()
-    impl_copy = (ROOT / "impl" / "cli" / "args.py").read_bytes()
+    spec_copy = (ROOT / "bkref" / "spec" / "cli_args.py").read_bytes()
+    impl_copy = (ROOT / "bkref" / "impl" / "cli" / "args.py").read_bytes()
     assert spec_copy == impl_copy
 
 
 def test_allow_empty_accepts_an_empty_history_and_help_says_so(
     bad_files: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from linearizability import check_cli, cli
+    from bkref.linearizability import check_cli, cli
 
     for path in (bad_files / "empty.jsonl", bad_files / "header.jsonl"):
         assert check_cli.main(["--allow-empty", str(path)]) == 0

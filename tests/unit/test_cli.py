@@ -8,8 +8,8 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from impl.cli import main as cli_main
-from impl.cli.main import GROUP, main
+from bkref.impl.cli import main as cli_main
+from bkref.impl.cli.main import GROUP, main
 
 
 def test_help_lists_registered_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -32,9 +32,9 @@ def test_unknown_command_exits_2_and_names_the_known_ones(
 def test_dispatch_imports_only_the_chosen_area() -> None:
     # `bkref history` must not drag in impl's ZooKeeper launcher or kazoo.
     code = (
-        "import sys; from impl.cli.main import main\n"
+        "import sys; from bkref.impl.cli.main import main\n"
         "try:\n    main(['history', '--help'])\nexcept SystemExit:\n    pass\n"
-        "print('kazoo' in sys.modules, 'impl.cluster.zookeeper' in sys.modules)"
+        "print('kazoo' in sys.modules, 'bkref.impl.cluster.zookeeper' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -69,7 +69,7 @@ def test_a_reader_that_closed_the_pipe_ends_the_command_quietly() -> None:
     # `bkref ... | head`: the reader is gone before the command writes. Not an internal
     # error, not exit 1 (anomalies): the status SIGPIPE would give, and nothing on stderr.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "impl.cli.main", "spec", "list"],
+        [sys.executable, "-m", "bkref.impl.cli.main", "spec", "list"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

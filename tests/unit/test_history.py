@@ -9,8 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from linearizability.history import NEMESIS, HistoryError, Op, OpType, Recorder, pair, validate
-from linearizability.history_files import (
+from bkref.linearizability.history import (
+    NEMESIS,
+    HistoryError,
+    Op,
+    OpType,
+    Recorder,
+    pair,
+    validate,
+)
+from bkref.linearizability.history_files import (
     JsonlWriter,
     iter_jsonl,
     nonempty,

@@ -1,0 +1,108 @@
+"""Run one bookie: `bkref bookie --config FILE` (TOML, BookKeeper's parameter names)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from bkref.impl.bookie.config import BookieConfig, ConfigError, load_for_cli
+from bkref.impl.bookie.cookie import CookieMismatchError
+from bkref.impl.bookie.server import Bookie
+from bkref.impl.cli.plants import add_plant_argument, plants_of
+
+
+def cancel_on_signals() -> asyncio.AbstractEventLoop:
+    """SIGTERM and SIGINT cancel the running task: a clean stop. Returns the loop."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    loop.add_signal_handler(signal.SIGINT, task.cancel)
+    return loop
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="bkref bookie",
+        description=(
+            "Run a bookie on 127.0.0.1: journal, entry logs and index under the configured "
+            "directories, registered in ZooKeeper. SIGTERM stops it cleanly; SIGHUP re-reads "
+            "the disk-usage thresholds."
+        ),
+    )
+    p.add_argument("--config", type=Path, required=True, help="TOML bookie config")
+    p.add_argument(
+        "--autorecovery",
+        action="store_true",
+        help="also run AutoRecovery (auditor election and a replication worker) in this "
+        "process, as autoRecoveryDaemonEnabled=true does",
+    )
+    p.add_argument(
+        "--dump",
+        type=Path,
+        metavar="FILE",
+        help="do not serve: append what this (stopped) bookie stores to FILE as JSON Lines "
+        "(bookie, ledger, entry, digest), the input of replication audits, and exit",
+    )
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING, ERROR")
+    add_plant_argument(p, "this bookie's storage and its AutoRecovery")
+    args = p.parse_args(argv)
+    plants = plants_of(args)
+    config = load_for_cli("bkref bookie", args.config, args.log_level)
+    if config is None:
+        return 2
+    if args.dump is not None:
+        from bkref.impl.bookie.dump import dump
+
+        if args.dump.is_dir() or not args.dump.parent.is_dir():
+            print(
+                f"bkref bookie: --dump {args.dump}: expected a file in an existing directory",
+                file=sys.stderr,
+            )
+            return 2
+        n = dump(config, args.dump)
+        print(f"{config.bookie_id}: {n} entries dumped to {args.dump}")
+        return 0
+    bookie = Bookie(config, plants=plants)
+    try:
+        bookie.open_storage_and_register()
+    except CookieMismatchError as e:
+        print(f"bkref bookie: refusing to start: {e}", file=sys.stderr)
+        bookie.close()
+        return 3
+    except Exception as e:
+        print(f"bkref bookie: cannot start {config.bookie_id}: {e}", file=sys.stderr)
+        bookie.close()
+        return 2
+
+    async def run() -> None:
+        loop = cancel_on_signals()
+
+        def hup() -> None:
+            try:
+                bookie.reload(BookieConfig.load(args.config))
+            except ConfigError as e:
+                logging.getLogger(__name__).error("SIGHUP: %s", e)
+
+        loop.add_signal_handler(signal.SIGHUP, hup)
+        if args.autorecovery or config.autoRecoveryDaemonEnabled:
+            from bkref.impl.autorecovery.service import AutoRecovery
+
+            await asyncio.gather(bookie.serve(), AutoRecovery(config, plants=plants).run())
+        else:
+            await bookie.serve()
+
+    try:
+        asyncio.run(run())
+    except asyncio.CancelledError:
+        pass
+    except OSError as e:
+        print(f"bkref bookie: cannot serve on port {config.bookiePort}: {e}", file=sys.stderr)
+        return 2
+    finally:
+        bookie.close()
+    return 0

@@ -1,0 +1,487 @@
+"""Ledger handles, and the driver that runs the core's machines for them.
+
+Every decision is the core's: the writer's (:class:`bkref.impl.core.writer.LedgerWriter`:
+adds, ensemble changes, close), the recovery's (:class:`bkref.impl.core.recovery.LedgerRecovery`)
+and the readers' (:mod:`bkref.impl.core.reads`: when a read proves an entry absent, when
+LAC answers cover the ensemble). This module only moves bytes: it performs their
+actions (requests to bookies, metadata calls through :class:`ZkCalls`, replacement
+choices) and feeds the answers back. All machine calls happen on the event loop's
+thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+import random
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from bkref.impl.client.connection import BookieConnection, BookieUnavailableError
+from bkref.impl.client.errors import (
+    BKError,
+    FencedError,
+    NoSuchEntryError,
+    WrongPasswordError,
+    ZooKeeperError,
+)
+from bkref.impl.client.zkcalls import ZkCalls
+from bkref.impl.core.actions import (
+    Action,
+    AddCompleted,
+    CloseCompleted,
+    LocalProtocolError,
+    NeedReplacement,
+    ReadCompleted,
+    ReadLacCompleted,
+    RecoveryCompleted,
+    SendAdd,
+    SendRead,
+    SendReadLac,
+    WriteMetadata,
+)
+from bkref.impl.core.digest import Digest, master_key
+from bkref.impl.core.frames import (
+    AddRequest,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    Request,
+    Response,
+    Status,
+)
+from bkref.impl.core.metadata import LedgerMetadata
+from bkref.impl.core.placement import NotEnoughBookiesError, replace_bookie
+from bkref.impl.core.reads import EntryReader, LacReader
+from bkref.impl.core.recovery import LedgerRecovery
+from bkref.impl.core.writer import LedgerWriter, WriterState
+from bkref.impl.meta.store import MetadataConflictError, NoSuchLedgerError
+
+__all__ = [
+    "TICK",
+    "Client",
+    "Driver",
+    "ReadHandle",
+    "ReadStats",
+    "WriteHandle",
+    "recover",
+    "run_entry_reader",
+    "run_lac_reader",
+]
+
+log = logging.getLogger(__name__)
+
+# Seconds per tick of the writer's abstract clock. The ticks come from the event
+# loop's timer, not from the injected Clock: they time out adds a bookie left
+# unanswered (addEntryTimeoutSec), an I/O timeout like the connection's own.
+TICK = 0.1
+
+
+class Client(Protocol):
+    """What the driver and the handles use of :class:`bkref.impl.client.client.BookKeeper`."""
+
+    @property
+    def zk_calls(self) -> ZkCalls: ...
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    @property
+    def add_entry_timeout(self) -> float: ...
+
+    @property
+    def plants(self) -> frozenset[str]: ...
+
+    def conn(self, bookie: str) -> BookieConnection: ...
+
+    async def request(self, bookie: str, make: Callable[[int], Request]) -> Response: ...
+
+
+class Driver:
+    """Performs a writer's or a recovery's actions and feeds it the results."""
+
+    def __init__(
+        self, bk: Client, ledger_id: int, key: bytes, machine: LedgerWriter | LedgerRecovery
+    ) -> None:
+        self.bk, self.ledger_id, self.key, self.m = bk, ledger_id, key, machine
+        self.add_futures: dict[int, asyncio.Future[int]] = {}
+        self.on_close: asyncio.Future[CloseCompleted] | None = None
+        self.on_recovery: asyncio.Future[RecoveryCompleted] | None = None
+        self.failed_bookies: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        t = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    def pump(self) -> None:
+        for a in self.m.take_actions():
+            self._perform(a)
+
+    def _perform(self, a: Action) -> None:
+        if isinstance(a, SendAdd):
+            key = self.key
+            self.bk.conn(a.bookie).send(
+                lambda rid: AddRequest(rid, a.ledger_id, a.entry_id, key, a.body, a.recovery),
+                functools.partial(self._add_done, a),
+            )
+        elif isinstance(a, SendRead):
+            self._spawn(self._read(a))
+        elif isinstance(a, SendReadLac):
+            self._spawn(self._read_lac(a))
+        elif isinstance(a, WriteMetadata):
+            self._spawn(self._write_metadata(a))
+        elif isinstance(a, NeedReplacement):
+            self._spawn(self._replace(a))
+        elif isinstance(a, AddCompleted):
+            fut = self.add_futures.pop(a.entry_id, None)
+            if fut is not None and not fut.done():
+                if a.status is Status.OK:
+                    fut.set_result(a.entry_id)
+                elif a.status is Status.FENCED:
+                    fut.set_exception(FencedError(a.message or f"ledger {self.ledger_id} fenced"))
+                elif a.status is Status.UNAUTHORIZED:
+                    fut.set_exception(WrongPasswordError(a.message))
+                else:
+                    fut.set_exception(BKError(a.message or a.status.name, a.status))
+        elif isinstance(a, CloseCompleted):
+            if self.on_close is not None and not self.on_close.done():
+                self.on_close.set_result(a)
+        elif isinstance(a, RecoveryCompleted) and (
+            self.on_recovery is not None and not self.on_recovery.done()
+        ):
+            self.on_recovery.set_result(a)
+
+    def _add_done(
+        self, a: SendAdd, resp: Response | None, err: BookieUnavailableError | None
+    ) -> None:
+        if resp is not None:
+            status = resp.status
+        else:
+            log.warning(
+                "add of ledger %d entry %d to %s failed: %s", a.ledger_id, a.entry_id, a.bookie, err
+            )
+            status = Status.IO_ERROR
+        self.m.on_add_response(a.bookie, a.entry_id, status)
+        self.pump()
+
+    async def _read(self, a: SendRead) -> None:
+        if not isinstance(self.m, LedgerRecovery):
+            raise LocalProtocolError(f"ledger {self.ledger_id}: a writer asked for a read")
+        body = b""
+        try:
+            resp = await self.bk.request(
+                a.bookie,
+                lambda rid: ReadRequest(
+                    rid, a.ledger_id, a.entry_id, a.fence, self.key if a.fence else b""
+                ),
+            )
+            status = resp.status
+            if isinstance(resp, ReadResponse):
+                body = resp.body
+        except BookieUnavailableError:
+            status = Status.IO_ERROR
+        self.m.on_read_response(a.bookie, a.entry_id, status, body)
+        self.pump()
+
+    async def _read_lac(self, a: SendReadLac) -> None:
+        if not isinstance(self.m, LedgerRecovery):
+            raise LocalProtocolError(f"ledger {self.ledger_id}: a writer asked for a LAC read")
+        lac = -1
+        try:
+            resp = await self.bk.request(
+                a.bookie,
+                lambda rid: ReadLacRequest(rid, a.ledger_id, a.fence, self.key if a.fence else b""),
+            )
+            status = resp.status
+            if isinstance(resp, ReadLacResponse):
+                lac = resp.lac
+        except BookieUnavailableError:
+            status = Status.IO_ERROR
+        self.m.on_read_lac_response(a.bookie, status, lac)
+        self.pump()
+
+    async def _write_metadata(self, a: WriteMetadata) -> None:
+        try:
+            version = await self.bk.zk_calls.cas_ledger(
+                self.ledger_id, a.metadata, a.expected_version, a.reason
+            )
+        except ZooKeeperError as e:  # unreachable or refused: the outcome is unknown
+            log.error("ledger %d: %s", self.ledger_id, e)
+            self.m.on_metadata_failed(str(e))
+        except NoSuchLedgerError as e:  # deleted meanwhile: fail, never hang the caller
+            self.m.on_metadata_failed(str(e))
+        except MetadataConflictError as e:
+            log.info(
+                "ledger %d: metadata CAS (%s) lost to a concurrent update", self.ledger_id, a.reason
+            )
+            if e.current is None:
+                self.m.on_metadata_conflict(a.metadata, -1)
+            else:
+                self.m.on_metadata_conflict(e.current, e.version)
+        else:
+            self.m.on_metadata_written(version)
+        self.pump()
+
+    async def _replace(self, a: NeedReplacement) -> None:
+        self.failed_bookies.add(a.failed)
+        try:
+            candidates = await self.bk.zk_calls.writable_bookies()
+            new = replace_bookie(
+                a.ensemble, a.failed, candidates, exclude=self.failed_bookies, rng=self.bk.rng
+            )
+        except (NotEnoughBookiesError, ZooKeeperError) as e:
+            # Never leave the ledger waiting on a replacement that will not come.
+            self.m.no_replacement(a.failed, str(e))
+        else:
+            idx = a.ensemble.index(a.failed)
+            log.info(
+                "ledger %d: replacing failed bookie %s with %s", self.ledger_id, a.failed, new[idx]
+            )
+            self.m.replace(a.failed, new[idx])
+        self.pump()
+
+
+async def recover(
+    bk: Client, ledger_id: int, metadata: LedgerMetadata, version: int, password: bytes
+) -> tuple[LedgerMetadata, int]:
+    """Fence ``ledger_id``, find its last entry, write it back and close the ledger;
+    returns the closed metadata and its version."""
+    machine = LedgerRecovery(
+        ledger_id, metadata, version, Digest(metadata.digest_type, password), plants=bk.plants
+    )
+    done: asyncio.Future[RecoveryCompleted] = asyncio.get_running_loop().create_future()
+    driver = Driver(bk, ledger_id, master_key(password), machine)
+    driver.on_recovery = done
+    machine.start()
+    driver.pump()
+    result = await done
+    if not result.ok:
+        raise BKError(result.message)
+    log.info(
+        "recovered ledger %d: last entry %d, length %d", ledger_id, result.last_entry, result.length
+    )
+    return machine.metadata, machine.version
+
+
+# ---------------------------------------------------------------- readers
+
+
+async def run_entry_reader(bk: Client, reader: EntryReader) -> ReadCompleted:
+    """Run ``reader``: ask the bookies it names, one at a time, feed it their answers."""
+    reader.start()
+    while True:
+        actions = reader.take_actions()
+        if not actions:
+            raise LocalProtocolError(f"reader of ledger {reader.ledger_id}: stalled")
+        for a in actions:
+            if isinstance(a, ReadCompleted):
+                return a
+            try:
+                resp = await bk.request(
+                    a.bookie, functools.partial(_read_request, a.ledger_id, a.entry_id)
+                )
+            except BookieUnavailableError as e:
+                reader.on_bookie_unavailable(a.bookie, str(e))
+                continue
+            if isinstance(resp, ReadResponse):
+                reader.on_read_response(a.bookie, resp.status, resp.body)
+            else:  # an error frame, or an answer to another question: no copy
+                reader.on_read_response(a.bookie, _not_ok(resp.status))
+
+
+async def run_lac_reader(bk: Client, reader: LacReader) -> ReadLacCompleted:
+    """Run ``reader``: ask the bookies it names at once, feed it each answer."""
+    reader.start()
+    asking: set[asyncio.Task[None]] = set()
+
+    async def ask(a: SendReadLac) -> None:
+        try:
+            resp = await bk.request(a.bookie, functools.partial(_read_lac_request, a.ledger_id))
+        except BookieUnavailableError as e:
+            reader.on_bookie_unavailable(a.bookie, str(e))
+            return
+        if isinstance(resp, ReadLacResponse):
+            reader.on_read_lac_response(a.bookie, resp.status, resp.lac)
+        else:
+            reader.on_read_lac_response(a.bookie, _not_ok(resp.status), -1)
+
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            for a in reader.take_actions():
+                if isinstance(a, ReadLacCompleted):
+                    return a
+                asking.add(loop.create_task(ask(a)))
+            if not asking:
+                raise LocalProtocolError(f"LAC reader of ledger {reader.ledger_id}: stalled")
+            done, asking = await asyncio.wait(asking, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()  # a misused reader raises here
+    finally:
+        for t in asking:
+            t.cancel()
+
+
+def _read_request(ledger_id: int, entry_id: int, rid: int) -> ReadRequest:
+    return ReadRequest(rid, ledger_id, entry_id)
+
+
+def _read_lac_request(ledger_id: int, rid: int) -> ReadLacRequest:
+    return ReadLacRequest(rid, ledger_id)
+
+
+def _not_ok(status: Status) -> Status:
+    """The status of a response that carries no answer: an OK there is the peer's error."""
+    return Status.IO_ERROR if status is Status.OK else status
+
+
+# ---------------------------------------------------------------- handles
+
+
+@dataclass
+class ReadStats:
+    digest_mismatches: list[tuple[str, int]] = field(default_factory=list)  # (bookie, entry)
+
+
+class ReadHandle:
+    def __init__(
+        self,
+        bk: Client,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        version: int,
+        password: bytes,
+    ) -> None:
+        self.bk = bk
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self.version = version
+        self.password = password
+        self.digest = Digest(metadata.digest_type, password)
+        self.lac = metadata.last_entry
+        self.stats = ReadStats()
+
+    def current_metadata(self) -> LedgerMetadata:
+        return self.metadata
+
+    @property
+    def last_entry(self) -> int:
+        return self.metadata.last_entry if self.metadata.is_closed else self.lac
+
+    async def read_entry(self, entry_id: int) -> bytes:
+        """One entry, from the first replica of its write set whose copy verifies.
+
+        Raises :class:`NoSuchEntryError` only when the replicas that answered "no such
+        entry" prove it absent (they cover its write set: Wq - Aq + 1 of them); when
+        too few could say (down, timed out, a corrupt copy), a :class:`BKError` with
+        status IO_ERROR: absence is then unknown."""
+        reader = EntryReader(self.ledger_id, self.current_metadata(), entry_id, self.digest)
+        done = await run_entry_reader(self.bk, reader)
+        for bookie, why in done.digest_mismatches:
+            log.warning("digest mismatch from bookie %s: %s; read another replica", bookie, why)
+            self.stats.digest_mismatches.append((bookie, entry_id))
+        if done.status is Status.OK:
+            return done.data
+        if done.status is Status.NO_SUCH_ENTRY:
+            raise NoSuchEntryError(done.message)
+        raise BKError(done.message, done.status)
+
+    async def read(self, first: int, last: int, *, concurrency: int = 64) -> list[bytes]:
+        """Entries ``first..last`` (inclusive); refuses to read past the last confirmed entry."""
+        if last > self.last_entry:
+            raise BKError(
+                f"ledger {self.ledger_id}: cannot read up to {last}, the last "
+                f"confirmed entry is {self.last_entry}",
+                Status.NO_SUCH_ENTRY,
+            )
+        out: list[bytes] = []
+        for start in range(first, last + 1, concurrency):
+            batch = range(start, min(last, start + concurrency - 1) + 1)
+            out += await asyncio.gather(*(self.read_entry(e) for e in batch))
+        return out
+
+    async def read_lac(self) -> int:
+        """The highest LAC the last ensemble's bookies report (needs quorum coverage)."""
+        done = await run_lac_reader(self.bk, LacReader(self.ledger_id, self.current_metadata()))
+        if not done.ok:
+            raise BKError(done.message)
+        self.lac = max(self.lac, done.lac)
+        return done.lac
+
+
+class WriteHandle(ReadHandle):
+    def __init__(
+        self,
+        bk: Client,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        version: int,
+        password: bytes,
+    ) -> None:
+        super().__init__(bk, ledger_id, metadata, version, password)
+        self.writer = LedgerWriter(
+            ledger_id,
+            metadata,
+            version,
+            self.digest,
+            add_timeout_ticks=max(1, math.ceil(bk.add_entry_timeout / TICK)),
+            plants=bk.plants,
+        )
+        self._driver = Driver(bk, ledger_id, master_key(password), self.writer)
+        self._ticker: asyncio.TimerHandle | None = None
+
+    def _tick(self) -> None:
+        """The writer's clock runs while adds are pending."""
+        self.writer.tick()
+        self._driver.pump()
+        self._ticker = (
+            asyncio.get_running_loop().call_later(TICK, self._tick) if self.writer.pending else None
+        )
+
+    def current_metadata(self) -> LedgerMetadata:
+        return self.writer.metadata
+
+    @property
+    def last_entry(self) -> int:
+        return self.writer.lac
+
+    def add_async(self, data: bytes) -> asyncio.Future[int]:
+        """Queue an add; the future completes (in entry order) with the entry id."""
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        entry = self.writer.next_entry
+        self._driver.add_futures[entry] = fut
+        assigned = self.writer.add(data)
+        assert assigned == entry
+        self._driver.pump()
+        if self._ticker is None and self.writer.pending:
+            self._ticker = asyncio.get_running_loop().call_later(TICK, self._tick)
+        return fut
+
+    async def add(self, data: bytes) -> int:
+        return await self.add_async(data)
+
+    async def add_many(self, items: Sequence[bytes]) -> list[int]:
+        return list(await asyncio.gather(*(self.add_async(d) for d in items)))
+
+    async def close(self) -> None:
+        """Wait for adds in flight, then close by CAS (fails if someone else closed it
+        at another entry)."""
+        pending = [f for f in self._driver.add_futures.values() if not f.done()]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        done: asyncio.Future[CloseCompleted] = asyncio.get_running_loop().create_future()
+        self._driver.on_close = done
+        self.writer.close()
+        self._driver.pump()
+        result = await done
+        if not result.ok:
+            if self.writer.state is WriterState.FENCED:
+                raise FencedError(result.message)
+            raise BKError(result.message)
+        self.metadata = self.writer.metadata

@@ -1,0 +1,53 @@
+"""pytest fixtures that start real ZooKeeper servers; usable by other projects.
+
+Enable with ``pytest_plugins = ["bkref.impl.cluster.pytest_plugin"]``.
+
+- ``zookeeper``: one standalone server for the whole session.
+- ``zk_connect``: a connection string with a fresh chroot on that server, so
+  tests do not see each other's znodes.
+- ``zookeeper_ensemble``: a 3-server ensemble of the test's own (tests may kill nodes).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from bkref.impl.cluster.zookeeper import ZooKeeperEnsemble
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
+    ensemble = ZooKeeperEnsemble(directory=tmp_path_factory.mktemp("zookeeper"), size=1)
+    try:
+        ensemble.start()
+        yield ensemble
+    finally:
+        ensemble.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper: ZooKeeperEnsemble) -> str:
+    chroot = f"/bkref-test-{uuid.uuid4().hex[:12]}"
+    client = KazooClient(hosts=zookeeper.connection_string)
+    client.start(timeout=15)
+    try:
+        client.ensure_path(chroot)
+    finally:
+        client.stop()
+        client.close()
+    return zookeeper.connection_string + chroot
+
+
+@pytest.fixture
+def zookeeper_ensemble(tmp_path: Path) -> Iterator[ZooKeeperEnsemble]:
+    ensemble = ZooKeeperEnsemble(directory=tmp_path / "zk-ensemble", size=3)
+    try:
+        ensemble.start()
+        yield ensemble
+    finally:
+        ensemble.stop()

@@ -1,0 +1,541 @@
+"""The replication worker's decisions, sans I/O: which ledger, fence or wait, what to copy where.
+
+The asyncio shell (``bkref/impl/autorecovery/worker.py`` and ``replicator.py``) takes
+the ledger locks, reads ZooKeeper, copies entries between bookies and reports each
+outcome as an event; :class:`WorkerCore` answers with actions through
+:meth:`WorkerCore.take_actions`, one step at a time, so that a test can run one
+worker decision at a time. Time is the ``now_ms`` the events carry (a monotonic
+clock the caller chooses); task ages are compared with the wall clock the tasks
+were stamped with (``wall_ms``). One round, after BookKeeper's ReplicationWorker
+with the StarRocks seed's ordering:
+
+1. Order the tasks most-at-risk first (:func:`bkref.impl.core.repair.order_tasks`); skip a
+   ledger in back-off; take the next ledger's lock (:class:`TryLock`).
+2. With the lock: if the ledger's open last segment uses a lost bookie (or the
+   ledger is IN_RECOVERY), wait ``openLedgerRereplicationGracePeriod`` for the
+   writer to change ensembles itself (any metadata change restarts the wait: the
+   writer is alive), then fence it by a recovery open (:class:`StartRecovery`),
+   which closes it. With a grace period of 0 it fences at once.
+3. Copy every immutable fragment on a bad bookie
+   (:class:`bkref.impl.core.repair_run.RepairRun`: one :class:`Copy`, then one
+   :class:`CasReplica` of the new replica, per fragment).
+4. Re-read the metadata: once no segment names a bad bookie, delete the task with
+   a version check
+   (:class:`CompleteTask`): a mark that arrived meanwhile keeps it. Otherwise wait
+   (:class:`Defer`) or count a failure (:class:`RecordFailure`) and back off
+   ``rwRereplicateBackoffMs``. Every attempt ends with :class:`Unlock`.
+
+Spec correspondence (``bkref/spec/protocol.py``, the ``worker_*`` actions):
+
+===================================  =====================================
+core                                 spec
+===================================  =====================================
+``TryLock`` answered ``got``         ``worker_acquires_ledger_lock``
+``Copy`` + ``on_copied``             ``worker_copies_fragment``
+``CasReplica`` + ``on_cas``          ``worker_updates_segment_ensemble``
+``StartRecovery``                    ``worker_fences_open_ledger``
+``Verified``                         ``worker_verifies_ledger_replicated``
+``CompleteTask`` + ``Unlock``        ``worker_deletes_task``
+``Defer``/``RecordFailure`` +        ``worker_releases_lock``
+``Unlock``
+===================================  =====================================
+
+``ReadLedger``, ``RecordFailure`` (a task version bump) and the ``Unlock`` of a task
+that vanished under the lock have no spec counterpart. A replica that misses
+entries (ENTRIES_MISSING) moves to a new bookie as a lost one does, as
+BookKeeper's ``replicateLedgerFragment`` replaces it (research note D11). The
+worker keeps the lock through the fence and copies in the same attempt (the spec,
+and BookKeeper, unlock after it: D14); it retries a CAS that lost to a concurrent
+change instead of copying again (D10).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from bkref.impl.core.actions import LocalProtocolError
+from bkref.impl.core.metadata import LedgerMetadata, LedgerState
+from bkref.impl.core.planted import validate as check_plants
+from bkref.impl.core.repair import (
+    Reason,
+    Scheduling,
+    Task,
+    is_repaired,
+    needs_fencing,
+    newly_lost,
+    open_segment_has,
+    order_tasks,
+    still_bad,
+)
+from bkref.impl.core.repair_run import (
+    PLANT_OPEN_SEGMENT,
+    CasReplica,
+    Copy,
+    ReadOpenLac,
+    RepairRun,
+)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    grace_period_ms: int = 30000  # openLedgerRereplicationGracePeriod; 0: fence at once
+    backoff_ms: int = 5000  # rwRereplicateBackoffMs
+    slots_per_bookie: int = 4  # concurrent repair copies per bookie (the shell's semaphores)
+    scheduling: Scheduling = field(default_factory=Scheduling)
+
+
+# ------------------------------------------------------------------ actions
+
+
+@dataclass(frozen=True, slots=True)
+class TryLock:
+    """Take the ledger's lock (an ephemeral znode), then re-read its task; answer with
+    :meth:`WorkerCore.on_lock`."""
+
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLedger:
+    """Read the ledger's metadata, and the registered (``live``) and the writable
+    (``candidates``) bookies if asked; answer with :meth:`WorkerCore.on_ledger`."""
+
+    ledger_id: int
+    live: bool = False
+    candidates: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StartRecovery:
+    """Open the ledger with recovery (fence and close it); answer with
+    :meth:`WorkerCore.on_recovered`. ``bookies``: the bad ones of its open segment."""
+
+    ledger_id: int
+    password: bytes
+    bookies: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """No segment names a lost or leaving bookie any more (nothing for the shell to do)."""
+
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteTask:
+    """Delete the task if still at ``version``; answer with :meth:`WorkerCore.on_completed`.
+    ``repaired``: after :class:`Verified` (else the ledger is gone)."""
+
+    ledger_id: int
+    version: int
+    repaired: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFailure:
+    """Count a failed attempt in the task (best effort; a concurrent mark wins)."""
+
+    ledger_id: int
+    version: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """Leave the ledger for a later round; not a failure."""
+
+    ledger_id: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unlock:
+    """Release the ledger's lock; answer with :meth:`WorkerCore.on_unlocked`."""
+
+    ledger_id: int
+
+
+WorkerAction = (
+    TryLock
+    | ReadLedger
+    | StartRecovery
+    | ReadOpenLac
+    | Copy
+    | CasReplica
+    | Verified
+    | CompleteTask
+    | RecordFailure
+    | Defer
+    | Unlock
+)
+
+
+# ------------------------------------------------------------------ the worker
+
+
+class WorkerPhase(enum.Enum):
+    IDLE = "IDLE"  # no round under way, or the round found nothing to do
+    LOCKING = "LOCKING"  # TryLock out
+    READING = "READING"  # the attempt's first look at the ledger
+    RECOVERING = "RECOVERING"  # StartRecovery out
+    REREADING = "REREADING"  # a look at the ledger after fencing it
+    COPYING = "COPYING"  # a RepairRun under way
+    VERIFYING = "VERIFYING"  # the look at the ledger after the copies
+    COMPLETING = "COMPLETING"  # CompleteTask out
+    UNLOCKING = "UNLOCKING"  # Unlock out
+
+
+_ATTEMPT = frozenset(
+    {
+        WorkerPhase.READING,
+        WorkerPhase.RECOVERING,
+        WorkerPhase.REREADING,
+        WorkerPhase.COPYING,
+        WorkerPhase.VERIFYING,
+        WorkerPhase.COMPLETING,
+    }
+)
+
+
+class WorkerCore:
+    """One autorecovery node's replication worker: rounds over the task list."""
+
+    def __init__(
+        self,
+        node_id: str,
+        local: str | None,
+        config: WorkerConfig,
+        now_ms: int,
+        plants: frozenset[str] = frozenset(),
+    ) -> None:
+        self.node_id = node_id
+        self.local = local  # the bookie beside this worker, where copies go; None: dedicated
+        self.config = config
+        self.plants = check_plants(plants)
+        self.now_ms = now_ms
+        self.enabled = True
+        self.phase = WorkerPhase.IDLE
+        self.attempted = 0  # ledgers attempted (locked, task still there) this round
+        self.locked: int | None = None  # the ledger whose lock this worker holds
+        self.task: Task | None = None
+        self.task_version: int | None = None  # the task znode's version read under the lock
+        self.run: RepairRun | None = None
+        self._actions: list[WorkerAction] = []
+        self._round: list[Task] = []
+        self._trying: int | None = None
+        self._bad: dict[str, Reason] = {}
+        self._backoff: dict[int, int] = {}  # ledger -> time to retry at
+        self._open_seen: dict[int, tuple[int, int]] = {}  # ledger -> (md version, since)
+
+    # ------------------------------------------------------------ observable state
+
+    def take_actions(self) -> list[WorkerAction]:
+        out, self._actions = self._actions, []
+        return out
+
+    @property
+    def pending(self) -> tuple[int, str, int] | None:
+        """The copy made and not yet recorded: (segment, bad bookie, metadata version)."""
+        return self.run.pending if self.run is not None else None
+
+    @property
+    def bad(self) -> Mapping[str, Reason]:
+        """The locked task's replicas that still need work."""
+        return dict(self._bad)
+
+    def backoff_until(self, ledger_id: int) -> int | None:
+        return self._backoff.get(ledger_id)
+
+    # ------------------------------------------------------------ events
+
+    def on_enabled(self, enabled: bool) -> None:
+        """AutoRecovery switched: while disabled no new ledger is taken (an attempt under
+        way finishes)."""
+        self.enabled = enabled
+
+    def on_tasks(
+        self,
+        tasks: Sequence[tuple[Task, int]],
+        now_ms: int,
+        wall_ms: int,
+        *,
+        writable: Collection[str] | None = None,
+    ) -> None:
+        """A round starts with the task list (``wall_ms``: the wall clock, which task
+        ages are measured in). A round an error cut short is dropped. ``writable``: the
+        writable bookies; a worker whose own bookie is not among them takes no ledger
+        (it has nowhere to copy to; the workers of live bookies do the work)."""
+        if self.locked is not None:
+            raise LocalProtocolError(
+                f"worker {self.node_id}: a new round while ledger {self.locked} is locked"
+            )
+        self._clock(now_ms)
+        self._actions.clear()
+        self._reset_attempt()
+        self.attempted = 0
+        self._round = order_tasks((t for t, _v in tasks), wall_ms, self.config.scheduling)
+        if self.local is not None and writable is not None and self.local not in writable:
+            self._round = []
+        self._next_candidate()
+
+    def on_lock(
+        self, ledger_id: int, got: bool, current: tuple[Task, int] | None, now_ms: int
+    ) -> None:
+        """The answer to :class:`TryLock`: whether we hold the lock, and the task as read
+        under it (None: another worker completed it meanwhile)."""
+        if self.phase is not WorkerPhase.LOCKING or ledger_id != self._trying:
+            raise LocalProtocolError(f"worker {self.node_id}: no lock of {ledger_id} asked")
+        self._clock(now_ms)
+        self._trying = None
+        if not got:
+            self._next_candidate()
+            return
+        self.locked = ledger_id
+        if current is None:
+            self.phase = WorkerPhase.UNLOCKING
+            self._actions.append(Unlock(ledger_id))
+            return
+        self.task, self.task_version = current
+        self.attempted += 1
+        self.phase = WorkerPhase.READING
+        self._actions.append(ReadLedger(ledger_id, live=True, candidates=True))
+
+    def on_ledger(
+        self,
+        metadata: LedgerMetadata | None,
+        version: int,
+        now_ms: int,
+        *,
+        live: Collection[str] | None = None,
+        candidates: Mapping[str, str] | None = None,
+    ) -> None:
+        """The answer to :class:`ReadLedger` (``metadata`` None: the ledger is deleted)."""
+        self._clock(now_ms)
+        lid = self._locked_ledger()
+        if self.phase is WorkerPhase.READING:
+            if live is None or candidates is None:
+                raise LocalProtocolError(
+                    f"worker {self.node_id}: ledger {lid} read without bookies"
+                )
+            assert self.task is not None
+            self._bad = still_bad(self.task.replicas, live, metadata)
+            if metadata is None:
+                self._complete(repaired=False)
+            else:
+                self._first_look(lid, metadata, version, candidates)
+        elif self.phase is WorkerPhase.REREADING:
+            if candidates is None:
+                raise LocalProtocolError(
+                    f"worker {self.node_id}: ledger {lid} read without bookies"
+                )
+            if metadata is None:
+                self._complete(repaired=False)
+                return
+            if live is not None:
+                # The recovery took a while: a lost bookie may be back, another lost.
+                self._bad = still_bad(self._bad, live, metadata)
+            self._start_run(lid, metadata, version, candidates)
+        elif self.phase is WorkerPhase.VERIFYING:
+            self._verify(lid, metadata, live)
+        else:
+            raise LocalProtocolError(f"worker {self.node_id}: no read pending in {self.phase}")
+
+    def on_recovered(self) -> None:
+        """The recovery open fenced and closed the ledger."""
+        lid = self._in(WorkerPhase.RECOVERING)
+        self._open_seen.pop(lid, None)
+        self.phase = WorkerPhase.REREADING
+        self._actions.append(ReadLedger(lid, live=True, candidates=True))
+
+    # The repair run's events, passed on to it.
+
+    def on_open_lac(self, lac: int) -> None:
+        self._copying().on_open_lac(lac)
+        self._pump()
+
+    def on_copied(self, entries: int, nbytes: int) -> None:
+        self._copying().on_copied(entries, nbytes)
+        self._pump()
+
+    def on_copy_busy(self) -> None:
+        self._copying().on_copy_busy()
+        self._pump()
+
+    def on_cas(self, version: int) -> None:
+        self._copying().on_cas(version)
+        self._pump()
+
+    def on_cas_conflict(self, current: LedgerMetadata, version: int) -> None:
+        self._copying().on_cas_conflict(current, version)
+        self._pump()
+
+    def on_completed(self, deleted: bool) -> None:
+        """The task's versioned delete: ``deleted`` False when a new mark kept it."""
+        lid = self._in(WorkerPhase.COMPLETING)
+        self.phase = WorkerPhase.UNLOCKING
+        self._actions.append(Unlock(lid))
+
+    def on_failed(self, why: str, now_ms: int) -> None:
+        """A step of the attempt failed in the shell (a bookie or ZooKeeper error, the
+        lock lost, the attempt's time limit): count it and back off."""
+        self._clock(now_ms)
+        if self.phase not in _ATTEMPT:
+            raise LocalProtocolError(f"worker {self.node_id}: no attempt to fail in {self.phase}")
+        self._actions.clear()  # whatever the failed step would have led to
+        self._fail(why)
+
+    def on_unlocked(self, now_ms: int) -> None:
+        """The lock is released (or the shell gave up on it: the next round releases
+        what the session still holds). Takes the next ledger of the round."""
+        self._clock(now_ms)
+        if self.phase is WorkerPhase.LOCKING and self._trying is not None:
+            self._trying = None  # taken but never reported: an error cut the round short
+        self._actions.clear()
+        self._reset_attempt()
+        self._next_candidate()
+
+    # ------------------------------------------------------------ decisions
+
+    def _first_look(
+        self, lid: int, md: LedgerMetadata, version: int, candidates: Mapping[str, str]
+    ) -> None:
+        # A ledger in recovery is left to its recovery (whose close CAS a repair of an
+        # earlier segment would make fail) until the grace period says it was abandoned.
+        # Only a lost bookie justifies fencing: a leaving or entries-missing one still
+        # takes the writer's adds, so its open segment waits for the ledger to close.
+        lost = {b for b, r in self._bad.items() if r is Reason.LOST}
+        # PLANTED BUG: no grace period and no fence; the open segment is copied as it is.
+        unfenced = md.state is LedgerState.OPEN and PLANT_OPEN_SEGMENT in self.plants
+        if unfenced or not (md.state is LedgerState.IN_RECOVERY or needs_fencing(md, lost)):
+            self._start_run(lid, md, version, candidates)
+            return
+        grace = self.config.grace_period_ms
+        if grace > 0:
+            seen = self._open_seen.get(lid)
+            if seen is None or seen[0] != version:
+                self._open_seen[lid] = (version, self.now_ms)
+                self._defer("open or in recovery: grace period started")
+                return
+            if self.now_ms - seen[1] < grace:
+                self._defer("open or in recovery: in its grace period")
+                return
+        self.phase = WorkerPhase.RECOVERING
+        bad_here = tuple(sorted(set(md.last_segment.ensemble) & set(self._bad)))
+        self._actions.append(StartRecovery(lid, md.password, bad_here))
+
+    def _start_run(
+        self, lid: int, md: LedgerMetadata, version: int, candidates: Mapping[str, str]
+    ) -> None:
+        self.phase = WorkerPhase.COPYING
+        self.run = RepairRun(
+            lid, md, version, self._bad, candidates, local=self.local, plants=self.plants
+        )
+        self._pump()
+
+    def _pump(self) -> None:
+        run = self.run
+        assert run is not None
+        self._actions.extend(run.take_actions())
+        if not run.done:
+            return
+        if run.failed:
+            self._fail(run.failed)
+            return
+        self.phase = WorkerPhase.VERIFYING
+        self._actions.append(ReadLedger(run.ledger_id, live=True))
+
+    def _verify(self, lid: int, md: LedgerMetadata | None, live: Collection[str] | None) -> None:
+        if md is None:
+            self._complete(repaired=False)
+            return
+        assert self.run is not None
+        bad: Mapping[str, Reason] = self._bad
+        if live is not None:
+            lost = newly_lost(md, live, self._bad)
+            if lost:
+                # A bookie of the ledger was lost during the copies: not repaired, and not
+                # this attempt's failure either; the auditor marks it and a later round
+                # repairs it (the task must not be deleted now).
+                self._defer(f"bookie(s) {', '.join(sorted(lost))} lost during the repair")
+                return
+            # A lost replica that came back during the copies needs nothing any more: a
+            # fragment of it that was skipped does not count.
+            bad = still_bad(self._bad, live)
+        skipped = [f for f in self.run.result.fragments if f.skipped and f.bookie in bad]
+        if not skipped and is_repaired(md, bad):
+            self._actions.append(Verified(lid))
+            self._complete(repaired=True)
+            return
+        if not skipped and open_segment_has(md, bad):
+            self._defer("the rest is in the open segment")  # it waits for the close
+            return
+        if skipped and all(f.deferred for f in skipped):
+            # Another worker's to do, or slots busy: not a failure.
+            self._defer("; ".join(sorted({f.skipped for f in skipped})))
+            return
+        why = "; ".join(sorted({f.skipped for f in skipped})) or "bookies still named"
+        self._fail(f"ledger {lid} not repaired: {why}")
+
+    def _complete(self, *, repaired: bool) -> None:
+        lid = self._locked_ledger()
+        assert self.task_version is not None
+        self.phase = WorkerPhase.COMPLETING
+        self._actions.append(CompleteTask(lid, self.task_version, repaired))
+
+    def _defer(self, why: str) -> None:
+        lid = self._locked_ledger()
+        self.phase = WorkerPhase.UNLOCKING
+        self._actions += [Defer(lid, why), Unlock(lid)]
+
+    def _fail(self, why: str) -> None:
+        lid = self._locked_ledger()
+        assert self.task_version is not None
+        self._backoff[lid] = self.now_ms + self.config.backoff_ms
+        self.phase = WorkerPhase.UNLOCKING
+        self._actions += [RecordFailure(lid, self.task_version, why), Unlock(lid)]
+
+    def _next_candidate(self) -> None:
+        while self._round and self.enabled:
+            task = self._round.pop(0)
+            lid = task.ledger_id
+            until = self._backoff.get(lid)
+            if until is not None:
+                if until > self.now_ms:
+                    continue
+                del self._backoff[lid]
+            self._trying = lid
+            self.phase = WorkerPhase.LOCKING
+            self._actions.append(TryLock(lid))
+            return
+        self._round = []
+        self.phase = WorkerPhase.IDLE
+
+    # ------------------------------------------------------------ helpers
+
+    def _reset_attempt(self) -> None:
+        self.locked = self.task = self.task_version = self.run = self._trying = None
+        self._bad = {}
+
+    def _locked_ledger(self) -> int:
+        if self.locked is None:
+            raise LocalProtocolError(f"worker {self.node_id}: no ledger locked")
+        return self.locked
+
+    def _in(self, phase: WorkerPhase) -> int:
+        if self.phase is not phase:
+            raise LocalProtocolError(
+                f"worker {self.node_id}: event for {phase.value} while {self.phase.value}"
+            )
+        return self._locked_ledger()
+
+    def _copying(self) -> RepairRun:
+        """The repair run an event of the COPYING phase is for."""
+        self._in(WorkerPhase.COPYING)
+        assert self.run is not None
+        return self.run
+
+    def _clock(self, now_ms: int) -> None:
+        self.now_ms = max(self.now_ms, now_ms)

@@ -1,0 +1,485 @@
+"""bkref's AutoRecovery as refinement actors: the auditor and worker cores, one decision a step.
+
+Each worker node of the spec (``wk[w]``, auditor candidate ``w``) is one
+``WorkerCore`` and one ``AuditorCore``, the sans-I/O cores that bkref's
+``autorecovery`` process runs, beside bookie ``cfg.bookies - 1 - w``. Their
+actions are performed here against the real ZooKeeper (tasks, locks, the
+election's votes, the disable switch, ledger metadata, bookie registrations,
+through ``bkref.impl.meta``) and the real bookies of the driver (copies are recovery
+adds to the target's ``BookieCore`` over its real storage).
+
+Who decides. The spec offers every enabled step of every actor; the machine
+picks one. For the operator, the network and crashes the spec decides. A
+worker decides for itself: any ``worker_*`` step of worker ``w`` gives that
+worker a *turn*, in which it performs its pending actions until it has taken
+one step the spec can see, and the driver reports that step as what was
+decided (the machine checks the spec enables it). A worker's outstanding
+action stays unperformed between turns, so that its next decision sees the
+cluster as it is at its next turn (a ``ReadLedger`` answered late is a look at
+the ledger taken late). Implementation steps with no spec counterpart
+(``ReadLedger``, ``RecordFailure``, an ``Unlock`` of a task gone under the lock)
+are taken within a turn; the abstraction must not change across them.
+
+The election: every node votes at the start, node 0 first (the spec's initial
+auditor). A session loss deletes the auditor's vote; each node looks at the
+votes only when the spec says one wins, and only the node with the lowest vote
+alive can (bkref's rule; the spec lets any node win: D16, refused and counted).
+The workers share this harness's ZooKeeper session; a lock's owner is the
+worker's node id, which ``try_lock`` compares.
+
+Time is a clock this harness advances by an hour per step: every backoff and
+grace period has elapsed whenever a worker gets its turn, as the spec, which
+has no clocks, lets any interleaving happen. ``lostBookieRecoveryDelay`` is 0.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from bkref.impl.core.audit import (
+    AuditorConfig,
+    AuditorCore,
+    AuditView,
+    JoinElection,
+    LedgerCheck,
+    Mark,
+    Probe,
+    ReadDelay,
+    ReadLedgers,
+    Verdict,
+    judge,
+)
+from bkref.impl.core.digest import Digest, master_key
+from bkref.impl.core.frames import (
+    AddRequest,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    Status,
+)
+from bkref.impl.core.metadata import LedgerMetadata
+from bkref.impl.core.repair_run import CasReplica, Copy, ReadOpenLac
+from bkref.impl.core.replication import (
+    CompleteTask,
+    Defer,
+    ReadLedger,
+    RecordFailure,
+    StartRecovery,
+    TryLock,
+    Unlock,
+    Verified,
+    WorkerAction,
+    WorkerConfig,
+    WorkerCore,
+    WorkerPhase,
+)
+from bkref.impl.meta import layout
+from bkref.impl.meta.store import MetadataConflictError, NoSuchLedgerError
+from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.refine.driver import ImplementationError
+from bkref.spec import protocol as sp
+from bkref.spec.protocol import Label
+
+if TYPE_CHECKING:
+    from bkref.refine.bkref_driver import BkrefDriver
+
+HOUR_MS = 3_600_000
+RACK = "rack"  # one failure domain each: placement never stands in the spec's way
+
+
+class CannotDecideError(Exception):
+    """The worker has no decision to take now (the reason); the step is refused."""
+
+
+@dataclass
+class Node:
+    """One AutoRecovery node: its worker and its auditor candidate."""
+
+    index: int  # the spec's worker and auditor-candidate index
+    node_id: str
+    bookie: int  # the spec index of the bookie beside it
+    worker: WorkerCore
+    auditor: AuditorCore
+    outstanding: deque[WorkerAction] = field(default_factory=deque)
+    vote: int | None = None  # its election vote's sequence number
+
+
+class AutoRecoveryActors:
+    """The AutoRecovery half of :class:`bkref.refine.bkref_driver.BkrefDriver`."""
+
+    def __init__(self, d: BkrefDriver) -> None:
+        self.d = d
+        cfg = d._cfg()
+        self.urm = UnderreplicationManager(d.zk, d.root)
+        self.urm.ensure_layout()
+        self.now = HOUR_MS
+        self.epochs: dict[int, int] = {}  # a vote's sequence number -> the spec's epoch
+        # (segment, bookie index) each ledger's repairs filled: the spec's ghost
+        # meta_rereplicated, recorded as the worker's CAS lands (history, not state).
+        self.rereplicated: dict[int, set[tuple[int, int]]] = {}
+        worker_config = WorkerConfig(grace_period_ms=0, backoff_ms=HOUR_MS // 2)
+        auditor_config = AuditorConfig(
+            lost_bookie_recovery_delay=0,
+            periodic_check_interval=0,
+            periodic_bookie_check_interval=0,
+        )
+        self.nodes = []
+        for w in range(cfg.workers):
+            bookie = cfg.bookies - 1 - w
+            node_id = f"node{w}"
+            self.nodes.append(
+                Node(
+                    w,
+                    node_id,
+                    bookie,
+                    WorkerCore(node_id, d.bookies[bookie].name, worker_config, self.now, d.plants),
+                    AuditorCore(node_id, auditor_config, self.now, d.plants),
+                )
+            )
+        for i in range(len(d.bookies)):
+            self.register(i)
+        # The spec's initial state: every node has a vote, node 0's the lowest, and node 0
+        # won the first election and audited (nothing was lost).
+        for n in self.nodes:
+            self._join(n)
+        if self.nodes:
+            self._audit(self.nodes[0])
+
+    # ------------------------------------------------------------ time and views
+
+    def register(self, b: int) -> None:
+        """Bookie ``b`` registers (it is up); each bookie is its own failure domain."""
+        name = self.d.bookies[b].name
+        self.d.store.register(name, rack=f"{RACK}-{name}", readonly=False)
+
+    def _tick(self) -> int:
+        self.now += HOUR_MS
+        return self.now
+
+    def registered(self) -> set[str]:
+        return {b.bookie_id for b in self.d.store.bookies()}
+
+    def bookies_changed(self) -> None:
+        """A bookie crashed or restarted (its registration went or came): each auditor
+        that leads sees the registrations; a loss's delay is read at once."""
+        registered = self.registered()
+        for n in self.nodes:
+            a = n.auditor
+            a.on_registered(registered, self._tick())
+            for act in a.take_actions():
+                if isinstance(act, ReadDelay):
+                    a.on_delay(self.urm.lost_bookie_recovery_delay(0))
+                else:
+                    raise ImplementationError(f"auditor {n.node_id} asked for {act} on a change")
+
+    # ------------------------------------------------------------ election
+
+    def _join(self, n: Node) -> None:
+        path = self.urm.join_election(n.node_id)
+        n.vote = int(path.rsplit("_", 1)[1])
+        self._look_at_votes(n)
+
+    def _look_at_votes(self, n: Node) -> None:
+        """``n``'s watch on the votes fires: it leads if its vote is the lowest alive; a
+        new leader sets its baseline of registered bookies, as the shell's first look
+        does. When each node looks is the environment's choice: the others look only
+        when the spec says one of them wins (``node_wins_auditor_election``)."""
+        leader = self.urm.auditor()
+        lowest = leader.epoch if leader is not None else None
+        was = n.auditor.leading
+        n.auditor.on_votes(n.vote, lowest, self._tick())
+        for act in n.auditor.take_actions():
+            if not isinstance(act, JoinElection):
+                raise ImplementationError(f"auditor {n.node_id} asked for {act}")
+        if n.auditor.leading and not was:
+            assert n.auditor.epoch is not None
+            self.epochs.setdefault(n.auditor.epoch, len(self.epochs) + 1)
+            n.auditor.on_registered(self.registered(), self.now)
+
+    def auditor_loses_session(self) -> tuple[Label, ...]:
+        n = self._leader()
+        if n is None:
+            raise CannotDecideError("no node is auditor")
+        # The auditor's session expires: its ephemeral vote goes with it.
+        assert n.vote is not None
+        self.d.zk.delete(f"{layout.underreplication(self.d.root)}/auditorelection/V_{n.vote:010d}")
+        n.vote = None
+        n.auditor.on_session_lost()
+        self.d.used[sp.B_ELECT] += 1
+        return ()
+
+    def node_wins_auditor_election(self, node: int) -> tuple[Label, ...]:
+        n = self.nodes[node]
+        leader = self.urm.auditor()
+        if leader is not None and (n.vote is None or leader.epoch != n.vote):
+            # bkref's election: the lowest vote alive leads, and a node that lost its
+            # session votes again after every vote still alive (D16).
+            raise CannotDecideError(f"{leader.node_id}'s vote is the lowest: only it can win")
+        if n.vote is None:
+            self._join(n)
+        else:
+            self._look_at_votes(n)
+        if not n.auditor.leading:
+            raise ImplementationError(f"{n.node_id} has the lowest vote and does not lead")
+        return ()
+
+    def _leader(self) -> Node | None:
+        for n in self.nodes:
+            if n.auditor.leading:
+                return n
+        return None
+
+    # ------------------------------------------------------------ auditing
+
+    def auditor_marks_ledgers_of_lost_bookies(self) -> tuple[Label, ...]:
+        n = self._leader()
+        if n is None or not n.auditor.stale:
+            raise CannotDecideError("no auditor has an audit due")
+        self._audit(n)
+        return ()
+
+    def auditor_runs_periodic_bookie_check(self) -> tuple[Label, ...]:
+        n = self._leader()
+        if n is None:
+            raise CannotDecideError("no node is auditor")
+        if n.auditor.stale:
+            raise ImplementationError(f"{n.auditor.node_id} has an audit due already")
+        n.auditor.on_periodic_bookie_check(self._tick())
+        self._audit(n)
+        return ()
+
+    def _audit(self, n: Node) -> None:
+        """``n``'s due audit: read the ledgers and perform its marks."""
+        n.auditor.tick(max(self._tick(), n.auditor.audit_due_at or 0))
+        acts = n.auditor.take_actions()
+        if acts != [ReadLedgers()]:
+            raise ImplementationError(f"auditor {n.node_id}: {acts} instead of an audit")
+        if not self.urm.is_enabled():
+            raise ImplementationError("an audit while AutoRecovery is disabled")
+        ledgers = []
+        for lid in self.d.store.list_ledgers():
+            md, _version = self.d.store.read_ledger(lid)
+            ledgers.append((lid, md))
+        view = AuditView(frozenset(self.registered()), frozenset(), ledgers)
+        n.auditor.on_ledgers(view)
+        for act in n.auditor.take_actions():
+            if not isinstance(act, Mark):
+                raise ImplementationError(f"auditor {n.node_id} asked for {act} in an audit")
+            self.urm.mark(act.ledger_id, act.replicas, act.priority, rewrite=act.rewrite)
+
+    def auditor_checks_ledger_replicas(self, ledger: int) -> tuple[Label, ...]:
+        """The leader's check of one ledger, every entry read (verification at 100%): a
+        ``LedgerCheck`` whose probes read the bookies' cores, then its mark. The schedule
+        (``CheckLedgers`` every ``auditorPeriodicCheckInterval``) is the spec's choice."""
+        n = self._leader()
+        if n is None or not self.urm.is_enabled():
+            raise CannotDecideError("no auditor, or AutoRecovery is disabled")
+        d = self.d
+        lid = d.ledger_ids()[ledger]
+        md, _version = d.store.read_ledger(lid)
+        check = LedgerCheck(lid, md, self.registered(), 100, random.Random(0))
+        digest = Digest(md.digest_type, md.password)
+        actions = deque(check.take_actions())
+        while actions:
+            act = actions.popleft()
+            if isinstance(act, Probe):
+                node = d.bookies[d.index[act.fragment.bookie]]
+                verdicts = {
+                    e: judge(
+                        node.serve(ReadRequest(d._next_id(), lid, e)) if node.core else None,
+                        digest,
+                        lid,
+                        e,
+                    )
+                    for e in act.entries
+                }
+                check.on_probe(act, verdicts)
+                actions.extend(check.take_actions())
+            else:
+                self.urm.mark(act.ledger_id, act.replicas, act.priority, rewrite=act.rewrite)
+        return ()
+
+    # ------------------------------------------------------------ operator
+
+    def operator_disables_autorecovery(self) -> tuple[Label, ...]:
+        self.urm.set_enabled(False)
+        self.d.used[sp.B_TOGGLE] += 1
+        self._enabled(False)
+        return ()
+
+    def operator_enables_autorecovery(self) -> tuple[Label, ...]:
+        self.urm.set_enabled(True)
+        self._enabled(True)
+        return ()
+
+    def _enabled(self, on: bool) -> None:
+        for n in self.nodes:
+            n.worker.on_enabled(on)
+            n.auditor.on_enabled(on, self._tick())
+            if n.auditor.take_actions():
+                raise ImplementationError(f"auditor {n.node_id} acted on the switch itself")
+
+    # ------------------------------------------------------------ workers
+
+    def worker_turn(self, w: int) -> tuple[Label, ...]:
+        """Worker ``w`` performs its actions until it took one step the spec can see."""
+        n = self.nodes[w]
+        core = n.worker
+        if not n.outstanding and core.phase is WorkerPhase.RECOVERING:
+            # The recovery it asked for is the spec's recovery client, driven step by step
+            # by the machine; the worker's recovery open returns once the ledger is closed
+            # (by that recovery, or by the writer first).
+            lid = core.locked
+            assert lid is not None
+            if not self.d.store.read_ledger(lid)[0].is_closed:
+                raise CannotDecideError(f"worker {w}: the recovery it asked for is running")
+            core.on_recovered()
+            n.outstanding.extend(core.take_actions())
+        if not n.outstanding and core.phase is WorkerPhase.IDLE:
+            tasks = self.urm.tasks()
+            writable = set(self.d.store.writable_bookies())
+            core.on_tasks(tasks, self._tick(), self.now, writable=writable)
+            n.outstanding.extend(core.take_actions())
+            if not n.outstanding:
+                raise CannotDecideError(f"worker {w} finds no ledger it can take")
+        for _ in range(100):
+            if not n.outstanding:
+                if core.phase is WorkerPhase.IDLE:
+                    return ()  # it looked and found nothing it could take: a stutter
+                raise ImplementationError(f"worker {w} stalled in {core.phase.value}")
+            act = n.outstanding.popleft()
+            seen = self._perform(n, act)
+            n.outstanding.extend(core.take_actions())
+            if seen is not None:
+                return seen
+        raise ImplementationError(f"worker {w} took 100 actions without a spec step")
+
+    def _perform(self, n: Node, act: WorkerAction) -> tuple[Label, ...] | None:
+        """Perform one of ``n``'s actions; the spec step it completes, if any."""
+        core, w = n.worker, n.index
+        d = self.d
+        if isinstance(act, TryLock):
+            got = self.urm.try_lock(act.ledger_id, n.node_id)
+            current = self.urm.get(act.ledger_id) if got else None
+            core.on_lock(act.ledger_id, got, current, self._tick())
+            if got and current is not None:
+                return (("worker_acquires_ledger_lock", (w, d.spec_ledger(act.ledger_id))),)
+            return None
+        if isinstance(act, ReadLedger):
+            try:
+                md, version = d.store.read_ledger(act.ledger_id)
+            except NoSuchLedgerError:
+                md, version = None, -1
+            core.on_ledger(
+                md,
+                version,
+                self._tick(),
+                live=self.registered() if act.live else None,
+                candidates=d.store.writable_bookies() if act.candidates else None,
+            )
+            return None
+        if isinstance(act, Copy):
+            try:
+                entries, nbytes = self._copy(act)
+            except CopyFailedError as e:
+                core.on_failed(str(e), self._tick())
+                return None
+            core.on_copied(entries, nbytes)
+            return (("worker_copies_fragment", (w, act.fragment.segment)),)
+        if isinstance(act, CasReplica):
+            try:
+                version = d.store.write_ledger(act.ledger_id, act.metadata, act.expected_version)
+            except MetadataConflictError as e:
+                if e.current is None:
+                    raise ImplementationError(f"ledger {act.ledger_id} vanished") from e
+                core.on_cas_conflict(e.current, e.version)
+            else:
+                filled = self.rereplicated.setdefault(d.spec_ledger(act.ledger_id), set())
+                filled.add((act.segment, d.index[act.target]))
+                core.on_cas(version)
+            return (("worker_updates_segment_ensemble", (w,)),)
+        if isinstance(act, Verified):
+            return (("worker_verifies_ledger_replicated", (w,)),)
+        if isinstance(act, CompleteTask):
+            core.on_completed(self.urm.complete(act.ledger_id, act.version))
+            unlock = core.take_actions()
+            if unlock != [Unlock(act.ledger_id)]:
+                raise ImplementationError(f"worker {w}: {unlock} after completing a task")
+            self._unlock(n, act.ledger_id)
+            return (("worker_deletes_task", (w,)),) if act.repaired else ()
+        if isinstance(act, RecordFailure):
+            self.urm.record_failure(act.ledger_id, act.version)
+            return None
+        if isinstance(act, Defer):
+            return None
+        if isinstance(act, Unlock):
+            attempted = core.task is not None  # else the task was gone under the lock
+            self._unlock(n, act.ledger_id)
+            return (("worker_releases_lock", (w,)),) if attempted else ()
+        if isinstance(act, StartRecovery):
+            if d.spec_ledger(act.ledger_id) != d._cfg().writer_ledger:
+                raise ImplementationError(f"worker {w} fences ledger {act.ledger_id}, not open")
+            d.recovery_requested = True
+            return (("worker_fences_open_ledger", (w,)),)
+        if isinstance(act, ReadOpenLac):  # the planted bug's unfenced look at the LAC
+            core.on_open_lac(self._open_lac(act))
+            return None
+        raise ImplementationError(f"worker {w}: unknown action {act}")
+
+    def _open_lac(self, act: ReadOpenLac) -> int:
+        """The highest LAC the live ``bookies`` report, read without fencing."""
+        d = self.d
+        lac = -1
+        for name in act.bookies:
+            node = d.bookies[d.index[name]]
+            if node.core is None:
+                continue
+            reply = node.serve(ReadLacRequest(d._next_id(), act.ledger_id, False, b""))
+            if isinstance(reply, ReadLacResponse) and reply.status is Status.OK:
+                lac = max(lac, reply.lac)
+        return lac
+
+    def _unlock(self, n: Node, ledger_id: int) -> None:
+        self.urm.unlock(ledger_id)
+        n.worker.on_unlocked(self._tick())
+
+    def _copy(self, act: Copy) -> tuple[int, int]:
+        """Copy the fragment's entries to the target with recovery adds, each read from a
+        live replica that holds it, as ``bkref.impl.autorecovery.replicator.copy_fragment``."""
+        d = self.d
+        md: LedgerMetadata = act.metadata
+        frag = act.fragment
+        lid = frag.ledger_id
+        target = d.bookies[d.index[act.target]]
+        if target.core is None:
+            raise CopyFailedError(f"target {act.target} is down")
+        digest = Digest(md.digest_type, md.password)
+        key = master_key(md.password)
+        entries = nbytes = 0
+        for e in frag.entries(md):
+            body = None
+            for src in frag.copy_sources(md, e, act.target, act.avoid):
+                node = d.bookies[d.index[src]]
+                if node.core is None:
+                    continue
+                resp = node.serve(ReadRequest(d._next_id(), lid, e))
+                if judge(resp, digest, lid, e) is Verdict.INTACT:
+                    assert isinstance(resp, ReadResponse)
+                    body = resp.body
+                    break
+            if body is None:
+                raise CopyFailedError(f"ledger {lid} entry {e}: no live replica holds it intact")
+            reply = target.serve(AddRequest(d._next_id(), lid, e, key, body, recovery=True))
+            if reply.status is not Status.OK:
+                raise CopyFailedError(f"target {act.target} refused entry {e}: {reply.status}")
+            entries += 1
+            nbytes += len(body)
+        return entries, nbytes
+
+
+class CopyFailedError(Exception):
+    """A copy could not be made (as the replicator's ``RepairError``)."""

@@ -1,7 +1,0 @@
-"""`python -m impl.bookie --config FILE`: the same as `bkref bookie`."""
-
-import sys
-
-from impl.bookie.main import main
-
-sys.exit(main(sys.argv[1:]))
