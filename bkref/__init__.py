@@ -11,5 +11,5 @@ contract in pyproject.toml):
 - :mod:`bkref.spark_checks`: the same verdicts on PySpark, for very large histories.
 - :mod:`bkref.refine`: the spec held against the implementation, step by step.
 
-``docs/api.md`` is the public API, with examples.
+``docs/api.md`` is the public API, with examples (run by the test suite).
 """
