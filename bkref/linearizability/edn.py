@@ -158,6 +158,7 @@ _CHARS: Final = {
 _CLOSERS: Final = {"[": "]", "(": ")", "{": "}", "#{": "}"}
 _WHAT: Final = {"[": "vector", "(": "list", "{": "map", "#{": "set"}
 _CONSTANTS: Final[dict[str, object]] = {"nil": None, "true": True, "false": False}
+_MISSING: Final = object()
 
 
 def _line(text: str, pos: int) -> int:
@@ -229,6 +230,7 @@ def iter_forms(
     stack: list[tuple[str, list[Any], int]] = []
     seen_form = False
     last_pos, last_line = 0, 1
+    atoms: dict[str, object] = dict(_CONSTANTS)
 
     def fail(message: str, pos: int) -> HistoryError:
         return HistoryError(message, line=_line(text, pos), source=source)
@@ -241,10 +243,18 @@ def iter_forms(
         tok = m.group(kind)
         value: object
         if kind == "atom":
-            try:
-                value = _atom(tok)
-            except ValueError as e:
-                raise fail(str(e), start) from None
+            # Fast paths: most atoms are keywords seen before or plain integers.
+            value = atoms.get(tok, _MISSING)
+            if value is _MISSING:
+                if tok.isdigit() and (tok[0] != "0" or len(tok) == 1):
+                    value = int(tok)
+                else:
+                    try:
+                        value = _atom(tok)
+                    except ValueError as e:
+                        raise fail(str(e), start) from None
+                    if isinstance(value, _Named):
+                        atoms[tok] = value
         elif kind == "str":
             body = tok[1:-1]
             try:
