@@ -22,11 +22,12 @@ from typing import Any
 
 from bkref.linearizability import wgl
 from bkref.linearizability.durability import Durability, describe
+from bkref.linearizability.edn import edn_model, read_edn
 from bkref.linearizability.history import HistoryError, Op, Operation, pair
 from bkref.linearizability.history_files import read_history
 from bkref.linearizability.ledger_checker import LedgerCheckResult, check_ledgers
 from bkref.linearizability.models import MODELS, describe_ledger_op, to_ledger_op
-from bkref.linearizability.peer import read_edn_kv, read_jepsen_log, sniff
+from bkref.linearizability.peer import read_jepsen_log, sniff
 from bkref.linearizability.timeline import Bar, Section, render
 from bkref.spec.cli_args import positive_float, positive_int
 
@@ -41,9 +42,11 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Decide whether histories are linearizable.\n\n"
             "HISTORY is bkref's format (JSON Lines, or Parquet: a file or a directory;\n"
-            "see bkref/linearizability/history.py), a Jepsen cas-register log, or EDN kv maps\n"
-            "(recognised by content). Several files are checked one after another, so a\n"
-            "history too big for memory can be split into files of whole ledgers.\n\n"
+            "see bkref/linearizability/history.py), a Jepsen cas-register log, or EDN:\n"
+            "Jepsen's history.edn as `bkref history export` writes it, or Porcupine's kv maps\n"
+            "(recognised by content; see bkref/linearizability/edn.py). Several files are\n"
+            "checked one after another, so a history too big for memory can be split into\n"
+            "files of whole ledgers.\n\n"
             "Models:\n"
             + "".join(f"  {m.name:<13} {m.help}\n" for m in MODELS.values())
             + "\nThe ledger model is checked by the ledger checker (no search, O(n log n)),\n"
@@ -65,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
         "--model",
         choices=sorted(MODELS),
         default=None,
-        help="sequential model (default: ledger; cas-register for Jepsen logs, kv for EDN)",
+        help="sequential model (default: ledger; cas-register for Jepsen logs; for EDN, "
+        "the model its operations belong to)",
     )
     p.add_argument(
         "--engine",
@@ -105,10 +109,10 @@ def _check_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> No
         p.error(f"--html {args.html}: expected a file in an existing directory")
 
 
-def _require_ops(path: Path, fmt: str) -> None:
+def _require_ops(path: Path, fmt: str, model: str) -> None:
     """A history without one operation is bad input: it proves nothing, and a
     pipeline that lost its history must not pass. Reads up to the first op."""
-    if next(iter(_read(path, fmt, False)), None) is None:
+    if next(iter(_read(path, fmt, False, model)), None) is None:
         raise HistoryError(
             "no operations: expected a history of at least one operation (the file is "
             "empty, or has only the header line); --allow-empty accepts it",
@@ -145,11 +149,11 @@ class _Progress:
         )
 
 
-def _read(path: Path, fmt: str, validate: bool) -> Iterator[Op]:
+def _read(path: Path, fmt: str, validate: bool, model: str) -> Iterator[Op]:
     if fmt == "jepsen-log":
         return read_jepsen_log(path)
     if fmt == "edn":
-        return read_edn_kv(path)
+        return read_edn(str(path), model=model, check=validate)
     return read_history(path, check=validate)
 
 
@@ -183,7 +187,7 @@ def _check_ledger_file(
     path: Path, fmt: str, args: argparse.Namespace, progress: _Progress, durability: Durability
 ) -> tuple[dict[str, Any], list[Section]]:
     result: LedgerCheckResult = check_ledgers(
-        _tap(_read(path, fmt, not args.no_validate), durability), progress=progress
+        _tap(_read(path, fmt, not args.no_validate, "ledger"), durability), progress=progress
     )
     report: dict[str, Any] = {
         "file": str(path),
@@ -201,7 +205,7 @@ def _check_ledger_file(
     if args.html:
         shown = set(report["invalid_ledgers"][:20]) or set(sorted(result.ledgers)[:5])
         hot = {i for a in result.anomalies if a.ledger in shown for i in a.ops}
-        bars = _ledger_bars(_read(path, fmt, False), shown, hot)
+        bars = _ledger_bars(_read(path, fmt, False, "ledger"), shown, hot)
         for lid in sorted(shown):
             v = result.ledgers[lid]
             lb = bars.get(lid, [])
@@ -225,7 +229,7 @@ def _check_search_file(  # noqa: PLR0917
     progress: _Progress,
     durability: Durability | None,
 ) -> tuple[dict[str, Any], list[Section]]:
-    lines = list(_tap(_read(path, fmt, not args.no_validate), durability))
+    lines = list(_tap(_read(path, fmt, not args.no_validate, model), durability))
     operations: list[Operation] = pair(lines)
     result = wgl.check(
         model, operations, budget=args.budget, jobs=args.jobs, progress=progress.keys
@@ -361,8 +365,12 @@ def _check_files(
         if not path.exists():
             raise HistoryError("no such file or directory", source=str(path))
         fmt = sniff(path)
-        default = {"jepsen-log": "cas-register", "edn": "kv"}.get(fmt, "ledger")
-        model = args.model or default
+        if args.model is not None:
+            model = args.model
+        elif fmt == "edn":
+            model = edn_model(str(path))
+        else:
+            model = "cas-register" if fmt == "jepsen-log" else "ledger"
         fast = model == "ledger" and args.engine != "search"
         if args.engine == "fast" and model != "ledger":
             raise HistoryError(
@@ -371,7 +379,7 @@ def _check_files(
         durability = Durability() if model == "ledger" else None
         try:
             if not args.allow_empty:
-                _require_ops(path, fmt)
+                _require_ops(path, fmt, model)
             if durability is not None and fast:
                 report, secs = _check_ledger_file(path, fmt, args, progress, durability)
             else:

@@ -7,7 +7,8 @@
   the ``cas-register`` model.
 - EDN maps, one per line, for a key-value store with append:
   ``{:process P, :type :invoke, :f :get, :key "K", :value V}``. Check these
-  with the ``kv`` model.
+  with the ``kv`` model. They are read by the EDN reader of
+  :mod:`bkref.linearizability.edn`, which also reads Jepsen's history.edn.
 
 Both become bkref ops (``Op``) in line order: ``index`` and ``time`` are the
 line number, the register's value goes to ``value`` as JSON, a kv operation's
@@ -23,31 +24,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
+from bkref.linearizability import edn
+from bkref.linearizability.edn import to_json
 from bkref.linearizability.history import JSON, OP_TYPES, HistoryError, Op, OpType
 
 _JEPSEN_LINE: Final = re.compile(
     r"^INFO\s+jepsen\.util\s+-\s+(?P<process>\d+)\s+:(?P<type>\w+)\s+:(?P<f>[\w-]+)\s*(?P<value>.*?)\s*$"
 )
-_EDN_PAIR: Final = re.compile(
-    r':(?P<k>[\w-]+)\s+(?P<v>"(?:[^"\\]|\\.)*"|:[\w-]+|nil|true|false|-?\d+|\[[^\]]*\])'
-)
+_EDN_START: Final = re.compile(r"(?:\{\s*:|[\[(]\s*(?:\{\s*:|$)|;)")
 
 
-def _edn_value(text: str, where: str) -> JSON:
-    if text == "nil":
-        return None
-    if text in ("true", "false"):
-        return text == "true"
-    if text.startswith('"'):
-        return text[1:-1].replace('\\"', '"').replace("\\\\", "\\")
-    if text.startswith(":"):
-        return text[1:]
-    if text.startswith("["):
-        return [_edn_value(t, where) for t in text[1:-1].split()]
+def _edn_value(text: str, line: int, source: str) -> JSON:
+    """A value of a Jepsen log line, read as EDN (keywords by name: ``:timed-out``)."""
     try:
-        return int(text)
-    except ValueError:
-        raise HistoryError(f"cannot read the EDN value {text!r}", source=where) from None
+        return to_json(edn.loads(text))
+    except (HistoryError, ValueError) as e:
+        reason = e.reason if isinstance(e, HistoryError) else str(e)
+        raise HistoryError(
+            f"cannot read the EDN value {text!r}: {reason}", line=line, source=source
+        ) from None
 
 
 def _op_type(text: str, line: int, source: str) -> OpType:
@@ -89,34 +84,15 @@ def read_jepsen_log(path: str | Path) -> Iterator[Op]:
         if m is None:
             continue
         typ = _op_type(m["type"], n, source)
-        value = _edn_value(m["value"], f"{source} line {n}") if m["value"] else None
+        value = _edn_value(m["value"], n, source) if m["value"] else None
         yield Op(index, n, int(m["process"]), typ, m["f"], None, value)
         index += 1
 
 
 def read_edn_kv(path: str | Path) -> Iterator[Op]:
-    """Ops of a key-value history written as one EDN map per line."""
-    source = str(path)
-    index = 0
-    for n, raw in _lines(path):
-        text = raw.strip()
-        if not text:
-            continue
-        if not (text.startswith("{") and text.endswith("}")):
-            raise HistoryError("expected an EDN map {...}", line=n, source=source)
-        fields = {
-            m["k"]: _edn_value(m["v"], f"{source} line {n}") for m in _EDN_PAIR.finditer(text)
-        }
-        missing = [k for k in ("process", "type", "f") if k not in fields]
-        if missing:
-            raise HistoryError(f"missing {missing}", line=n, source=source)
-        process, f = fields["process"], fields["f"]
-        if type(process) is not int or not isinstance(f, str):
-            raise HistoryError("bad :process or :f", line=n, source=source)
-        typ = _op_type(str(fields["type"]), n, source)
-        value = {"key": fields.get("key"), "value": fields.get("value")}
-        yield Op(index, n, process, typ, f, None, value)
-        index += 1
+    """Ops of a key-value history written as EDN maps, one per line: Porcupine's
+    maps with ``:key``, or Jepsen's ``[key value]`` tuples (:mod:`bkref.linearizability.edn`)."""
+    return edn.read_edn(str(path), model="kv", check=False)
 
 
 def sniff(path: str | Path) -> str:
@@ -132,7 +108,7 @@ def sniff(path: str | Path) -> str:
                     continue
                 if _JEPSEN_LINE.match(text) or text.startswith("INFO"):
                     return "jepsen-log"
-                if text.startswith("{:"):
+                if _EDN_START.match(text):
                     return "edn"
                 return "bkref"
     except OSError as e:
