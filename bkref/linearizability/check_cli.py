@@ -22,7 +22,7 @@ from typing import Any
 
 from bkref.linearizability import wgl
 from bkref.linearizability.durability import Durability, describe
-from bkref.linearizability.edn import edn_model, read_edn
+from bkref.linearizability.edn_history import edn_model, read_edn
 from bkref.linearizability.history import HistoryError, Op, Operation, pair
 from bkref.linearizability.history_files import read_history
 from bkref.linearizability.ledger_checker import LedgerCheckResult, check_ledgers
@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
             "HISTORY is bkref's format (JSON Lines, or Parquet: a file or a directory;\n"
             "see bkref/linearizability/history.py), a Jepsen cas-register log, or EDN:\n"
             "Jepsen's history.edn as `bkref history export` writes it, or Porcupine's kv maps\n"
-            "(recognised by content; see bkref/linearizability/edn.py). Several files are\n"
+            "(recognised by content; see bkref/linearizability/edn_history.py). Several files are\n"
             "checked one after another, so a history too big for memory can be split into\n"
             "files of whole ledgers.\n\n"
             "Models:\n"

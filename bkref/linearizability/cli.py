@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from bkref.linearizability.edn import plan_export, write_edn
+from bkref.linearizability.edn_history import plan_export, write_edn
 from bkref.linearizability.history import HistoryError, Op
 from bkref.linearizability.history_files import nonempty, read_history, write_history
 from bkref.linearizability.models import MODELS
@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Write a bkref history as Jepsen writes history.edn: one EDN map per operation "
             "per line (:index, :time, :type, :process, :f, :value), values shaped as "
-            "Jepsen's tests write them for the model; see bkref/linearizability/edn.py."
+            "Jepsen's tests write them for the model; see bkref/linearizability/edn_history.py."
         ),
         epilog="exit status: 0 written, 2 the source is unreadable, malformed or empty (no "
         "operations), an op has no EDN shape for the model, or the target cannot be written "

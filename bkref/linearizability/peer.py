@@ -8,7 +8,7 @@
 - EDN maps, one per line, for a key-value store with append:
   ``{:process P, :type :invoke, :f :get, :key "K", :value V}``. Check these
   with the ``kv`` model. They are read by the EDN reader of
-  :mod:`bkref.linearizability.edn`, which also reads Jepsen's history.edn.
+  :mod:`bkref.linearizability.edn_history`, which also reads Jepsen's history.edn.
 
 Both become bkref ops (``Op``) in line order: ``index`` and ``time`` are the
 line number, the register's value goes to ``value`` as JSON, a kv operation's
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from bkref.linearizability import edn
+from bkref.linearizability import edn, edn_history
 from bkref.linearizability.edn import to_json
 from bkref.linearizability.history import JSON, OP_TYPES, HistoryError, Op, OpType
 
@@ -92,7 +92,7 @@ def read_jepsen_log(path: str | Path) -> Iterator[Op]:
 def read_edn_kv(path: str | Path) -> Iterator[Op]:
     """Ops of a key-value history written as EDN maps, one per line: Porcupine's
     maps with ``:key``, or Jepsen's ``[key value]`` tuples (:mod:`bkref.linearizability.edn`)."""
-    return edn.read_edn(str(path), model="kv", check=False)
+    return edn_history.read_edn(str(path), model="kv", check=False)
 
 
 def sniff(path: str | Path) -> str:

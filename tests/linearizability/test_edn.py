@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkref.linearizability import edn
+from bkref.linearizability import edn, edn_history
 from bkref.linearizability.anomalies import ANOMALY_KINDS
 from bkref.linearizability.check_cli import main as check_main
 from bkref.linearizability.cli import history_main
@@ -190,7 +190,7 @@ def test_object_histories_round_trip_with_the_same_verdict(
     if planted:
         ops = plant_stale_read(ops, model, keys[0])
     src, out = export(ops, tmp_path)
-    assert list(edn.read_edn(str(out), model=model)) == ops
+    assert list(edn_history.read_edn(str(out), model=model)) == ops
     code, report = check(src, capsys, "--model", model)
     assert code == (1 if planted else 0)
     assert check(out, capsys, "--model", model) == (code, report)
@@ -227,7 +227,7 @@ def test_ledger_histories_round_trip_with_the_same_verdict(
     ops = next(h for seed in range(60) if (h := ledger_ops(seed, kind)) is not None)
     ops = with_nemesis(ops)
     src, out = export(ops, tmp_path)
-    assert list(edn.read_edn(str(out))) == ops
+    assert list(edn_history.read_edn(str(out))) == ops
     code, report = check(src, capsys)
     assert code == (0 if kind is None else 1)
     if kind is not None:
@@ -241,7 +241,7 @@ def test_many_interleaved_ledgers_round_trip(
 ) -> None:
     ops = many_ledgers(random.Random(5), 6, 60)
     src, out = export(ops, tmp_path)
-    assert list(edn.read_edn(str(out))) == ops
+    assert list(edn_history.read_edn(str(out))) == ops
     assert check(out, capsys) == check(src, capsys)
 
 
@@ -251,7 +251,7 @@ def test_index_gaps_are_renumbered_densely_and_the_rest_kept(tmp_path: Path) -> 
     gappy = drop_final_reads(ops, random.Random(1))
     assert [op.index for op in gappy] != list(range(len(gappy))), "the history needs a gap"
     _, out = export(gappy, tmp_path)
-    back = list(edn.read_edn(str(out)))
+    back = list(edn_history.read_edn(str(out)))
     assert [op.index for op in back] == list(range(len(gappy)))
     assert [op._replace(index=0) for op in back] == [op._replace(index=0) for op in gappy]
 
@@ -292,7 +292,7 @@ def test_export_writes_jepsen_history_lines(tmp_path: Path) -> None:
 def test_register_and_kv_value_shapes_are_jepsens() -> None:
     def line(op: Op, model: str, keyed: bool = False) -> str:
         buf = io.StringIO()
-        edn.write_edn([op], buf, model, keyed=keyed)
+        edn_history.write_edn([op], buf, model, keyed=keyed)
         return buf.getvalue().split(":f ", 1)[1].strip()
 
     assert line(Op(0, 0, 1, "invoke", "read", None, None), "register") == ":read, :value nil}"
@@ -324,14 +324,14 @@ def test_a_whole_file_vector_with_comments_and_commas_is_read(tmp_path: Path) ->
         encoding="utf-8",
     )
     assert sniff(path) == "edn"
-    ops = list(edn.read_edn(str(path)))
+    ops = list(edn_history.read_edn(str(path)))
     assert [(op.index, op.time, op.process, op.type, op.f, op.value) for op in ops] == [
         (0, 2, 0, "invoke", "write", 3),
         (1, 3, 0, "ok", "write", 3),
         (2, 5, 1, "invoke", "read", None),
         (3, 6, 1, "ok", "read", 3),
     ]  # without :index and :time: op order, and the line number as time
-    assert edn.edn_model(str(path)) == "register"
+    assert edn_history.edn_model(str(path)) == "register"
 
 
 def test_jepsen_independent_registers_and_errors_are_read(tmp_path: Path) -> None:
@@ -342,7 +342,7 @@ def test_jepsen_independent_registers_and_errors_are_read(tmp_path: Path) -> Non
         '{:index 2, :time 9, :type :info, :process :nemesis, :f :kill, :value ["n1" "n2"]}\n',
         encoding="utf-8",
     )
-    assert list(edn.read_edn(str(path))) == [
+    assert list(edn_history.read_edn(str(path))) == [
         Op(0, 5, 0, "invoke", "cas", 4, [None, 1]),
         Op(1, 9, 0, "info", "cas", 4, {"error": "timeout"}),
         Op(2, 9, "nemesis", "info", "kill", None, ["n1", "n2"]),
@@ -386,7 +386,7 @@ def test_bad_edn_is_a_history_error_naming_the_line(
     with pytest.raises(
         HistoryError, match=rf"^{re.escape(str(path))} line 3: .*{re.escape(message)}"
     ):
-        list(edn.read_edn(str(path), model="ledger"))
+        list(edn_history.read_edn(str(path), model="ledger"))
 
 
 def test_bad_edn_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -480,8 +480,8 @@ def test_export_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert history_main(["export", str(src)]) == 0
     text = capsys.readouterr().out
     assert len(text.splitlines()) == len(ops)
-    reader = edn._OpReader("stdout", "kv", keyed=False)
-    assert [reader.op(n, m) for n, m in edn.iter_op_maps(text, "stdout")] == ops
+    reader = edn_history._OpReader("stdout", "kv", keyed=False)
+    assert [reader.op(n, m) for n, m in edn_history.iter_op_maps(text, "stdout")] == ops
 
 
 # ---------------------------------------------------------------- Hypothesis round trips
@@ -547,7 +547,7 @@ def model_ops(draw: st.DrawFn) -> tuple[str, bool, list[Op]]:
 def test_ops_of_every_model_survive_export_and_read(case: tuple[str, bool, list[Op]]) -> None:
     model, keyed, ops = case
     buf = io.StringIO()
-    edn.write_edn(ops, buf, model, keyed=keyed)
-    reader = edn._OpReader("h.edn", model, keyed)
-    back = [reader.op(line, m) for line, m in edn.iter_op_maps(buf.getvalue(), "h.edn")]
+    edn_history.write_edn(ops, buf, model, keyed=keyed)
+    reader = edn_history._OpReader("h.edn", model, keyed)
+    back = [reader.op(line, m) for line, m in edn_history.iter_op_maps(buf.getvalue(), "h.edn")]
     assert back == ops
