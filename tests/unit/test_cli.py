@@ -65,11 +65,13 @@ def test_an_exception_in_a_subcommand_is_one_line_and_exit_2(
         )
 
 
-def test_a_reader_that_closed_the_pipe_ends_the_command_quietly() -> None:
+@pytest.mark.parametrize("argv", [["spec", "list"], ["--help"]])
+def test_a_reader_that_closed_the_pipe_ends_the_command_quietly(argv: list[str]) -> None:
     # `bkref ... | head`: the reader is gone before the command writes. Not an internal
-    # error, not exit 1 (anomalies): the status SIGPIPE would give, and nothing on stderr.
+    # error, not exit 1 (anomalies): the status SIGPIPE would give, and nothing on stderr;
+    # the same for bkref's own usage text.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bkref.impl.cli.main", "spec", "list"],
+        [sys.executable, "-m", "bkref.impl.cli.main", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

@@ -65,7 +65,15 @@ def _usage(commands: dict[str, EntryPoint]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    try:
+        return _dispatch(sys.argv[1:] if argv is None else argv)
+    except BrokenPipeError:
+        # The reader is gone (`bkref ... | head`): flushing stdout at exit would raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+
+
+def _dispatch(args: list[str]) -> int:
     commands = _commands()
     if not commands:
         print(
@@ -86,9 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         run: Subcommand = commands[name].load()
         return run(rest)
     except BrokenPipeError:
-        # The reader is gone: flushing stdout at exit would raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
+        raise  # main() ends quietly
     except Exception as e:  # SystemExit (argparse's usage errors) and Ctrl-C pass through
         return _internal_error(name, e)
 
