@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bkref.linearizability import wgl
+from bkref.linearizability.anomalies import NO_LINEARIZATION
 from bkref.linearizability.durability import Durability, describe
 from bkref.linearizability.edn_history import edn_model, read_edn
 from bkref.linearizability.history import HistoryError, Op, Operation, pair
@@ -331,12 +332,14 @@ def _print_report(report: dict[str, Any]) -> None:
     bad = [p for p in report["partitions"] if p["verdict"] != "valid"]
     print(f"  keys: {len(report['partitions'])}, not linearizable or unknown: {len(bad)}")
     for p in bad[:SHOW]:
-        line = f"    key {p['key']!r}: {p['verdict']}"
-        if "blocked_op" in p:
-            line += (
-                f"; after {len(p['linearized_prefix'])} ops, op [{p['blocked_op']}] "
-                f"{p['blocked']} cannot take effect"
+        if "blocked_op" in p:  # the anomaly, in the words bkref spark-check uses too
+            text = NO_LINEARIZATION.render(key=repr(p["key"]), blocked=p["blocked"])
+            line = (
+                f"    {NO_LINEARIZATION.kind}: {text} "
+                f"(op [{p['blocked_op']}], after {len(p['linearized_prefix'])} ops)"
             )
+        else:
+            line = f"    key {p['key']!r}: {p['verdict']}"
         if "note" in p:
             line += f" ({p['note']})"
         print(line)
