@@ -1,0 +1,89 @@
+"""Protocol traces: the steps a node takes, named as the spec names its actions.
+
+A node (a bookie, a client, an AutoRecovery process, the nemesis) that is given a
+:class:`Tracer` writes one JSON line per protocol step it takes, to a file of its own::
+
+    {"node": "bookie-1", "seq": 17, "t": 5123456789, "action": "bookie_handles_add",
+     "ledger": 12, "entry": 40, "bookie": "127.0.0.1:3181", ...}
+
+- ``action``: the name of the spec's action the step is (``bkref.spec.protocol.ACTIONS``;
+  ``impl`` does not import the spec, a test holds the names equal);
+- ``seq``: the node's own order of its steps, from 0;
+- ``t``: the node's monotonic clock in nanoseconds (for display; only ``seq`` orders);
+- the rest: the arguments the spec's action takes, in real names (ledger ids, bookie ids,
+  entry ids, metadata versions), and what links a step to steps of other nodes (request
+  ids, metadata versions).
+
+``bkref trace check`` merges a run's files and replays them through the spec
+(docs/notes/trace-validation.md). Tracing is off unless a node is given a tracer: call
+sites test ``tracer is not None`` first, so the add path pays one comparison.
+Every line is written through at once (line-buffered), so a node killed with SIGKILL
+leaves every step it logged.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+TRACE_PREFIX = "trace-"  # trace-<node>.jsonl in a run's trace directory
+
+
+def trace_path(directory: Path, node: str) -> Path:
+    """The trace file of ``node`` in ``directory`` (``/`` and ``:`` in the name made safe)."""
+    safe = node.replace("/", "_").replace(":", "_")
+    return directory / f"{TRACE_PREFIX}{safe}.jsonl"
+
+
+def _complete_lines(path: Path) -> int:
+    """The complete lines of an existing trace file; a last line cut short by a crash
+    is removed (that step was never wholly logged, so it counts as not logged)."""
+    if not path.exists():
+        return 0
+    with path.open("r+b") as f:
+        data = f.read()
+        keep = data.rfind(b"\n") + 1
+        if keep < len(data):
+            f.truncate(keep)
+        return data.count(b"\n", 0, keep)
+
+
+class Tracer:
+    """Writes one node's protocol steps; safe to share between the node's threads."""
+
+    def __init__(self, directory: Path, node: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.node = node
+        self.path = trace_path(directory, node)
+        # A restarted node (a bookie after a crash) continues its own file and numbering.
+        self._seq = _complete_lines(self.path)
+        self._file = self.path.open("a", buffering=1, encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def step(self, action: str, **args: Any) -> None:  # noqa: ANN401 - JSON values
+        """Log that this node took the spec step ``action`` with ``args``."""
+        with self._lock:
+            line = {"node": self.node, "seq": self._seq, "t": time.monotonic_ns()}
+            line["action"] = action
+            line.update(args)
+            self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
+            self._seq += 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
