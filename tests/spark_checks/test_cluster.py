@@ -23,7 +23,7 @@ import pytest
 
 from bkref.linearizability.history import Op
 from bkref.linearizability.history_files import write_jsonl
-from bkref.spark_checks.standalone import HOST, StandaloneCluster
+from bkref.spark_checks.standalone import HOST, ClusterError, StandaloneCluster
 from tests.spark_checks.test_generic import register_history
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -170,3 +170,11 @@ def test_stopping_the_cluster_leaves_no_process(cluster: StandaloneCluster) -> N
     cluster.stop()
     assert _process_groups(groups) == []
     assert all(p.poll() is not None for p in cluster.processes.values())
+
+
+def test_a_worker_not_up_by_the_deadline_is_an_error_naming_its_log(tmp_path: Path) -> None:
+    c = StandaloneCluster(tmp_path, timeout=0.1)  # a JVM takes seconds to start
+    with pytest.raises(ClusterError, match=r"no Spark worker registered .* see .*worker\.log"):
+        c.start()
+    assert len(c.pids()) == 2
+    assert _process_groups(c.pids()) == []  # start stopped what it had started
