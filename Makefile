@@ -17,7 +17,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo
 
-.PHONY: install-check crosshair spec-check spec-big spec-coverage refine campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup docker-images docker-smoke docker-campaign docker-planted
+.PHONY: install-check crosshair spec-check spec-big spec-coverage refine campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup docker-images docker-smoke docker-campaign docker-planted spark-cluster-test
 
 help:
 	@echo "make campaign  the main job: a fault campaign on a local cluster, its checks and report"
@@ -35,6 +35,7 @@ help:
 	@echo "make docker-smoke  the Docker tests (engine, image, a short campaign), or why not"
 	@echo "make docker-planted  every planted bug, each caught on the Docker backend"
 	@echo "make docker-campaign  a default-length campaign on the Docker backend (CAMPAIGN_ARGS too)"
+	@echo "make spark-cluster-test  spark-check on a real standalone Spark cluster on 127.0.0.1 vs local[2]"
 	@echo "make install-check  pip install . into a fresh venv; bkref runs from outside the checkout"
 	@echo "make verify    ruff, mypy --strict, import contracts, install-check, the whole test suite (what CI runs)"
 
@@ -169,6 +170,11 @@ refine: setup
 
 verify: lint typecheck contracts crosshair install-check bench-smoke docker-smoke
 	$(VENV)/bin/pytest -q -m 'not docker' -n $(TEST_WORKERS) --dist loadfile --durations=25
+
+# A standalone Spark master and worker on 127.0.0.1 (bkref/spark_checks/standalone.py):
+# spark-check's verdicts there equal local[2]'s. Marked slow, so `make verify` runs it too.
+spark-cluster-test: setup
+	$(VENV)/bin/pytest -q tests/spark_checks/test_cluster.py
 
 bench: setup
 	$(PY) -m tests.bench

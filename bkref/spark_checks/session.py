@@ -58,12 +58,15 @@ def under_spark_submit() -> bool:
 
 
 def _project_zip() -> Path:
-    """bkref's linearizability and spec as one zip for the executors of a real cluster."""
+    """bkref's spark_checks, linearizability and spec as one zip for the executors
+    of a real cluster. spark_checks is in it because the generic checker's
+    applyInPandas function is pickled by reference to
+    ``bkref.spark_checks.generic``: without it executors fail to unpickle it."""
     root = Path(__file__).resolve().parents[2]
     out = Path(tempfile.gettempdir()) / f"bkref-pyfiles-{os.getpid()}.zip"
     with zipfile.ZipFile(out, "w") as z:
         z.write(root / "bkref" / "__init__.py", "bkref/__init__.py")
-        for package in ("linearizability", "spec"):
+        for package in ("spark_checks", "linearizability", "spec"):
             for f in sorted((root / "bkref" / package).rglob("*.py")):
                 z.write(f, f.relative_to(root))
     return out
