@@ -9,6 +9,7 @@ Under ``spark-submit`` the master comes from spark-submit, not from here.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import tempfile
@@ -64,6 +65,8 @@ def _project_zip() -> Path:
     ``bkref.spark_checks.generic``: without it executors fail to unpickle it."""
     root = Path(__file__).resolve().parents[2]
     out = Path(tempfile.gettempdir()) / f"bkref-pyfiles-{os.getpid()}.zip"
+    # The driver serves it to executors while the application runs; removed at exit.
+    atexit.register(out.unlink, missing_ok=True)
     with zipfile.ZipFile(out, "w") as z:
         z.write(root / "bkref" / "__init__.py", "bkref/__init__.py")
         for package in ("spark_checks", "linearizability", "spec"):
