@@ -118,7 +118,7 @@ install-check:
 	cd $(INSTALL_CHECK_DIR) && venv/bin/python -c "import bkref.spec, bkref.linearizability"
 	cd $(INSTALL_CHECK_DIR) && ! venv/bin/python -c "import spec" 2>/dev/null
 	cd $(INSTALL_CHECK_DIR) && venv/bin/bkref check history.log
-	cd $(INSTALL_CHECK_DIR) && venv/bin/bkref spec check --config c-short --quiet
+	cd $(INSTALL_CHECK_DIR) && venv/bin/bkref spec check --config c --quiet
 	@echo "make install-check: OK ($(INSTALL_CHECK_DIR))"
 
 lint: setup
