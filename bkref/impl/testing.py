@@ -64,10 +64,18 @@ class Clusters:
         self.made: list[LocalCluster] = []
 
     def __call__(
-        self, bookies: int, *, autorecovery: bool = False, **overrides: object
+        self,
+        bookies: int,
+        *,
+        autorecovery: bool = False,
+        trace_dir: Path | None = None,
+        **overrides: object,
     ) -> LocalCluster:
         cluster = LocalCluster(
-            self.directory / f"cluster{len(self.made)}", dict(overrides), autorecovery=autorecovery
+            self.directory / f"cluster{len(self.made)}",
+            dict(overrides),
+            autorecovery=autorecovery,
+            trace_dir=trace_dir,
         )
         self.made.append(cluster)  # before up(): a cluster half started is stopped too
         cluster.up(bookies, zk_connect=self.zk_connect)

@@ -60,6 +60,8 @@ class Tracer:
         self.node = node
         self.path = trace_path(directory, node)
         # A restarted node (a bookie after a crash) continues its own file and numbering.
+        # The file exists from a node's first start on: finding it, this start is a restart.
+        self.restarted = self.path.exists()
         self._seq = _complete_lines(self.path)
         self._file = self.path.open("a", buffering=1, encoding="utf-8")
         self._lock = threading.Lock()

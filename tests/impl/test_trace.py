@@ -10,7 +10,12 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
+from bkref.impl.client.client import BookKeeper
 from bkref.impl.trace import Tracer, trace_path
+from bkref.spec.protocol import ACTIONS
+from tests.impl.conftest import MakeCluster
 
 
 def _lines(path: Path) -> list[dict[str, object]]:
@@ -39,11 +44,13 @@ def test_a_restarted_node_continues_its_numbering_and_drops_a_cut_last_line(
     tmp_path: Path,
 ) -> None:
     with Tracer(tmp_path, "b") as t:
+        assert not t.restarted
         t.step("bookie_handles_add", entry=0)
     path = trace_path(tmp_path, "b")
     with path.open("a") as f:
         f.write('{"node":"b","seq":1,"act')  # the crash cut this line short
     with Tracer(tmp_path, "b") as t:
+        assert t.restarted
         t.step("bookie_restarts")
     assert [(x["seq"], x["action"]) for x in _lines(path)] == [
         (0, "bookie_handles_add"),
@@ -93,3 +100,51 @@ def test_a_node_killed_with_sigkill_leaves_every_step_it_logged(tmp_path: Path) 
     assert proc.stdin is not None
     proc.stdin.close()
     assert [x["entry"] for x in _lines(trace_path(tmp_path, "w"))] == list(range(500))
+
+
+# ------------------------------------------------------------- bookies on a real cluster
+
+
+@pytest.mark.zookeeper
+async def test_bookies_log_adds_and_fencing_reads_under_the_spec_names(
+    make_cluster: MakeCluster, tmp_path: Path
+) -> None:
+    traces = tmp_path / "traces"
+    cluster = make_cluster(3, trace_dir=traces)
+    ids = [b.bookie_id for b in cluster.bookies]
+    async with BookKeeper(cluster.zk_hosts) as bk:
+        h = await bk.create_ledger(3, 2, 2, b"pw", bookies=ids)
+        await h.add_many([b"e%d" % i for i in range(10)])
+        h2 = await bk.open_ledger(h.ledger_id, b"pw")  # with recovery: fences, reads, closes
+        assert h2.last_entry == 9
+    lines = {b: _lines(trace_path(traces, b)) for b in ids}
+    every = [x for steps in lines.values() for x in steps]
+    assert {x["action"] for x in every} <= {a.__name__ for a in ACTIONS}
+    for b, steps in lines.items():
+        assert [x["seq"] for x in steps] == list(range(len(steps)))
+        assert {x["node"] for x in steps} == {b}
+        adds = [x for x in steps if x["action"] == "bookie_handles_add" and not x["recovery"]]
+        # Round-robin striping, E = 3, Wq = 2: bookie i holds the entries whose write set
+        # (e mod 3, e + 1 mod 3) names it; each add answered OK, with its request id.
+        mine = [e for e in range(10) if ids.index(b) in (e % 3, (e + 1) % 3)]
+        assert sorted(int(str(x["entry"])) for x in adds) == mine
+        assert all(x["status"] == "OK" and x["ledger"] == h.ledger_id for x in adds)
+        assert all(isinstance(x["rid"], int) and ":" in str(x["peer"]) for x in adds)
+        fences = [x for x in steps if x["action"] == "bookie_handles_fencing_lac_read"]
+        assert len(fences) == 1  # recovery fences every bookie of the last ensemble once
+        assert fences[0]["lac"] in range(-1, 10)
+        # Every fencing read comes after the adds this bookie took.
+        assert steps.index(fences[0]) > max(steps.index(x) for x in adds)
+    reads = [x for x in every if x["action"] == "bookie_handles_recovery_read"]
+    assert reads, "the recovery read entries with a fence"
+    assert {x["entry"] for x in reads if x["found"]} <= set(range(10))
+
+
+@pytest.mark.zookeeper
+def test_a_restarted_bookie_logs_bookie_restarts(make_cluster: MakeCluster, tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    cluster = make_cluster(1, trace_dir=traces)
+    cluster.kill_bookie(0)
+    cluster.start_bookie(0)
+    steps = _lines(trace_path(traces, cluster.bookies[0].bookie_id))
+    assert [x["action"] for x in steps] == ["bookie_restarts"]

@@ -13,6 +13,7 @@ from bkref.impl.bookie.config import BookieConfig, ConfigError, load_for_cli
 from bkref.impl.bookie.cookie import CookieMismatchError
 from bkref.impl.bookie.server import Bookie
 from bkref.impl.cli.plants import add_plant_argument, plants_of
+from bkref.impl.trace import Tracer
 
 
 def cancel_on_signals() -> asyncio.AbstractEventLoop:
@@ -48,6 +49,13 @@ def main(argv: list[str]) -> int:
         help="do not serve: append what this (stopped) bookie stores to FILE as JSON Lines "
         "(bookie, ledger, entry, digest), the input of replication audits, and exit",
     )
+    p.add_argument(
+        "--trace",
+        type=Path,
+        metavar="DIR",
+        help="write the protocol steps this bookie takes (the spec's action names, one JSON "
+        "line each) to DIR/trace-<bookie id>.jsonl, for `bkref trace check` (default: off)",
+    )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING, ERROR")
     add_plant_argument(p, "this bookie's storage and its AutoRecovery")
     args = p.parse_args(argv)
@@ -67,7 +75,15 @@ def main(argv: list[str]) -> int:
         n = dump(config, args.dump)
         print(f"{config.bookie_id}: {n} entries dumped to {args.dump}")
         return 0
-    bookie = Bookie(config, plants=plants)
+    tracer = None
+    if args.trace is not None:
+        if args.trace.exists() and not args.trace.is_dir():
+            print(f"bkref bookie: --trace {args.trace}: not a directory", file=sys.stderr)
+            return 2
+        tracer = Tracer(args.trace, config.bookie_id)
+        if tracer.restarted:  # its file has steps: this start follows a stop or a crash
+            tracer.step("bookie_restarts", bookie=config.bookie_id)
+    bookie = Bookie(config, plants=plants, tracer=tracer)
     try:
         bookie.open_storage_and_register()
     except CookieMismatchError as e:

@@ -22,10 +22,14 @@ from bkref.impl.bookie.registration import Registration
 from bkref.impl.clock import SYSTEM_CLOCK, Clock
 from bkref.impl.core.bookie import BookieCore, BookieDecision
 from bkref.impl.core.frames import (
+    AddRequest,
     ErrorResponse,
     FrameDecoder,
     FrameError,
     Message,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
     Response,
     Status,
     encode,
@@ -33,6 +37,7 @@ from bkref.impl.core.frames import (
 from bkref.impl.meta.store import NoSuchLedgerError, ZkMetadataStore, connect
 from bkref.impl.meta.underreplication import UnderreplicationManager
 from bkref.impl.storage.bookie_storage import BookieStorage
+from bkref.impl.trace import Tracer
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +49,10 @@ class Bookie:
         *,
         plants: frozenset[str] = frozenset(),
         clock: Clock = SYSTEM_CLOCK,
+        tracer: Tracer | None = None,
     ) -> None:
         self.config = config
+        self.tracer = tracer  # protocol steps, for trace validation (off: None)
         self.plants = plants  # planted bugs (test-only) of its storage and AutoRecovery
         # When compaction is due and when a redundant ledger has waited long enough.
         self.clock = clock
@@ -60,12 +67,12 @@ class Bookie:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.frame_errors = 0
         # Journal callbacks arrive on the journal thread; one loop wake-up per batch.
-        self._durable: collections.deque[tuple[BookieDecision, _Out, BaseException | None]] = (
-            collections.deque()
-        )
+        self._durable: collections.deque[
+            tuple[Message, BookieDecision, _Out, BaseException | None]
+        ] = collections.deque()
         self._wakeup_pending = False
         self._wakeup_lock = threading.Lock()
-        self._to_persist: list[tuple[BookieDecision, _Out]] = []
+        self._to_persist: list[tuple[Message, BookieDecision, _Out]] = []
         self._redundant_since: dict[int, float] = {}  # over-replicated ledger -> first seen
 
     # ------------------------------------------------------------ lifecycle
@@ -325,12 +332,12 @@ class Bookie:
                 # a recovery close the ledger before an entry its writer then saw
                 # acknowledged. So apply (and hand to the journal) what is pending now.
                 self._persist_batch()
-            self._reply(d, out, None)
+            self._reply(req, d, out, None)
             return
         # Requests decoded in one event-loop turn are journaled as one append.
         if not self._to_persist:
             asyncio.get_running_loop().call_soon(self._persist_batch)
-        self._to_persist.append((d, out))
+        self._to_persist.append((req, d, out))
         out.inflight += 1
 
     def _persist_batch(self) -> None:
@@ -338,11 +345,11 @@ class Bookie:
         if not batch:  # already persisted early, for a read (see _dispatch)
             return
         assert self.storage is not None
-        records = tuple(r for d, _ in batch for r in d.records)
+        records = tuple(r for _, d, _ in batch for r in d.records)
 
         def durable(err: BaseException | None) -> None:
             with self._wakeup_lock:
-                self._durable.extend((d, out, err) for d, out in batch)
+                self._durable.extend((req, d, out, err) for req, d, out in batch)
                 if self._wakeup_pending:
                     return
                 self._wakeup_pending = True
@@ -352,19 +359,19 @@ class Bookie:
         try:
             self.storage.persist(records, durable)
         except OSError as e:
-            for d, out in batch:
+            for req, d, out in batch:
                 out.inflight -= 1
-                self._reply(d, out, e)
+                self._reply(req, d, out, e)
 
     def _drain_durable(self) -> None:
         with self._wakeup_lock:
             batch, self._durable = self._durable, collections.deque()
             self._wakeup_pending = False
-        for d, out, err in batch:
+        for req, d, out, err in batch:
             out.inflight -= 1
-            self._reply(d, out, err)
+            self._reply(req, d, out, err)
 
-    def _reply(self, d: BookieDecision, out: _Out, err: BaseException | None) -> None:
+    def _reply(self, req: Message, d: BookieDecision, out: _Out, err: BaseException | None) -> None:
         if out.writer.is_closing():
             return
         resp: Response | None
@@ -386,7 +393,44 @@ class Bookie:
         else:
             resp = d.reply
         if resp is not None:
+            if self.tracer is not None:
+                self._trace(req, resp, out)
             out.send(resp)
+
+    def _trace(self, req: Message, resp: Response, out: _Out) -> None:
+        """The spec step this reply ends: the bookie's step is its answer, sent once
+        what it stored is durable. Adds of every client, and fencing reads; a read
+        without a fence is no spec step of the bookie's (the recovery client that
+        sent one logs it; plain reads are outside the spec)."""
+        assert self.tracer is not None
+        link = {"rid": resp.request_id, "peer": out.peer, "status": resp.status.name}
+        if isinstance(req, AddRequest):
+            self.tracer.step(
+                "bookie_handles_add",
+                bookie=self.bookie_id,
+                ledger=req.ledger_id,
+                entry=req.entry_id,
+                recovery=req.recovery,
+                **link,
+            )
+        elif isinstance(req, ReadLacRequest) and req.fence:
+            lac = resp.lac if isinstance(resp, ReadLacResponse) else None
+            self.tracer.step(
+                "bookie_handles_fencing_lac_read",
+                bookie=self.bookie_id,
+                ledger=req.ledger_id,
+                lac=lac,
+                **link,
+            )
+        elif isinstance(req, ReadRequest) and req.fence:
+            self.tracer.step(
+                "bookie_handles_recovery_read",
+                bookie=self.bookie_id,
+                ledger=req.ledger_id,
+                entry=req.entry_id,
+                found=resp.status is Status.OK,
+                **link,
+            )
 
 
 class _Out:
@@ -394,6 +438,9 @@ class _Out:
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
+        # The client's end, "ip:port": with a request id it names one request (traces).
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self._buf: list[bytes] = []
         self.inflight = 0  # requests waiting for the journal
 

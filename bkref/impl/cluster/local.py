@@ -74,6 +74,7 @@ class LocalCluster:
     zk_root: str = "/ledgers"
     autorecovery: bool = False  # each bookie process also runs an AutoRecovery node
     plants: frozenset[str] = frozenset()  # planted bugs (test-only): `bkref bookie --plant`
+    trace_dir: Path | None = None  # bookies log their protocol steps here (`--trace`)
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -150,6 +151,7 @@ class LocalCluster:
                     str(b.config_path),
                     *(["--autorecovery"] if self.autorecovery else []),
                     *plant_argv(self.plants),
+                    *(["--trace", str(self.trace_dir)] if self.trace_dir is not None else []),
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -290,6 +292,7 @@ class LocalCluster:
             "has_zookeeper": self.zookeeper is not None,
             "autorecovery": self.autorecovery,
             "plants": sorted(self.plants),
+            "trace_dir": None if self.trace_dir is None else str(self.trace_dir),
             "bookie_overrides": self.bookie_overrides,
             "bookies": [asdict(b) for b in self.bookies],
         }
@@ -313,6 +316,7 @@ class LocalCluster:
                 zk_root=state["zk_root"],
                 autorecovery=bool(state.get("autorecovery", False)),
                 plants=frozenset(state.get("plants", ())),
+                trace_dir=None if state.get("trace_dir") is None else Path(state["trace_dir"]),
             )
             c._zk_hosts = state["zk_hosts"]
             has_zookeeper = state["has_zookeeper"]
