@@ -58,6 +58,7 @@ Jepsen differs from bkref in one reading: Knossos takes a read of ``nil`` as
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import IO, Any, Final, TypeGuard
 
@@ -118,24 +119,30 @@ def _decided(register: str | None, clients: bool) -> str:
     return "ledger"  # no client op, nothing to check: the ledger model says so
 
 
-def infer_model(ops: Iterable[Op]) -> str:
-    """The model a bkref history's ops belong to, from their ``f`` and values."""
+def _model_of(client_ops: Iterable[tuple[str | None, bool]]) -> str:
+    """The model of a history from ``(f, reads a ledger entry)`` of its client ops, in
+    order: the first op only one model has decides; reads and writes alone, a register."""
     register, clients = None, False
-    for op in ops:
-        if op.is_nemesis:
-            continue
-        if op.f in LEDGER_ONLY or (
-            op.f == "read" and isinstance(op.value, Mapping) and "entry" in op.value
-        ):
+    for f, reads_entry in client_ops:
+        if f in LEDGER_ONLY or reads_entry:
             return "ledger"
-        if op.f in KV_OPS:
+        if f in KV_OPS:
             return "kv"
-        if op.f == "cas":
+        if f == "cas":
             return "cas-register"
-        if op.f in ("read", "write"):
+        if f in ("read", "write"):
             register = "register"
         clients = True
     return _decided(register, clients)
+
+
+def infer_model(ops: Iterable[Op]) -> str:
+    """The model a bkref history's ops belong to, from their ``f`` and values."""
+    return _model_of(
+        (op.f, op.f == "read" and isinstance(op.value, Mapping) and "entry" in op.value)
+        for op in ops
+        if not op.is_nemesis
+    )
 
 
 class EdnWriter:
@@ -215,7 +222,7 @@ def plan_export(ops: Iterable[Op], model: str | None = None) -> tuple[str, bool]
                 yield op
 
         model = infer_model(remember())
-        rest: Iterable[Op] = [*seen, *it]
+        rest: Iterable[Op] = itertools.chain(seen, it)  # read on only for a register
     else:
         rest = it
     if FAMILIES.get(model) != "register":
@@ -282,25 +289,18 @@ def _name(v: object) -> str | None:
 
 def infer_edn_model(maps: Iterable[tuple[int, Mapping[Any, Any]]]) -> str:
     """The model of an EDN history from its ops' ``:f`` and ``:value`` shapes."""
-    register, clients = None, False
-    for _, m in maps:
-        if not _client(m):
-            continue
-        if K_KEY in m:
-            return "kv"  # Porcupine's key-value maps
-        f, v = _name(m.get(K_F)), m.get(K_VALUE)
-        if f in LEDGER_ONLY or (
-            f == "read" and _is_pair(v) and isinstance(v[1], dict) and K_ENTRY in v[1]
-        ):
-            return "ledger"
-        if f in KV_OPS:
-            return "kv"
-        if f == "cas":
-            return "cas-register"
-        if f in ("read", "write"):
-            register = "register"
-        clients = True
-    return _decided(register, clients)
+
+    def client_ops() -> Iterator[tuple[str | None, bool]]:
+        for _, m in maps:
+            if not _client(m):
+                continue
+            if K_KEY in m:  # Porcupine's key-value maps
+                yield "get", False
+                continue
+            f, v = _name(m.get(K_F)), m.get(K_VALUE)
+            yield f, f == "read" and _is_pair(v) and isinstance(v[1], dict) and K_ENTRY in v[1]
+
+    return _model_of(client_ops())
 
 
 def _keyed_registers(maps: Iterable[tuple[int, Mapping[Any, Any]]]) -> bool:

@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
             print(f"bkref bookie: --trace {args.trace}: not a directory", file=sys.stderr)
             return 2
         tracer = Tracer(args.trace, config.bookie_id)
-        if tracer.restarted:  # its file has steps: this start follows a stop or a crash
+        if tracer.restarted:  # its file exists: this start follows a stop or a crash
             tracer.step("bookie_restarts", bookie=config.bookie_id)
     bookie = Bookie(config, plants=plants, tracer=tracer)
     try:

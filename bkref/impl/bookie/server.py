@@ -286,8 +286,8 @@ class Bookie:
     # ------------------------------------------------------------ connections
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
         out = _Out(writer)
+        peer = out.peer
         dec = FrameDecoder(self.config.nettyMaxFrameSizeBytes + 1024)
         try:
             while True:
