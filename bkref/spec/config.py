@@ -134,6 +134,9 @@ class Config:
     # Drop requests whose delivery can change nothing (``protocol.dead_request``):
     # a bisimulation quotient, on by default; off only to test that it is sound.
     reduce_dead_requests: bool = True
+    # False when replaying a recorded trace (bkref.tracecheck): one behaviour is followed,
+    # not a state space explored, so the explicit-state bounds below do not apply.
+    bounded: bool = field(default=True, compare=False)
     # Derived, stored rather than computed: actions read them on every step.
     ledgers: int = field(init=False, repr=False, compare=False)
     writer_ledger: int = field(init=False, repr=False, compare=False)  # the last ledger's index
@@ -146,7 +149,7 @@ class Config:
             raise ValueError("need bookies >= E >= Wq >= Aq >= 1")
         if self.recovery_clients < 1:
             raise ValueError("need recovery_clients >= 1")
-        if self.bookies > 8 or self.entries > 6:
+        if self.bounded and (self.bookies > 8 or self.entries > 6):
             raise ValueError("bounds too large for explicit-state checking")
         unknown = self.mutants - MUTANTS.keys()
         if unknown:

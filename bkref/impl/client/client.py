@@ -22,6 +22,7 @@ from bkref.impl.core.metadata import LedgerMetadata, Segment
 from bkref.impl.core.placement import NotEnoughBookiesError, choose_ensemble
 from bkref.impl.core.planted import validate as validate_plants
 from bkref.impl.meta.store import ZkMetadataStore
+from bkref.impl.trace import Tracer
 
 
 class BookKeeper:
@@ -38,8 +39,11 @@ class BookKeeper:
         zk_call_timeout: float = 30.0,
         clock: Clock = SYSTEM_CLOCK,
         plants: frozenset[str] = frozenset(),
+        tracer: Tracer | None = None,
     ) -> None:
         self.zk_hosts = zk_hosts
+        # Protocol steps of its writers and recoveries, for trace validation (off: None).
+        self.tracer = tracer
         self.plants = validate_plants(plants)  # planted bugs (test-only) of its writers, recoveries
         self.root = root
         self.timeout = timeout  # a bookie request's (the connection's I/O timeout)
@@ -80,7 +84,7 @@ class BookKeeper:
     def conn(self, bookie: str) -> BookieConnection:
         c = self._conns.get(bookie)
         if c is None:
-            c = self._conns[bookie] = BookieConnection(bookie, self.timeout)
+            c = self._conns[bookie] = BookieConnection(bookie, self.timeout, tracer=self.tracer)
         return c
 
     async def request(self, bookie: str, make: Callable[[int], Request]) -> Response:
@@ -127,6 +131,15 @@ class BookKeeper:
             password=password,
         )
         lid, version = await self.zk_calls.create_ledger(md)
+        if self.tracer is not None:
+            self.tracer.step(
+                "writer_creates_ledger",
+                ledger=lid,
+                ensemble=list(chosen),
+                write_quorum=write_quorum,
+                ack_quorum=ack_quorum,
+                version=version,
+            )
         return WriteHandle(self, lid, md, version, password)
 
     async def _read_meta(self, ledger_id: int, password: bytes) -> tuple[LedgerMetadata, int]:

@@ -15,6 +15,7 @@ from bkref.impl.core.frames import (
     Response,
     encode,
 )
+from bkref.impl.trace import Tracer
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +28,13 @@ ResponseCallback = Callable[[Response | None, BookieUnavailableError | None], No
 
 
 class BookieConnection:
-    def __init__(self, bookie_id: str, timeout: float = 10.0) -> None:
+    def __init__(
+        self, bookie_id: str, timeout: float = 10.0, *, tracer: Tracer | None = None
+    ) -> None:
         self.bookie_id = bookie_id
+        # Traces name a request by (this end's address, request id): the bookie logs the
+        # peer it answered, so each connection logs its own end once it is open.
+        self.tracer = tracer
         host, port = bookie_id.rsplit(":", 1)
         self.host, self.port = host, int(port)
         self.timeout = timeout
@@ -55,6 +61,9 @@ class BookieConnection:
             except (OSError, TimeoutError) as e:
                 raise BookieUnavailableError(f"bookie {self.bookie_id} unreachable: {e}") from e
             self._writer = writer
+            if self.tracer is not None:
+                local = writer.get_extra_info("sockname")
+                self.tracer.step("connected", bookie=self.bookie_id, local=f"{local[0]}:{local[1]}")
             self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
             return writer
 
@@ -100,9 +109,16 @@ class BookieConnection:
                 BookieUnavailableError(f"bookie {self.bookie_id}: no response in {self.timeout} s"),
             )
 
-    def send(self, make: Callable[[int], Request], callback: ResponseCallback) -> None:
+    def send(self, make: Callable[[int], Request], callback: ResponseCallback) -> int:
         """Send ``make(request_id)``; ``callback(response, None)`` or ``(None, error)`` runs
-        on the event loop. No task, future or timer per request: adds take this path."""
+        on the event loop. Returns the request id, assigned now even if the connection
+        opens later (a trace names the request by it). No task, future or timer per
+        request: adds take this path."""
+        rid = next(self._ids)
+        self._send(rid, make, callback)
+        return rid
+
+    def _send(self, rid: int, make: Callable[[int], Request], callback: ResponseCallback) -> None:
         loop = asyncio.get_running_loop()
         writer = self._writer
         if writer is None or writer.is_closing():
@@ -113,13 +129,12 @@ class BookieConnection:
                 except BookieUnavailableError as e:
                     callback(None, e)
                 else:
-                    self.send(make, callback)
+                    self._send(rid, make, callback)
 
             task = loop.create_task(connect_then_send())
             self._connect_tasks.add(task)
             task.add_done_callback(self._connect_tasks.discard)
             return
-        rid = next(self._ids)
         self._pending[rid] = callback
         if not self._out:
             loop.call_soon(self._flush, writer)
@@ -130,6 +145,10 @@ class BookieConnection:
 
     def submit(self, make: Callable[[int], Request]) -> asyncio.Future[Response]:
         """:meth:`send`, with a future for the response (or BookieUnavailableError)."""
+        return self.start(make)[1]
+
+    def start(self, make: Callable[[int], Request]) -> tuple[int, asyncio.Future[Response]]:
+        """:meth:`submit`, and the request's id."""
         fut: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
 
         def done(resp: Response | None, err: BookieUnavailableError | None) -> None:
@@ -140,8 +159,7 @@ class BookieConnection:
             else:
                 fut.set_exception(err or BookieUnavailableError(self.bookie_id))
 
-        self.send(make, done)
-        return fut
+        return self.send(make, done), fut
 
     def _sweep(self) -> None:
         """Expire requests past their deadline: one timer per connection, not per request."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import math
 import random
@@ -43,7 +44,7 @@ from bkref.impl.core.actions import (
     SendReadLac,
     WriteMetadata,
 )
-from bkref.impl.core.digest import Digest, master_key
+from bkref.impl.core.digest import Digest, master_key, peek_header
 from bkref.impl.core.frames import (
     AddRequest,
     ReadLacRequest,
@@ -57,9 +58,10 @@ from bkref.impl.core.frames import (
 from bkref.impl.core.metadata import LedgerMetadata
 from bkref.impl.core.placement import NotEnoughBookiesError, replace_bookie
 from bkref.impl.core.reads import EntryReader, LacReader
-from bkref.impl.core.recovery import LedgerRecovery
+from bkref.impl.core.recovery import LedgerRecovery, RecoveryPhase
 from bkref.impl.core.writer import LedgerWriter, WriterState
 from bkref.impl.meta.store import MetadataConflictError, NoSuchLedgerError
+from bkref.impl.trace import Tracer
 
 __all__ = [
     "TICK",
@@ -74,6 +76,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_RECOVERIES = itertools.count()  # names this process's recoveries in traces
 
 # Seconds per tick of the writer's abstract clock. The ticks come from the event
 # loop's timer, not from the injected Clock: they time out adds a bookie left
@@ -96,6 +100,9 @@ class Client(Protocol):
     @property
     def plants(self) -> frozenset[str]: ...
 
+    @property
+    def tracer(self) -> Tracer | None: ...
+
     def conn(self, bookie: str) -> BookieConnection: ...
 
     async def request(self, bookie: str, make: Callable[[int], Request]) -> Response: ...
@@ -113,6 +120,11 @@ class Driver:
         self.on_recovery: asyncio.Future[RecoveryCompleted] | None = None
         self.failed_bookies: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        # Tracing (off: None): the requests sent while performing one event's actions,
+        # logged with the spec step that event is (docs/notes/trace-validation.md).
+        self.tracer = bk.tracer
+        self.rc: str | None = None  # a recovery's name in the trace, set by recover()
+        self._sent: list[dict[str, object]] = []
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         t = asyncio.get_running_loop().create_task(coro)
@@ -126,14 +138,29 @@ class Driver:
     def _perform(self, a: Action) -> None:
         if isinstance(a, SendAdd):
             key = self.key
-            self.bk.conn(a.bookie).send(
+            rid = self.bk.conn(a.bookie).send(
                 lambda rid: AddRequest(rid, a.ledger_id, a.entry_id, key, a.body, a.recovery),
                 functools.partial(self._add_done, a),
             )
+            if self.tracer is not None:
+                lac = peek_header(a.body).lac
+                self._note_send("add", a.bookie, rid, entry=a.entry_id, lac=lac)
         elif isinstance(a, SendRead):
-            self._spawn(self._read(a))
+            fence, key = a.fence, self.key if a.fence else b""
+            rid, answer = self.bk.conn(a.bookie).start(
+                lambda rid: ReadRequest(rid, a.ledger_id, a.entry_id, fence, key)
+            )
+            if self.tracer is not None:
+                self._note_send("read", a.bookie, rid, entry=a.entry_id, fence=fence)
+            self._spawn(self._read(a, rid, answer))
         elif isinstance(a, SendReadLac):
-            self._spawn(self._read_lac(a))
+            fence, key = a.fence, self.key if a.fence else b""
+            rid, answer = self.bk.conn(a.bookie).start(
+                lambda rid: ReadLacRequest(rid, a.ledger_id, fence, key)
+            )
+            if self.tracer is not None:
+                self._note_send("lac_read", a.bookie, rid, fence=fence)
+            self._spawn(self._read_lac(a, rid, answer))
         elif isinstance(a, WriteMetadata):
             self._spawn(self._write_metadata(a))
         elif isinstance(a, NeedReplacement):
@@ -169,18 +196,22 @@ class Driver:
             status = Status.IO_ERROR
         self.m.on_add_response(a.bookie, a.entry_id, status)
         self.pump()
+        if self.tracer is not None and resp is not None:
+            who = "recovery_client" if a.recovery else "writer"
+            self._step(
+                f"{who}_receives_add_response",
+                bookie=a.bookie,
+                rid=resp.request_id,
+                entry=a.entry_id,
+                status=status.name,
+            )
 
-    async def _read(self, a: SendRead) -> None:
+    async def _read(self, a: SendRead, rid: int, fut: asyncio.Future[Response]) -> None:
         if not isinstance(self.m, LedgerRecovery):
             raise LocalProtocolError(f"ledger {self.ledger_id}: a writer asked for a read")
         body = b""
         try:
-            resp = await self.bk.request(
-                a.bookie,
-                lambda rid: ReadRequest(
-                    rid, a.ledger_id, a.entry_id, a.fence, self.key if a.fence else b""
-                ),
-            )
+            resp = await fut
             status = resp.status
             if isinstance(resp, ReadResponse):
                 body = resp.body
@@ -188,35 +219,59 @@ class Driver:
             status = Status.IO_ERROR
         self.m.on_read_response(a.bookie, a.entry_id, status, body)
         self.pump()
+        if self.tracer is not None:
+            # Its write-backs and the next reads are part of the spec's step (the sends).
+            self._step(
+                "recovery_client_receives_read_response",
+                bookie=a.bookie,
+                rid=rid,
+                entry=a.entry_id,
+                status=status.name,
+            )
 
-    async def _read_lac(self, a: SendReadLac) -> None:
+    async def _read_lac(self, a: SendReadLac, rid: int, fut: asyncio.Future[Response]) -> None:
         if not isinstance(self.m, LedgerRecovery):
             raise LocalProtocolError(f"ledger {self.ledger_id}: a writer asked for a LAC read")
         lac = -1
         try:
-            resp = await self.bk.request(
-                a.bookie,
-                lambda rid: ReadLacRequest(rid, a.ledger_id, a.fence, self.key if a.fence else b""),
-            )
+            resp = await fut
             status = resp.status
             if isinstance(resp, ReadLacResponse):
                 lac = resp.lac
         except BookieUnavailableError:
             status = Status.IO_ERROR
+        fencing = self.m.phase is RecoveryPhase.FENCING
         self.m.on_read_lac_response(a.bookie, status, lac)
         self.pump()
+        if self.tracer is not None:
+            reads = self._take_sent()
+            self._step(
+                "recovery_client_receives_fencing_response",
+                bookie=a.bookie,
+                rid=rid,
+                lac=lac,
+                status=status.name,
+            )
+            if fencing and self.m.phase is not RecoveryPhase.FENCING:
+                self._sent = reads
+                self._step("recovery_client_completes_fencing")
 
     async def _write_metadata(self, a: WriteMetadata) -> None:
+        before = self._phase()
+        outcome = "written"
         try:
             version = await self.bk.zk_calls.cas_ledger(
                 self.ledger_id, a.metadata, a.expected_version, a.reason
             )
         except ZooKeeperError as e:  # unreachable or refused: the outcome is unknown
             log.error("ledger %d: %s", self.ledger_id, e)
+            outcome = "unknown"
             self.m.on_metadata_failed(str(e))
         except NoSuchLedgerError as e:  # deleted meanwhile: fail, never hang the caller
+            outcome = "unknown"
             self.m.on_metadata_failed(str(e))
         except MetadataConflictError as e:
+            outcome = "conflict"
             log.info(
                 "ledger %d: metadata CAS (%s) lost to a concurrent update", self.ledger_id, a.reason
             )
@@ -227,6 +282,8 @@ class Driver:
         else:
             self.m.on_metadata_written(version)
         self.pump()
+        if self.tracer is not None:
+            self._trace_metadata(before, outcome)
 
     async def _replace(self, a: NeedReplacement) -> None:
         self.failed_bookies.add(a.failed)
@@ -244,7 +301,65 @@ class Driver:
                 "ledger %d: replacing failed bookie %s with %s", self.ledger_id, a.failed, new[idx]
             )
             self.m.replace(a.failed, new[idx])
+            if self.tracer is not None:
+                who = "writer" if isinstance(self.m, LedgerWriter) else "recovery_client"
+                self._step(f"{who}_changes_ensemble", failed=a.failed, new=new[idx])
+                self.pump()  # a recovery resends its write-backs to the new bookie now
+                self._trace_resends(f"{who}_resends_add")
         self.pump()
+
+    # ------------------------------------------------------------ tracing
+
+    def _note_send(self, kind: str, bookie: str, rid: int, **args: object) -> None:
+        self._sent.append({"kind": kind, "bookie": bookie, "rid": rid, **args})
+
+    def _take_sent(self) -> list[dict[str, object]]:
+        sent, self._sent = self._sent, []
+        return sent
+
+    def _step(self, action: str, **args: object) -> None:
+        """Log one spec step of this writer or recovery, with the requests it sent."""
+        assert self.tracer is not None
+        who = {"rc": self.rc} if self.rc is not None else {}
+        self.tracer.step(action, ledger=self.ledger_id, **who, **args, sends=self._take_sent())
+
+    def _trace_resends(self, action: str) -> None:
+        """Each request sent to a bookie that joined a write set is a step of its own."""
+        for send in self._take_sent():
+            self._sent = [send]
+            self._step(action, entry=send["entry"], bookie=send["bookie"])
+
+    def _phase(self) -> str:
+        return self.m.state.value if isinstance(self.m, LedgerWriter) else self.m.phase.value
+
+    def _trace_metadata(self, before: str, outcome: str) -> None:
+        """The spec step a metadata CAS's outcome is, if any (a retry is none)."""
+        after = self._phase()
+        if isinstance(self.m, LedgerWriter):
+            if before == WriterState.CHANGING_ENSEMBLE.value:
+                if outcome == "conflict":
+                    if after != WriterState.FENCED.value:
+                        return  # a worker's change: retried on the new version
+                    outcome = "withdrawn"
+                resends = self._take_sent()
+                self._step("writer_completes_ensemble_change", outcome=outcome)
+                self._sent = resends
+                self._trace_resends("writer_resends_add")
+            elif before == WriterState.CLOSING.value and after != before:
+                if outcome == "conflict":
+                    outcome = "closed" if after == WriterState.CLOSED.value else "withdrawn"
+                else:
+                    outcome = "closed" if outcome == "written" else outcome
+                self._step("writer_closes_ledger", outcome=outcome, last=self.m.lac)
+            return
+        if before == RecoveryPhase.MARKING.value and after == RecoveryPhase.FENCING.value:
+            self._step("recovery_client_starts_recovery")
+        elif before == RecoveryPhase.CLOSING.value and after != before:
+            if outcome == "conflict":
+                outcome = "lost"  # another recovery closed it first
+            else:
+                outcome = "closed" if outcome == "written" else outcome
+            self._step("recovery_client_closes_ledger", outcome=outcome, last=self.m.last_entry)
 
 
 async def recover(
@@ -258,8 +373,12 @@ async def recover(
     done: asyncio.Future[RecoveryCompleted] = asyncio.get_running_loop().create_future()
     driver = Driver(bk, ledger_id, master_key(password), machine)
     driver.on_recovery = done
+    if driver.tracer is not None:
+        driver.rc = f"{driver.tracer.node}/{ledger_id}#{next(_RECOVERIES)}"
     machine.start()
     driver.pump()
+    if driver.tracer is not None and machine.phase is RecoveryPhase.FENCING:
+        driver._step("recovery_client_starts_recovery")  # found IN_RECOVERY: no CAS
     result = await done
     if not result.ok:
         raise BKError(result.message)
@@ -415,6 +534,9 @@ class ReadHandle:
         return done.lac
 
 
+_ADDING = (WriterState.OPEN, WriterState.CHANGING_ENSEMBLE)
+
+
 class WriteHandle(ReadHandle):
     def __init__(
         self,
@@ -456,9 +578,13 @@ class WriteHandle(ReadHandle):
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         entry = self.writer.next_entry
         self._driver.add_futures[entry] = fut
+        lac, state = self.writer.lac, self.writer.state
         assigned = self.writer.add(data)
         assert assigned == entry
         self._driver.pump()
+        if self._driver.tracer is not None and state in _ADDING:
+            # Queued during an ensemble change, it goes out when the change lands.
+            self._driver._step("writer_sends_add", entry=entry, lac=lac)
         if self._ticker is None and self.writer.pending:
             self._ticker = asyncio.get_running_loop().call_later(TICK, self._tick)
         return fut

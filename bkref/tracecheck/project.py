@@ -1,0 +1,328 @@
+"""A run's traces projected on one ledger: lanes of events, and the spec config they need.
+
+The spec models one writer's ledger, so a run is checked ledger by ledger. For ledger
+``L`` the projection keeps the steps that name ``L`` (and the bookies' restarts), and
+turns them into *lanes*, one per node, each in the node's own order:
+
+- a client step (``writer_*``, ``recovery_client_*``) is one spec step, with the requests
+  it sent;
+- a bookie's step (``bookie_handles_*``) and the client's receipt of its answer
+  (``*_receives_*``, same request) are one spec step: the spec folds the answer into the
+  bookie's step. It sits in the bookie's lane and needs the request's send; the
+  receipt stays in the client's lane as a marker that needs the bookie's step. So the
+  joined step may fall anywhere between the send and the receipt, as a delayed answer
+  may;
+- a bookie's ``bookie_restarts`` (a crash before it is never logged).
+
+Real names become the spec's: bookies are numbered in the order they enter the ledger
+(the first ensemble, then replacements), recovery clients in the order they start.
+What cannot be projected faithfully makes the ledger *unknown*, with the reason, never
+a violation: steps of a client that left no trace, a ledger created by an untraced
+client, two writers.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from bkref.spec.config import Config
+from bkref.tracecheck.load import CONNECTED, Line
+
+RECEIPTS = frozenset(
+    {
+        "writer_receives_add_response",
+        "recovery_client_receives_add_response",
+        "recovery_client_receives_fencing_response",
+        "recovery_client_receives_read_response",
+    }
+)
+HANDLES = frozenset(
+    {"bookie_handles_add", "bookie_handles_fencing_lac_read", "bookie_handles_recovery_read"}
+)
+# What a bookie answers with when it handled the request as the spec's bookie does;
+# any other status (I/O error, read-only, bad request) is a request the bookie did not
+# take, which the spec sees as a lost message.
+TAKEN = frozenset({"OK", "FENCED", "NO_SUCH_ENTRY", "NO_SUCH_LEDGER"})
+
+Key = tuple[str, str, int]  # (client node, bookie, request id): one request
+
+
+@dataclass
+class Send:
+    """A request as its client logged it."""
+
+    key: Key
+    kind: str  # add, read, lac_read
+    bookie: str
+    entry: int
+    lac: int
+    fence: bool
+    sender: str  # "writer", or the recovery's name
+    by: Event | None = None  # the spec step that sends it
+    handled: Event | None = None  # the bookie's step that takes it, if any
+
+
+@dataclass(eq=False)
+class Event:
+    kind: str  # step, handle, receipt, restart
+    line: Line
+    lane: int = -1
+    pos: int = -1
+    sends: list[Send] = field(default_factory=list)  # requests the spec step must send
+    request: Send | None = None  # handle: the request it takes
+    receipt: Event | None = None  # handle: the client's receipt of the answer
+    # handle: whether its answer may count as lost although the client got it: the
+    # client timed the bookie out (replaced it) before it took the answer in.
+    lost_ok: bool = True
+    needs: list[Event] = field(default_factory=list)
+
+    @property
+    def t(self) -> int:
+        return self.line.t
+
+    def describe(self) -> str:
+        args = {k: v for k, v in self.line.args.items() if k not in ("sends", "peer", "ledger")}
+        shown = ", ".join(f"{k}={v}" for k, v in args.items())
+        return f"{self.line.where()} {self.line.action}({shown})"
+
+
+@dataclass
+class LedgerTrace:
+    ledger: int
+    lanes: list[list[Event]] = field(default_factory=list)
+    bookies: list[str] = field(default_factory=list)  # spec bookie index -> bookie id
+    recoveries: list[str] = field(default_factory=list)  # recovery client index -> name
+    cfg: Config | None = None
+    unknown: str = ""  # why the ledger cannot be checked, if it cannot
+    steps: int = 0
+
+    def bookie(self, bookie_id: str) -> int:
+        if bookie_id not in self.bookies:
+            self.bookies.append(bookie_id)
+        return self.bookies.index(bookie_id)
+
+
+def conflict(x: Event, y: Event) -> bool:
+    """Whether two steps of one bookie may change each other's answer or effect.
+
+    Adds commute with adds (entries are a set, the LAC a maximum) and reads with reads
+    (fencing is idempotent, and no read changes what another answers). An add and a
+    fencing LAC read do not (the fence refuses the writer's adds; the add may raise the
+    LAC the read answers), nor an add and a recovery read of the same entry, or of any
+    entry if the read fences and the add is the writer's. A restart orders everything.
+    """
+    if "restart" in (x.kind, y.kind):
+        return True
+    a, r = (x, y) if x.line.action == "bookie_handles_add" else (y, x)
+    if a.line.action != "bookie_handles_add" or r.line.action == "bookie_handles_add":
+        return False
+    if r.line.action == "bookie_handles_fencing_lac_read":
+        return True
+    ra, rr = a.request, r.request
+    assert ra is not None
+    assert rr is not None
+    return ra.entry == rr.entry or (ra.sender == "writer" and rr.fence)
+
+
+def _is_bookie(lines: list[Line]) -> bool:
+    return any(x.action.startswith("bookie_") for x in lines)
+
+
+class _Peers:
+    """(bookie, client end) -> the client node that opened that connection, at a time."""
+
+    def __init__(self, nodes: dict[str, list[Line]]) -> None:
+        self._by: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
+        for node, lines in nodes.items():
+            for x in lines:
+                if x.action == CONNECTED:
+                    self._by[(str(x["bookie"]), str(x["local"]))].append((x.t, node))
+        for v in self._by.values():
+            v.sort()
+
+    def node(self, bookie: str, peer: str, t: int) -> str | None:
+        opened = self._by.get((bookie, peer), [])
+        i = bisect.bisect_right(opened, (t, "\uffff"))
+        return opened[i - 1][1] if i else (opened[0][1] if opened else None)
+
+
+def ledgers_of(nodes: dict[str, list[Line]]) -> list[int]:
+    return sorted(
+        {int(x["ledger"]) for lines in nodes.values() for x in lines if "ledger" in x.args}
+    )
+
+
+def project(nodes: dict[str, list[Line]], ledger: int) -> LedgerTrace:
+    """The lanes of ``ledger``, or a trace marked unknown with the reason."""
+    lt = LedgerTrace(ledger)
+    peers = _Peers(nodes)
+    mine = {
+        n: [x for x in lines if x.get("ledger") == ledger and x.action != CONNECTED]
+        for n, lines in nodes.items()
+    }
+    mine = {n: v for n, v in mine.items() if v}
+    bookie_nodes = {n for n in mine if _is_bookie(nodes[n])}
+    creates = [x for n, v in mine.items() for x in v if x.action == "writer_creates_ledger"]
+    if len(creates) != 1:
+        lt.unknown = (
+            "created by a client that left no trace"
+            if not creates
+            else f"created {len(creates)} times in the trace"
+        )
+        return lt
+    create = creates[0]
+    writers = {n for n, v in mine.items() for x in v if x.action.startswith("writer_")}
+    if len(writers) > 1:
+        lt.unknown = f"several writers ({', '.join(sorted(writers))}); the spec has one"
+        return lt
+    for b in create["ensemble"]:
+        lt.bookie(str(b))
+    for x in sorted((x for v in mine.values() for x in v), key=lambda x: x.t):
+        if x.action.endswith("_changes_ensemble"):
+            lt.bookie(str(x["new"]))
+        if x.get("rc") is not None and x["rc"] not in lt.recoveries:
+            lt.recoveries.append(str(x["rc"]))
+
+    sends: dict[Key, Send] = {}
+    lanes: list[list[Event]] = []
+    receipts: dict[Key, Event] = {}
+    for n in sorted(mine):
+        if n in bookie_nodes:
+            continue
+        lane: list[Event] = []
+        for x in mine[n]:
+            kind = "receipt" if x.action in RECEIPTS else "step"
+            ev = Event(kind, x)
+            sender = str(x["rc"]) if x.get("rc") is not None else "writer"
+            for s in x.get("sends", []):
+                key = (n, str(s["bookie"]), int(s["rid"]))
+                send = Send(
+                    key,
+                    str(s["kind"]),
+                    str(s["bookie"]),
+                    int(s.get("entry", -1)),
+                    int(s.get("lac", -1)),
+                    bool(s.get("fence", False)),
+                    sender,
+                    by=ev,
+                )
+                sends[key] = send
+                ev.sends.append(send)
+                lt.bookie(send.bookie)
+            if kind == "receipt":
+                receipts[(n, str(x["bookie"]), int(x["rid"]))] = ev
+            lane.append(ev)
+        lanes.append(lane)
+
+    for n in sorted(bookie_nodes):
+        taken: list[Event] = []
+        bookie_id = None
+        for x in nodes[n]:
+            if x.action == "bookie_restarts":
+                bookie_id = bookie_id or str(x["bookie"])
+                taken.append(Event("restart", x))
+                continue
+            if x.get("ledger") != ledger or x.action not in HANDLES:
+                continue
+            bookie_id = str(x["bookie"])
+            client = peers.node(bookie_id, str(x["peer"]), x.t)
+            key = (client or "?", bookie_id, int(x["rid"]))
+            asked = sends.get(key)
+            if asked is None:
+                lt.unknown = (
+                    f"{x.where()} ({x.action}) answered a request of a client that left no "
+                    f"trace of it (peer {x['peer']}, request {x['rid']})"
+                )
+                return lt
+            ev = Event("handle", x, request=asked)
+            asked.handled = ev
+            ev.receipt = receipts.pop(key, None)
+            taken.append(ev)
+        if not any(e.kind == "handle" for e in taken):
+            continue
+        lt.bookie(str(bookie_id))
+        # A bookie's steps keep its order only where the order can change an answer
+        # (``conflict``); the rest commute, and each is a lane of its own.
+        for i, ev in enumerate(taken):
+            ev.needs = [x for x in taken[:i] if conflict(x, ev)]
+            lanes.append([ev])
+
+    for key, r in receipts.items():  # answers no bookie logged
+        asked = sends.get(key)
+        if asked is not None and asked.kind != "add" and not asked.fence:
+            continue  # an unfenced read is no bookie step (the send itself is checked)
+        if r.line["status"] in TAKEN:
+            lt.unknown = (
+                f"{r.line.where()} got a {r.line['status']} answer from {key[1]} that the "
+                "bookie did not log (is its trace missing?)"
+            )
+            return lt
+    for lane_no, lane in enumerate(lanes):
+        for pos, ev in enumerate(lane):
+            ev.lane, ev.pos = lane_no, pos
+    for lane in lanes:
+        for ev in lane:
+            if ev.kind == "handle":
+                assert ev.request is not None
+                assert ev.request.by is not None
+                ev.needs.insert(0, ev.request.by)
+                if ev.receipt is not None:
+                    ev.receipt.needs.append(ev)
+                    ev.lost_ok = _replaced_before(lanes[ev.receipt.lane], ev)
+                    # A receipt's sends (a recovery's write-backs and next reads) are
+                    # sent by the spec step that folds the answer in: the bookie's.
+                    for s in ev.receipt.sends:
+                        s.by = ev
+                    ev.sends, ev.receipt.sends = ev.receipt.sends, []
+    lt.lanes = lanes
+    lt.steps = sum(len(lane) for lane in lanes)
+    lt.cfg = _config(lt, create, sends)
+    return lt
+
+
+def _replaced_before(client: list[Event], ev: Event) -> bool:
+    """Whether the client replaced ``ev``'s bookie between sending it the request and
+    taking in its answer (a timeout while the request was still in flight)."""
+    assert ev.request is not None
+    assert ev.receipt is not None
+    by = ev.request.by
+    sent_at = by.receipt.line.seq if by is not None and by.receipt is not None else -1
+    if by is not None and by.kind == "step":
+        sent_at = by.line.seq
+    return any(
+        x.line.action.endswith("_changes_ensemble")
+        and x.line["failed"] == ev.request.bookie
+        and sent_at < x.line.seq < ev.receipt.line.seq
+        for x in client
+    )
+
+
+def _config(lt: LedgerTrace, create: Line, sends: dict[Key, Send]) -> Config:
+    """Bounds as large as the trace needs; budgets for every fault it may imply."""
+    entries = max([s.entry for s in sends.values()] + [0]) + 2
+    restarts = sum(1 for lane in lt.lanes for e in lane if e.kind == "restart")
+    handles = sum(1 for lane in lt.lanes for e in lane if e.kind == "handle")
+    ens = len(create["ensemble"])
+    return Config(
+        name=f"trace of ledger {lt.ledger}",
+        description="bounds taken from a recorded trace",
+        bookies=max(len(lt.bookies), ens),
+        ensemble=ens,
+        write_quorum=int(create["write_quorum"]),
+        ack_quorum=int(create["ack_quorum"]),
+        entries=entries,
+        pipeline=entries,
+        recovery_clients=max(1, len(lt.recoveries)),
+        losses=len(sends) + handles,
+        reply_losses=True,
+        crashes=restarts,
+        reduce_dead_requests=False,
+        bounded=False,
+    )
+
+
+def arg(ev: Event, key: str) -> Any:  # noqa: ANN401 - a JSON value
+    return ev.line[key]

@@ -1,0 +1,379 @@
+"""The search for a spec behaviour that explains one ledger's trace.
+
+A configuration is a position in every lane and a spec state. A move takes the next
+event of some lane whose causal needs are done and applies the spec action it names,
+with its arguments mapped to the spec's; the move exists only if the spec's action is
+enabled and its effect agrees with what the trace logged (the requests sent, the answer
+given, the outcome of a metadata write). The search is depth-first, tries the lanes'
+next events in the order of their real times (so a run replays straight through unless
+the spec needs another order), and remembers the configurations it has left behind.
+
+Environment steps no node logs are taken where the trace implies them:
+
+- a request no bookie ever took is lost as soon as it is sent (``network_loses_message``;
+  losing it later would only keep it in flight longer, which no step needs);
+- a bookie that answered with an error took nothing: its request is lost there;
+- an answer its client never got (or got as a connection error) is a lost reply
+  (``reply_lost``); an answer the client got may also be taken as lost, when the client
+  ignored it (from a bookie replaced since);
+- a bookie's ``bookie_restarts`` is preceded by ``bookie_crashes``.
+
+Verdicts: ``explained`` (a behaviour replays every event), ``violation`` (no behaviour
+does: reported at the configuration that replayed the most events, with the event that
+no move allows, the spec's state there and the actions the spec offered), ``unknown``
+(the time budget ran out, or the projection could not be made).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from bkref.spec import protocol as p
+from bkref.spec.protocol import Msg, State
+from bkref.tracecheck.project import TAKEN, Event, LedgerTrace, Send
+
+Cursors = tuple[int, ...]
+
+
+class NotAllowedError(Exception):
+    """This move is not a spec step here (the message says why)."""
+
+
+@dataclass
+class Verdict:
+    ledger: int
+    verdict: str  # explained, violation, unknown
+    steps: int = 0  # events in the ledger's trace
+    replayed: int = 0  # events replayed on the deepest path
+    configurations: int = 0
+    seconds: float = 0.0
+    reason: str = ""  # unknown: why; violation: the refusal
+    event: str = ""  # violation: the event no spec behaviour allows
+    state: str = ""  # violation: the spec state before it
+    offered: list[str] = field(default_factory=list)  # violation: what the spec allowed
+
+    def render(self) -> str:
+        head = f"ledger {self.ledger}: {self.verdict}"
+        if self.verdict == "explained":
+            return f"{head} ({self.steps} steps, {self.configurations} configurations)"
+        if self.verdict == "unknown":
+            return f"{head}: {self.reason}"
+        lines = [
+            f"{head}: no behaviour of the spec explains {self.event}",
+            f"  why: {self.reason}",
+            f"  replayed {self.replayed} of {self.steps} steps before it; the spec state there:",
+            *("    " + x for x in self.state.splitlines()),
+            "  the spec allowed there: " + ("; ".join(self.offered) or "nothing"),
+        ]
+        return "\n".join(lines)
+
+
+def _msg(lt: LedgerTrace, s: Send) -> Msg:
+    b = lt.bookies.index(s.bookie)
+    if s.kind == "add":
+        rec = 0 if s.sender == "writer" else lt.recoveries.index(s.sender) + 1
+        return (p.ADD, b, s.entry, s.lac, rec)
+    c = lt.recoveries.index(s.sender) if s.sender != "writer" else -1
+    if s.kind == "lac_read":
+        if not s.fence:
+            raise NotAllowedError(
+                f"a LAC read to {s.bookie} without the fence flag: the spec's recovery fences"
+            )
+        return (p.FENCE, b, -1, 0, c)
+    return (p.READ, b, s.entry, 1 if s.fence else 0, c)
+
+
+def _sent(before: State, after: State, consumed: Msg | None = None) -> list[Msg]:
+    """The messages ``after`` has that ``before`` had not (a multiset difference)."""
+    left = list(before.msgs)
+    if consumed is not None:
+        left.remove(consumed)
+    out: list[Msg] = []
+    for m in after.msgs:
+        if m in left:
+            left.remove(m)
+        else:
+            out.append(m)
+    return out
+
+
+class Replay:
+    def __init__(self, lt: LedgerTrace) -> None:
+        assert lt.cfg is not None
+        self.lt, self.cfg = lt, lt.cfg
+
+    # ------------------------------------------------------------ moves
+
+    def moves(self, ev: Event, s: State, heard: bool = False) -> Iterator[State]:
+        """The spec states ``ev`` may lead to from ``s``; NotAllowedError if none."""
+        if ev.kind == "receipt":
+            yield s  # its answer was folded into the bookie's step
+        elif ev.kind == "restart":
+            b = self.lt.bookies.index(str(ev.line["bookie"]))
+            t = p.bookie_crashes(self.cfg, s, b) if s.b_up[b] == p.UP else s
+            t = None if t is None else p.bookie_restarts(self.cfg, t, b)
+            if t is None:
+                raise NotAllowedError(f"bookie b{b} cannot crash and restart here")
+            yield t
+        elif ev.kind == "handle":
+            yield from self._handle(ev, s, heard)
+        else:
+            yield from self._step(ev, s)
+
+    def _checked_sends(self, ev: Event, s: State, t: State, consumed: Msg | None = None) -> State:
+        want = sorted(_msg(self.lt, x) for x in ev.sends)
+        got = sorted(_sent(s, t, consumed))
+        if want != got:
+            raise NotAllowedError(
+                "the spec's step sends "
+                + (", ".join(p._show(m) for m in got) or "nothing")
+                + "; the trace sent "
+                + (", ".join(p._show(m) for m in want) or "nothing")
+            )
+        for x in ev.sends:  # a request no bookie took is lost at once
+            if x.handled is None and x.kind == "add":
+                lost = p.network_loses_message(self.cfg, t, _msg(self.lt, x))
+                if lost is None:
+                    raise NotAllowedError("no message loss left for a request no bookie took")
+                t = lost
+        return t
+
+    def _step(self, ev: Event, s: State) -> Iterator[State]:
+        cfg, lt, line = self.cfg, self.lt, ev.line
+        name = line.action
+        fn: Callable[..., State | None] | None = getattr(p, name, None)
+        if fn is None or fn not in p.ACTIONS:
+            raise NotAllowedError(f"{name} is not an action of the spec")
+        args: tuple[object, ...] = ()
+        if name == "writer_creates_ledger":
+            args = (tuple(lt.bookies.index(str(b)) for b in line["ensemble"]),)
+        elif name.endswith("_changes_ensemble"):
+            args = (lt.bookies.index(str(line["failed"])), lt.bookies.index(str(line["new"])))
+        elif name.endswith("_resends_add"):
+            args = (int(line["entry"]), lt.bookies.index(str(line["bookie"])))
+        if name.startswith("recovery_client_"):
+            args = (lt.recoveries.index(str(line["rc"])), *args)
+        outcome = line.get("outcome")
+        if outcome == "unknown":
+            yield s  # the metadata write may not have landed: no step
+        t = fn(cfg, s, *args)
+        if t is None:
+            raise NotAllowedError(f"the spec does not enable {name} here")
+        if name == "writer_sends_add":
+            e = s.w_next
+            if int(line["entry"]) != e or int(line["lac"]) != t.w_piggy[e]:
+                raise NotAllowedError(
+                    f"the spec's writer adds e{e} carrying LAC {t.w_piggy[e]}; the trace's "
+                    f"adds e{line['entry']} carrying LAC {line['lac']}"
+                )
+        if outcome is not None and outcome != "unknown":
+            self._check_outcome(name, str(outcome), line.get("last"), s, t)
+        yield self._checked_sends(ev, s, t)
+
+    def _check_outcome(self, name: str, outcome: str, last: object, s: State, t: State) -> None:
+        """The spec's outcome of a metadata write must be the one the trace logged."""
+        wl = self.cfg.writer_ledger
+        if name.startswith("writer_"):
+            got = {p.W_OPEN: "written", p.W_CLOSED: "closed", p.W_WITHDRAWN: "withdrawn"}[
+                t.w_status
+            ]
+        else:  # the recovery's close: it wrote, or found the ledger closed by another
+            got = "closed" if s.meta_status[wl] == p.IN_RECOVERY else "lost"
+        if got != outcome:
+            raise NotAllowedError(f"in the spec {name} ends {got}; in the trace it ended {outcome}")
+        if outcome == "closed" and last is not None and int(str(last)) != t.meta_last[wl]:
+            raise NotAllowedError(
+                f"the spec closes the ledger at e{t.meta_last[wl]}; the trace closed it at e{last}"
+            )
+
+    def _handle(self, ev: Event, s: State, heard: bool) -> Iterator[State]:
+        """The bookie's step, its answer folded into its client (``heard``: at the
+        client's receipt of it) or lost (the client never took it in)."""
+        cfg, line = self.cfg, ev.line
+        assert ev.request is not None
+        m = _msg(self.lt, ev.request)
+        status = str(line["status"])
+        if m not in s.msgs:
+            raise NotAllowedError(f"no such request in flight: {p._show(m)}")
+        if status not in TAKEN:  # the bookie took nothing: for the spec, a lost request
+            if m[0] != p.ADD:
+                yield s  # a lost read is one the recovery waits for forever
+                return
+            t = p.network_loses_message(cfg, s, m)
+            if t is None:
+                raise NotAllowedError("no message loss left")
+            yield t
+            return
+        if heard and ev.receipt is not None and str(ev.receipt.line["status"]) != status:
+            raise NotAllowedError(
+                f"the client got {ev.receipt.line['status']}, not this {status} answer"
+            )
+        kind, b = m[0], m[1]
+        _synced, _unsynced, fenced, lac = p.ledger_on(s, b, cfg.writer_ledger)
+        if kind == p.ADD:
+            ok = not fenced or bool(m[4])
+            if ok != (status == "OK"):
+                raise NotAllowedError(
+                    f"the spec's b{b} {'stores' if ok else 'refuses (fenced)'} the add; "
+                    f"the bookie answered {status}"
+                )
+        elif kind == p.FENCE:
+            if line.get("lac") != lac:
+                raise NotAllowedError(
+                    f"the spec's b{b} has LAC {lac}; the bookie answered {line.get('lac')}"
+                )
+        else:
+            stored = p.ledger_on(s, b, cfg.writer_ledger)
+            found = bool((stored[0] | stored[1]) >> m[2] & 1)
+            if found != bool(line["found"]):
+                raise NotAllowedError(
+                    f"the spec's b{b} {'has' if found else 'lacks'} e{m[2]}; the bookie "
+                    f"answered {'found' if line['found'] else 'no such entry'}"
+                )
+        t = p.HANDLERS[kind](cfg, s, m, 0 if heard else 1)
+        if t is None:
+            raise NotAllowedError("no message loss left for a lost reply")
+        yield self._checked_sends(ev, s, t, consumed=m)
+
+
+def _when(move: tuple[Event, bool]) -> tuple[int, bool]:
+    """Moves are tried in the order of their real times: a heard answer at the client's
+    receipt of it, and before the same event taken with its answer lost."""
+    ev, heard = move
+    return (ev.receipt.t if heard and ev.receipt is not None else ev.t, not heard)
+
+
+class _Search:
+    """Depth-first over configurations (lane positions, spec state), remembering the
+    configurations it has been to, and the deepest one (for the report)."""
+
+    def __init__(self, lt: LedgerTrace) -> None:
+        self.lt, self.lanes, self.replay = lt, lt.lanes, Replay(lt)
+        # The configuration that replayed the most events, and the moves refused there.
+        self.deepest: tuple[int, Cursors, State, list[tuple[Event, str]]] | None = None
+
+    def done(self, ev: Event, cur: Cursors) -> bool:
+        return cur[ev.lane] > ev.pos
+
+    def candidates(self, cur: Cursors) -> list[tuple[Event, bool]]:
+        """Each lane's next event whose needs are done. A bookie's step whose answer the
+        client took in goes with that receipt, when the client's lane is there (heard),
+        or alone with its answer lost (only where the trace allows a lost answer); a
+        receipt alone follows a step taken so."""
+        out: list[tuple[Event, bool]] = []
+        for i, lane in enumerate(self.lanes):
+            if cur[i] == len(lane):
+                continue
+            ev = lane[cur[i]]
+            if not all(self.done(n, cur) for n in ev.needs):
+                continue
+            rc = ev.receipt
+            if ev.kind == "handle" and rc is not None and cur[rc.lane] == rc.pos:
+                out.append((ev, True))
+            if ev.kind != "handle" or rc is None or ev.lost_ok:
+                out.append((ev, False))
+        return sorted(out, key=_when)
+
+    def expand(self, cur: Cursors, s: State) -> Iterator[tuple[Cursors, State]]:
+        refused: list[tuple[Event, str]] = []
+        for ev, heard in self.candidates(cur):
+            nxt = list(cur)
+            nxt[ev.lane] += 1
+            if heard and ev.receipt is not None:
+                nxt[ev.receipt.lane] += 1
+            try:
+                for t in self.replay.moves(ev, s, heard):
+                    yield tuple(nxt), t
+            except NotAllowedError as e:
+                refused.append((ev, str(e)))
+        depth = sum(cur)
+        if self.deepest is None or depth > self.deepest[0]:
+            self.deepest = (depth, cur, s, refused)
+
+    def stuck(self, cur: Cursors) -> str:
+        """What the events left wait for, when none can be taken."""
+        waits = []
+        for i, lane in enumerate(self.lanes):
+            if cur[i] < len(lane):
+                ev = lane[cur[i]]
+                need = [n for n in ev.needs if not self.done(n, cur)]
+                if ev.receipt is not None and not need:
+                    need = [ev.receipt]
+                waits.append(f"{ev.describe()} waits for {need[0].describe() if need else '?'}")
+        return "every event left waits for another: " + "; ".join(waits[:4])
+
+
+def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
+    """Decide whether some behaviour of the spec explains ``lt`` (within ``budget`` s)."""
+    v = Verdict(lt.ledger, "unknown", steps=lt.steps)
+    if lt.unknown:
+        v.reason = lt.unknown
+        return v
+    if lt.steps == 0:
+        v.verdict = "explained"
+        return v
+    assert lt.cfg is not None
+    start = time.monotonic()
+    sr = _Search(lt)
+    cur0: Cursors = (0,) * len(lt.lanes)
+    s0 = p.initial_state(lt.cfg)
+    seen: set[tuple[Cursors, State]] = {(cur0, s0)}
+    stack = [sr.expand(cur0, s0)]
+    end = tuple(len(lane) for lane in lt.lanes)
+    while stack:
+        if time.monotonic() - start > budget:
+            v.reason = f"the time budget ({budget:g} s) ran out after {len(seen)} configurations"
+            if sr.deepest is not None and sr.deepest[3]:
+                ev, why = sr.deepest[3][0]
+                v.reason += f"; deepest refusal after {sr.deepest[0]} steps: {ev.describe()}: {why}"
+            v.seconds, v.configurations = time.monotonic() - start, len(seen)
+            return v
+        nxt = next(stack[-1], None)
+        if nxt is None:
+            stack.pop()
+        elif nxt not in seen:
+            seen.add(nxt)
+            if nxt[0] == end:
+                v.verdict, v.replayed = "explained", lt.steps
+                v.seconds, v.configurations = time.monotonic() - start, len(seen)
+                return v
+            stack.append(sr.expand(*nxt))
+    v.seconds, v.configurations = time.monotonic() - start, len(seen)
+    assert sr.deepest is not None
+    depth, cur, s, refused = sr.deepest
+    v.verdict, v.replayed = "violation", depth
+    if refused:
+        ev, why = refused[0]
+        v.event, v.reason = ev.describe(), why
+    else:
+        v.event, v.reason = "the rest of the trace", sr.stuck(cur)
+    v.state = _show_state(lt, s)
+    v.offered = [p.format_label(label) for label, _t in p.next_states(lt.cfg, s)][:40]
+    return v
+
+
+def _show_state(lt: LedgerTrace, s: State) -> str:
+    """The spec state, projected on what a reader of this trace needs."""
+    cfg = lt.cfg
+    assert cfg is not None
+    wl = cfg.writer_ledger
+    lines = [
+        f"metadata: {p.STATUS_NAMES[s.meta_status[wl]]} v{s.meta_version[wl]} "
+        f"segments {list(s.meta_segments[wl])} last e{s.meta_last[wl]}",
+        f"writer: {p.W_NAMES[s.w_status]} next e{s.w_next} LAC {s.w_lac}"
+        + (f" change {list(s.w_change)}" if s.w_change is not None else ""),
+    ]
+    for b, name in enumerate(lt.bookies):
+        synced, unsynced, fenced, lac = s.b_ledgers[b][wl]
+        have = [e for e in range(cfg.entries) if (synced | unsynced) >> e & 1]
+        lines.append(
+            f"b{b} ({name}): {p.UP_NAMES[s.b_up[b]]} entries {have}"
+            f"{' fenced' if fenced else ''} LAC {lac}"
+        )
+    for c, name in enumerate(lt.recoveries):
+        r = p.recovery_of(s, c)
+        lines.append(f"recovery {c} ({name}): {p.RC_NAMES[r.phase]} reading e{r.reading}")
+    lines.append("in flight: " + (", ".join(p._show(m) for m in s.msgs) or "nothing"))
+    return "\n".join(lines)

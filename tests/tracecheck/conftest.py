@@ -1,0 +1,102 @@
+"""Traces of real runs (bookie processes, clients, a session ZooKeeper), recorded once
+per module and read by the trace checker's tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from bkref.impl.client.client import BookKeeper
+from bkref.impl.client.errors import BKError, FencedError
+from bkref.impl.cluster.zookeeper import ZooKeeperEnsemble
+from bkref.impl.testing import Clusters
+from bkref.impl.trace import Tracer
+
+
+@dataclass(frozen=True)
+class Recorded:
+    traces: Path  # the run's trace directory
+    recovered: int  # written one add at a time, recovered by two racing clients, closed
+    planted: int  # recovered by a client with recovery-reads-without-fence
+    fenced: int  # recovered, then its writer's next add is refused (fenced)
+
+
+def _chroot(zookeeper: ZooKeeperEnsemble) -> str:
+    chroot = f"/bkref-trace-{uuid.uuid4().hex[:12]}"
+    zk = KazooClient(hosts=zookeeper.connection_string)
+    zk.start(timeout=15)
+    try:
+        zk.ensure_path(chroot)
+    finally:
+        zk.stop()
+        zk.close()
+    return zookeeper.connection_string + chroot
+
+
+async def _record(zk: str, traces: Path, ids: list[str]) -> tuple[int, int, int]:
+    with (
+        Tracer(traces, "writer") as tw,
+        Tracer(traces, "recoverer") as tr,
+        Tracer(traces, "racer") as tr2,
+        Tracer(traces, "planted") as tp,
+    ):
+        async with (
+            BookKeeper(zk, tracer=tw) as w,
+            BookKeeper(zk, tracer=tr) as r,
+            BookKeeper(zk, tracer=tr2) as r2,
+            BookKeeper(zk, tracer=tp, plants=frozenset({"recovery-reads-without-fence"})) as bad,
+        ):
+            recovered = await _race(w, r, r2, ids, traces)
+            g = await w.create_ledger(3, 2, 2, b"pw", bookies=ids[:3])
+            await g.add_many([b"f%d" % i for i in range(5)])
+            await bad.open_ledger(g.ledger_id, b"pw")
+            f = await w.create_ledger(3, 2, 2, b"pw", bookies=ids[:3])
+            for i in range(3):
+                await f.add(b"g%d" % i)
+            await r.open_ledger(f.ledger_id, b"pw")
+            try:
+                await f.add(b"late")
+            except FencedError:
+                pass
+            else:
+                raise AssertionError("a fenced ledger took the old writer's add")
+    return recovered, g.ledger_id, f.ledger_id
+
+
+async def _race(w: BookKeeper, r: BookKeeper, r2: BookKeeper, ids: list[str], traces: Path) -> int:
+    """A ledger written one add at a time, recovered by two clients at once, then closed
+    by its writer. Recorded again until the race is close enough that one recovery's
+    close CAS loses to the other's (the close on a stale version the tests need)."""
+    for _ in range(10):
+        h = await w.create_ledger(3, 2, 2, b"pw", bookies=ids[:3])
+        for i in range(10):  # one at a time: each add piggybacks the previous one's LAC
+            await h.add(b"e%d" % i)
+        await asyncio.gather(r.open_ledger(h.ledger_id, b"pw"), r2.open_ledger(h.ledger_id, b"pw"))
+        try:
+            await h.close()  # the recoveries closed it at its LAC: the writer's close agrees
+        except BKError as e:
+            raise AssertionError(f"the writer could not close at its own LAC: {e}") from e
+        if any(
+            x.get("outcome") == "lost" and x.get("ledger") == h.ledger_id
+            for f in ("recoverer", "racer")
+            for x in map(json.loads, (traces / f"trace-{f}.jsonl").read_text().splitlines())
+        ):
+            return h.ledger_id
+    raise AssertionError("in 10 tries, no recovery's close lost the race")
+
+
+@pytest.fixture(scope="module")
+def recorded(zookeeper: ZooKeeperEnsemble, tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    base = tmp_path_factory.mktemp("recorded")
+    traces = base / "traces"
+    with Clusters(base, _chroot(zookeeper)) as make:
+        cluster = make(3, trace_dir=traces)
+        ids = [b.bookie_id for b in cluster.bookies]
+        recovered, planted, fenced = asyncio.run(_record(cluster.zk_hosts, traces, ids))
+    return Recorded(traces, recovered, planted, fenced)
