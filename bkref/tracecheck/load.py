@@ -1,9 +1,10 @@
 """Reading a run's trace files: one ``trace-<node>.jsonl`` per node, one JSON line per step.
 
-A line is ``{"node", "seq", "t", "action", ...arguments}`` (``bkref.impl.trace``). Lines
-named ``connected`` are not steps: a client logs one when a connection to a bookie
-opens, naming its own end, so that the bookie's ``peer`` and a request id name one
-request of one client.
+A line is ``{"node", "seq", "t", "action", ...arguments}`` (``bkref.impl.trace``). Two kinds
+of line are not steps: ``connected`` (a client's connection to a bookie opened; it names
+the client's end, so that the bookie's ``peer`` and a request id name one request of one
+client) and ``replacement`` (the bookie chosen for an ensemble change logged when it was
+decided).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 TRACE_GLOB = "trace-*.jsonl"
 CONNECTED = "connected"
+REPLACEMENT = "replacement"  # names the new bookie of an ensemble change logged before
 
 
 class TraceError(ValueError):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bkref.spec.config import Config
-from bkref.tracecheck.load import CONNECTED, Line
+from bkref.tracecheck.load import CONNECTED, REPLACEMENT, Line
 
 RECEIPTS = frozenset(
     {
@@ -127,6 +127,39 @@ def conflict(x: Event, y: Event) -> bool:
     return ra.entry == rr.entry or (ra.sender == "writer" and rr.fence)
 
 
+def _steps(lines: list[Line], ledger: int) -> list[Line]:
+    """A client's spec steps for ``ledger``. An ensemble change is logged when it is
+    decided and names its new bookie in a ``replacement`` line when one is chosen; a
+    change for which none was found never happened (the client gave up)."""
+    out: list[Line] = []
+    pending: dict[tuple[object, object], int] = {}
+    for x in lines:
+        if x.get("ledger") != ledger or x.action == CONNECTED:
+            continue
+        key = (x.get("rc"), x.get("failed"))
+        if x.action.endswith("_changes_ensemble"):
+            pending[key] = len(out)
+        elif x.action == REPLACEMENT:
+            i = pending.pop(key, None)
+            if i is not None and x["new"] is not None:
+                change = out[i]
+                out[i] = Line(
+                    change.node,
+                    change.seq,
+                    change.t,
+                    change.action,
+                    change.args | {"new": x["new"]},
+                )
+            continue
+        out.append(x)
+    gave_up = set(pending.values()) | {
+        i
+        for i, x in enumerate(out)
+        if x.action.endswith("_changes_ensemble") and "new" not in x.args
+    }
+    return [x for i, x in enumerate(out) if i not in gave_up]
+
+
 def _is_bookie(lines: list[Line]) -> bool:
     return any(x.action.startswith("bookie_") for x in lines)
 
@@ -159,9 +192,10 @@ def project(nodes: dict[str, list[Line]], ledger: int) -> LedgerTrace:
     """The lanes of ``ledger``, or a trace marked unknown with the reason."""
     lt = LedgerTrace(ledger)
     peers = _Peers(nodes)
-    mine = {
-        n: [x for x in lines if x.get("ledger") == ledger and x.action != CONNECTED]
+    mine = {n: _steps(lines, ledger) for n, lines in nodes.items() if not _is_bookie(lines)} | {
+        n: [x for x in lines if x.get("ledger") == ledger]
         for n, lines in nodes.items()
+        if _is_bookie(lines)
     }
     mine = {n: v for n, v in mine.items() if v}
     bookie_nodes = {n for n in mine if _is_bookie(nodes[n])}

@@ -78,6 +78,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _RECOVERIES = itertools.count()  # names this process's recoveries in traces
+# A trace line that is no spec step: the bookie chosen for an ensemble change logged
+# earlier (``new`` None: none was found, and the change never happened).
+REPLACEMENT = "replacement"
 
 # Seconds per tick of the writer's abstract clock. The ticks come from the event
 # loop's timer, not from the injected Clock: they time out adds a bookie left
@@ -125,6 +128,10 @@ class Driver:
         self.tracer = bk.tracer
         self.rc: str | None = None  # a recovery's name in the trace, set by recover()
         self._sent: list[dict[str, object]] = []
+        # Bookies the machine decided to replace while performing an event's actions:
+        # logged after the event's own step, which caused the decision (``_held``).
+        self._decided: list[str] = []
+        self._held = False
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         t = asyncio.get_running_loop().create_task(coro)
@@ -134,6 +141,16 @@ class Driver:
     def pump(self) -> None:
         for a in self.m.take_actions():
             self._perform(a)
+        if self._decided and not self._held:
+            self._log_decisions()
+
+    def _pump_held(self) -> None:
+        """:meth:`pump`, holding the log of its ensemble-change decisions (tracing)."""
+        self._held = True
+        try:
+            self.pump()
+        finally:
+            self._held = False
 
     def _perform(self, a: Action) -> None:
         if isinstance(a, SendAdd):
@@ -164,6 +181,8 @@ class Driver:
         elif isinstance(a, WriteMetadata):
             self._spawn(self._write_metadata(a))
         elif isinstance(a, NeedReplacement):
+            if self.tracer is not None:
+                self._decided.append(a.failed)
             self._spawn(self._replace(a))
         elif isinstance(a, AddCompleted):
             fut = self.add_futures.pop(a.entry_id, None)
@@ -195,8 +214,11 @@ class Driver:
             )
             status = Status.IO_ERROR
         self.m.on_add_response(a.bookie, a.entry_id, status)
-        self.pump()
-        if self.tracer is not None and resp is not None:
+        if self.tracer is None:
+            self.pump()
+            return
+        self._pump_held()
+        if resp is not None:
             who = "recovery_client" if a.recovery else "writer"
             self._step(
                 f"{who}_receives_add_response",
@@ -205,6 +227,7 @@ class Driver:
                 entry=a.entry_id,
                 status=status.name,
             )
+        self._log_decisions()
 
     async def _read(self, a: SendRead, rid: int, fut: asyncio.Future[Response]) -> None:
         if not isinstance(self.m, LedgerRecovery):
@@ -218,16 +241,19 @@ class Driver:
         except BookieUnavailableError:
             status = Status.IO_ERROR
         self.m.on_read_response(a.bookie, a.entry_id, status, body)
-        self.pump()
-        if self.tracer is not None:
-            # Its write-backs and the next reads are part of the spec's step (the sends).
-            self._step(
-                "recovery_client_receives_read_response",
-                bookie=a.bookie,
-                rid=rid,
-                entry=a.entry_id,
-                status=status.name,
-            )
+        if self.tracer is None:
+            self.pump()
+            return
+        self._pump_held()
+        # Its write-backs and the next reads are part of the spec's step (the sends).
+        self._step(
+            "recovery_client_receives_read_response",
+            bookie=a.bookie,
+            rid=rid,
+            entry=a.entry_id,
+            status=status.name,
+        )
+        self._log_decisions()
 
     async def _read_lac(self, a: SendReadLac, rid: int, fut: asyncio.Future[Response]) -> None:
         if not isinstance(self.m, LedgerRecovery):
@@ -242,19 +268,22 @@ class Driver:
             status = Status.IO_ERROR
         fencing = self.m.phase is RecoveryPhase.FENCING
         self.m.on_read_lac_response(a.bookie, status, lac)
-        self.pump()
-        if self.tracer is not None:
-            reads = self._take_sent()
-            self._step(
-                "recovery_client_receives_fencing_response",
-                bookie=a.bookie,
-                rid=rid,
-                lac=lac,
-                status=status.name,
-            )
-            if fencing and self.m.phase is not RecoveryPhase.FENCING:
-                self._sent = reads
-                self._step("recovery_client_completes_fencing")
+        if self.tracer is None:
+            self.pump()
+            return
+        self._pump_held()
+        reads = self._take_sent()
+        self._step(
+            "recovery_client_receives_fencing_response",
+            bookie=a.bookie,
+            rid=rid,
+            lac=lac,
+            status=status.name,
+        )
+        if fencing and self.m.phase is not RecoveryPhase.FENCING:
+            self._sent = reads
+            self._step("recovery_client_completes_fencing")
+        self._log_decisions()
 
     async def _write_metadata(self, a: WriteMetadata) -> None:
         before = self._phase()
@@ -281,9 +310,12 @@ class Driver:
                 self.m.on_metadata_conflict(e.current, e.version)
         else:
             self.m.on_metadata_written(version)
-        self.pump()
-        if self.tracer is not None:
-            self._trace_metadata(before, outcome)
+        if self.tracer is None:
+            self.pump()
+            return
+        self._pump_held()
+        self._trace_metadata(before, outcome)
+        self._log_decisions()
 
     async def _replace(self, a: NeedReplacement) -> None:
         self.failed_bookies.add(a.failed)
@@ -295,18 +327,25 @@ class Driver:
         except (NotEnoughBookiesError, ZooKeeperError) as e:
             # Never leave the ledger waiting on a replacement that will not come.
             self.m.no_replacement(a.failed, str(e))
+            chosen = None
         else:
             idx = a.ensemble.index(a.failed)
+            chosen = new[idx]
             log.info(
-                "ledger %d: replacing failed bookie %s with %s", self.ledger_id, a.failed, new[idx]
+                "ledger %d: replacing failed bookie %s with %s", self.ledger_id, a.failed, chosen
             )
-            self.m.replace(a.failed, new[idx])
-            if self.tracer is not None:
-                who = "writer" if isinstance(self.m, LedgerWriter) else "recovery_client"
-                self._step(f"{who}_changes_ensemble", failed=a.failed, new=new[idx])
-                self.pump()  # a recovery resends its write-backs to the new bookie now
-                self._trace_resends(f"{who}_resends_add")
-        self.pump()
+            self.m.replace(a.failed, chosen)
+        if self.tracer is None:
+            self.pump()
+            return
+        self._pump_held()  # a recovery resends its write-backs to the new bookie now
+        resends = self._take_sent()
+        # The change was logged when it was decided; this names the bookie chosen.
+        self._log(REPLACEMENT, failed=a.failed, new=chosen)
+        self._sent = resends
+        who = "writer" if isinstance(self.m, LedgerWriter) else "recovery_client"
+        self._trace_resends(f"{who}_resends_add")
+        self._log_decisions()
 
     # ------------------------------------------------------------ tracing
 
@@ -319,9 +358,20 @@ class Driver:
 
     def _step(self, action: str, **args: object) -> None:
         """Log one spec step of this writer or recovery, with the requests it sent."""
+        self._log(action, **args, sends=self._take_sent())
+
+    def _log(self, action: str, **args: object) -> None:
         assert self.tracer is not None
         who = {"rc": self.rc} if self.rc is not None else {}
-        self.tracer.step(action, ledger=self.ledger_id, **who, **args, sends=self._take_sent())
+        self.tracer.step(action, ledger=self.ledger_id, **who, **args)
+
+    def _log_decisions(self) -> None:
+        """The ensemble changes decided (the spec's step: acks are held from here on;
+        the replacement is named by the ``replacement`` line that follows)."""
+        who = "writer" if isinstance(self.m, LedgerWriter) else "recovery_client"
+        for failed in self._decided:
+            self._step(f"{who}_changes_ensemble", failed=failed)
+        self._decided.clear()
 
     def _trace_resends(self, action: str) -> None:
         """Each request sent to a bookie that joined a write set is a step of its own."""
