@@ -103,6 +103,14 @@ class Replay:
     def __init__(self, lt: LedgerTrace) -> None:
         assert lt.cfg is not None
         self.lt, self.cfg = lt, lt.cfg
+        # Adds no bookie logged an answer to, by (spec bookie, entry).
+        self.unanswered: dict[tuple[int, int], list[Send]] = {}
+        for lane in lt.lanes:
+            for ev in lane:
+                for x in ev.sends:
+                    if x.kind == "add" and x.handled is None:
+                        key = (lt.bookies.index(x.bookie), x.entry)
+                        self.unanswered.setdefault(key, []).append(x)
 
     # ------------------------------------------------------------ moves
 
@@ -111,16 +119,45 @@ class Replay:
         if ev.kind == "receipt":
             yield s  # its answer was folded into the bookie's step
         elif ev.kind == "restart":
-            b = self.lt.bookies.index(str(ev.line["bookie"]))
-            t = p.bookie_crashes(self.cfg, s, b) if s.b_up[b] == p.UP else s
-            t = None if t is None else p.bookie_restarts(self.cfg, t, b)
-            if t is None:
-                raise NotAllowedError(f"bookie b{b} cannot crash and restart here")
-            yield t
+            yield self._restart(ev, s)
         elif ev.kind == "handle":
             yield from self._handle(ev, s, heard)
         else:
             yield from self._step(ev, s)
+
+    def _restart(self, ev: Event, s: State) -> State:
+        """``bookie_crashes`` then ``bookie_restarts``; what the bookie replayed must be
+        what the spec's bookie kept: every entry it stored, its fence and its LAC."""
+        cfg, wl = self.cfg, self.cfg.writer_ledger
+        b = self.lt.bookies.index(str(ev.line["bookie"]))
+        t = p.bookie_crashes(cfg, s, b) if s.b_up[b] == p.UP else s
+        t = None if t is None else p.bookie_restarts(cfg, t, b)
+        if t is None:
+            raise NotAllowedError(f"bookie b{b} cannot crash and restart here")
+        came = ev.line.get("ledgers", {}).get(str(self.lt.ledger))
+        mask, fenced, lac = (
+            (int(came["entries"], 16), came["fenced"], came["lac"]) if came else (0, False, -1)
+        )
+        synced, unsynced, f, b_lac = p.ledger_on(t, b, wl)
+        lost = (synced | unsynced) & ~mask
+        if lost:
+            raise NotAllowedError(
+                f"b{b} came back without {_entries(lost)}, which it had stored and answered "
+                "for: the spec's bookie keeps every entry it acknowledged"
+            )
+        # An entry the bookie made durable but crashed before answering: its request was
+        # taken with the reply lost, not lost (the search lost it when it was sent).
+        for e in _bits(mask & ~synced):
+            sent = [x for x in self.unanswered.get((b, e), []) if not f or x.sender != "writer"]
+            if not sent:
+                raise NotAllowedError(f"b{b} came back with e{e}, which no client sent it")
+            synced |= 1 << e
+            b_lac = max(b_lac, sent[0].lac)
+        if f and not fenced:
+            raise NotAllowedError(f"b{b} came back unfenced; the spec's bookie keeps its fence")
+        if lac != b_lac:
+            raise NotAllowedError(f"b{b} came back with LAC {lac}; the spec's bookie has {b_lac}")
+        return t._replace(b_ledgers=p.set_ledger_on(t, b, wl, (synced, unsynced, f, b_lac)))
 
     def _checked_sends(self, ev: Event, s: State, t: State, consumed: Msg | None = None) -> State:
         want = sorted(_msg(self.lt, x) for x in ev.sends)
@@ -236,6 +273,14 @@ class Replay:
         if t is None:
             raise NotAllowedError("no message loss left for a lost reply")
         yield self._checked_sends(ev, s, t, consumed=m)
+
+
+def _bits(mask: int) -> list[int]:
+    return [e for e in range(mask.bit_length()) if mask >> e & 1]
+
+
+def _entries(mask: int) -> str:
+    return ", ".join(f"e{e}" for e in _bits(mask))
 
 
 def _when(move: tuple[Event, bool]) -> tuple[int, bool]:

@@ -14,6 +14,7 @@ from kazoo.client import KazooClient
 
 from bkref.impl.client.client import BookKeeper
 from bkref.impl.client.errors import BKError, FencedError
+from bkref.impl.cluster.local import LocalCluster
 from bkref.impl.cluster.zookeeper import ZooKeeperEnsemble
 from bkref.impl.testing import Clusters
 from bkref.impl.trace import Tracer
@@ -25,6 +26,7 @@ class Recorded:
     recovered: int  # written one add at a time, recovered by two racing clients, closed
     planted: int  # recovered by a client with recovery-reads-without-fence
     fenced: int  # recovered, then its writer's next add is refused (fenced)
+    restarted: int  # a bookie of its ensemble killed and restarted between adds
 
 
 def _chroot(zookeeper: ZooKeeperEnsemble) -> str:
@@ -39,7 +41,8 @@ def _chroot(zookeeper: ZooKeeperEnsemble) -> str:
     return zookeeper.connection_string + chroot
 
 
-async def _record(zk: str, traces: Path, ids: list[str]) -> tuple[int, int, int]:
+async def _record(cluster: LocalCluster, traces: Path) -> Recorded:
+    zk, ids = cluster.zk_hosts, [b.bookie_id for b in cluster.bookies]
     with (
         Tracer(traces, "writer") as tw,
         Tracer(traces, "recoverer") as tr,
@@ -66,7 +69,15 @@ async def _record(zk: str, traces: Path, ids: list[str]) -> tuple[int, int, int]
                 pass
             else:
                 raise AssertionError("a fenced ledger took the old writer's add")
-    return recovered, g.ledger_id, f.ledger_id
+            k = await w.create_ledger(3, 2, 2, b"pw", bookies=ids[:3])
+            for i in range(6):
+                await k.add(b"k%d" % i)
+            cluster.kill_bookie(0)  # a crash: it comes back with what its journal kept
+            cluster.start_bookie(0)
+            for i in range(6):
+                await k.add(b"l%d" % i)
+            await k.close()
+    return Recorded(traces, recovered, g.ledger_id, f.ledger_id, k.ledger_id)
 
 
 async def _race(w: BookKeeper, r: BookKeeper, r2: BookKeeper, ids: list[str], traces: Path) -> int:
@@ -96,7 +107,5 @@ def recorded(zookeeper: ZooKeeperEnsemble, tmp_path_factory: pytest.TempPathFact
     base = tmp_path_factory.mktemp("recorded")
     traces = base / "traces"
     with Clusters(base, _chroot(zookeeper)) as make:
-        cluster = make(3, trace_dir=traces)
-        ids = [b.bookie_id for b in cluster.bookies]
-        recovered, planted, fenced = asyncio.run(_record(cluster.zk_hosts, traces, ids))
-    return Recorded(traces, recovered, planted, fenced)
+        cluster = make(4, trace_dir=traces)
+        return asyncio.run(_record(cluster, traces))

@@ -150,6 +150,32 @@ def test_a_close_on_a_stale_metadata_version_is_a_violation(
     assert "ends lost" in v.reason
 
 
+def test_a_bookie_restarted_mid_ledger_is_explained(recorded: Recorded) -> None:
+    v = _verdict(recorded.traces, recorded.restarted)
+    assert v.verdict == "explained", v.render()
+
+
+def test_a_bookie_that_comes_back_without_an_entry_it_acknowledged_is_a_violation(
+    recorded: Recorded, tmp_path: Path
+) -> None:
+    traces = _copy(recorded, tmp_path)
+    lid = str(recorded.restarted)
+    for path in _bookie_files(traces):
+        lines = _read(path)
+        back = [x for x in lines if x["action"] == "bookie_restarts" and lid in x["ledgers"]]
+        if back:
+            held = back[0]["ledgers"][lid]
+            mask = int(held["entries"], 16)
+            first = (mask & -mask).bit_length() - 1
+            held["entries"] = hex(mask & ~(1 << first))  # the replay lost its first entry
+            _write(path, lines)
+            break
+    v = _verdict(traces, recorded.restarted)
+    assert v.verdict == "violation", v.render()
+    assert "bookie_restarts" in v.event
+    assert f"came back without e{first}," in v.reason
+
+
 def test_a_ledger_whose_recovery_left_no_trace_is_unknown_not_a_violation(
     recorded: Recorded, tmp_path: Path
 ) -> None:
@@ -167,13 +193,14 @@ def test_the_command_exits_1_on_a_violation_and_prints_the_step(
     assert main(["check", str(recorded.traces), "--json", str(out)]) == 1
     text = capsys.readouterr().out
     assert f"ledger {recorded.planted}: violation" in text
-    assert "3 ledgers" in text
-    assert "2 explained, 1 violation(s), 0 unknown" in text
+    assert "4 ledgers" in text
+    assert "3 explained, 1 violation(s), 0 unknown" in text
     verdicts = {v["ledger"]: v["verdict"] for v in json.loads(out.read_text())}
     assert verdicts == {
         recorded.recovered: "explained",
         recorded.planted: "violation",
         recorded.fenced: "explained",
+        recorded.restarted: "explained",
     }
     assert main(["check", str(recorded.traces), "--ledger", str(recorded.recovered)]) == 0
 

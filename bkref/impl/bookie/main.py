@@ -81,8 +81,6 @@ def main(argv: list[str]) -> int:
             print(f"bkref bookie: --trace {args.trace}: not a directory", file=sys.stderr)
             return 2
         tracer = Tracer(args.trace, config.bookie_id)
-        if tracer.restarted:  # its file exists: this start follows a stop or a crash
-            tracer.step("bookie_restarts", bookie=config.bookie_id)
     bookie = Bookie(config, plants=plants, tracer=tracer)
     try:
         bookie.open_storage_and_register()
@@ -94,6 +92,14 @@ def main(argv: list[str]) -> int:
         print(f"bkref bookie: cannot start {config.bookie_id}: {e}", file=sys.stderr)
         bookie.close()
         return 2
+    if tracer is not None and tracer.restarted:  # its file existed: a stop or a crash before
+        assert bookie.storage is not None
+        # What the replay brought back, per ledger: entries as a hex mask (bit e: entry e).
+        ledgers = {
+            str(lg): {"entries": hex(mask), "fenced": fenced, "lac": lac}
+            for lg, (mask, fenced, lac) in bookie.storage.contents().items()
+        }
+        tracer.step("bookie_restarts", bookie=config.bookie_id, ledgers=ledgers)
 
     async def run() -> None:
         loop = cancel_on_signals()

@@ -120,6 +120,15 @@ class BookieStorage:
                 for lg, ix in self.index.ledgers.items()
             }
 
+    def contents(self) -> dict[int, tuple[int, bool, int]]:
+        """Per ledger: its entries (a mask, bit e for entry e), whether it is fenced,
+        and its LAC. What a trace's ``bookie_restarts`` says the bookie came back with."""
+        with self._lock:
+            return {
+                lg: (sum(1 << e for e in ix.entries), ix.fenced, ix.lac)
+                for lg, ix in self.index.ledgers.items()
+            }
+
     def ledger_ids(self) -> set[int]:
         with self._lock:
             return set(self.index.ledgers)
