@@ -509,18 +509,26 @@ def writer_sends_add(cfg: Config, s: State) -> State | None:
     """The writer sends the next entry to its write set (round-robin striping).
 
     Key points: the add carries the writer's LAC (piggybacked, bookies store
-    it), fixed for every later resend of the entry; no new add while an
-    ensemble change waits for its CAS, nor beyond ``cfg.pipeline``
-    unconfirmed adds.
+    it), fixed for every later resend of the entry; at most ``cfg.pipeline``
+    adds unconfirmed. An add made while an ensemble change waits for its CAS
+    is signed at once (with the LAC, which the change holds) and queued: it
+    is sent by ``writer_resends_add``, to the write set in the new ensemble.
+    bkref's writer queues it so; BookKeeper's PendingAddOp sends it at once
+    to the current ensemble and re-sends it to the replacement after the
+    change. Found by trace validation (the spec used to disable adds during
+    a change).
     """
-    if s.w_status != W_OPEN or s.w_change is not None or s.w_next >= cfg.entries:
-        # unreachable: next_states offers it only while the writer is OPEN, with no change in
-        # flight and an entry left.
+    if s.w_status != W_OPEN or s.w_next >= cfg.entries:
+        # unreachable: next_states offers it only while the writer is OPEN with an entry left.
         return None
     if s.w_next - s.w_lac > cfg.pipeline:  # at most `pipeline` adds unconfirmed
         # unreachable: next_states tests the pipeline bound first.
         return None
     e = s.w_next
+    if s.w_change is not None:
+        # Queued: signed now with the LAC, which is held until the change lands; it goes
+        # out with ``writer_resends_add`` to the write set of the new ensemble.
+        return s._replace(w_next=e + 1, w_piggy=set_at(s.w_piggy, e, s.w_lac))
     ws = last_ensemble_write_set(cfg, s.w_segments, e)
     new = tuple((ADD, b, e, s.w_lac, 0) for b in bookies_of(ws))
     return s._replace(
@@ -1725,9 +1733,9 @@ def next_states(cfg: Config, s: State) -> list[Step]:
             for ens in _ensembles(cfg, s):
                 emit(writer_creates_ledger, ens)
         if s.w_status == W_OPEN:
+            if s.w_next < cfg.entries and s.w_next - s.w_lac <= cfg.pipeline:
+                emit(writer_sends_add)
             if s.w_change is None:
-                if s.w_next < cfg.entries and s.w_next - s.w_lac <= cfg.pipeline:
-                    emit(writer_sends_add)
                 emit(writer_closes_ledger)
             else:
                 emit(writer_completes_ensemble_change)
