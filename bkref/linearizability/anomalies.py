@@ -35,6 +35,7 @@ DURABILITY: Final = "durability"
 REPLICATION: Final = "replication"
 GENERIC: Final = "generic"
 CONVERGENCE: Final = "convergence"  # a campaign's repair after the heal (nemesis.checker)
+TRACE: Final = "trace"  # a campaign's traces replayed through the spec (bkref.tracecheck)
 
 KINDS: Final = (
     Kind(
@@ -104,6 +105,11 @@ KINDS: Final = (
         "nonlinearizable",
         "a key's operations have no linearization (the generic search)",
         (GENERIC,),
+    ),
+    Kind(
+        "trace-violation",
+        "a protocol step a node logged that no behaviour of the spec allows",
+        (TRACE,),
     ),
 )
 BY_NAME: Final = {k.name: k for k in KINDS}
@@ -247,6 +253,14 @@ MISSING_AFTER_CONVERGENCE: Final = Message(
 )
 NOT_CONVERGED: Final = Message(
     "not-repaired-after-heal", "the cluster did not converge within {seconds} s"
+)
+
+# ---------------------------------------------------------------- a campaign's traces
+# Fields: ``event`` the step (node, number, action, arguments), ``reason`` why the spec
+# does not allow it there.
+
+TRACE_STEP_NOT_ALLOWED: Final = Message(
+    "trace-violation", "no behaviour of the spec explains {event}: {reason}"
 )
 
 # ---------------------------------------------------------------- the generic search on Spark

@@ -16,6 +16,12 @@ Two more check the cluster rather than the history:
 - ``cluster``: no node refused to restart but after a fault that takes it out for
   good (a wiped disk, which its cookie must refuse: :func:`check_cluster`).
 
+And, in a run with ``--trace``, one checks the protocol rather than what clients saw:
+
+- ``trace``: the nodes' logged protocol steps, replayed ledger by ledger through the
+  spec (``bkref trace check``, :func:`check_traces`); a ledger it cannot decide is
+  counted as unknown with its reason, never as an anomaly.
+
 Each returns ``{"valid": bool, "anomalies": [...]}`` with anomalies in the
 linearizability package's names, each naming the history indices that prove it.
 """
@@ -23,11 +29,20 @@ linearizability package's names, each naming the history indices that prove it.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bkref.linearizability.anomalies import MISSING_AFTER_CONVERGENCE, NOT_CONVERGED
+from bkref.linearizability.anomalies import (
+    MISSING_AFTER_CONVERGENCE,
+    NOT_CONVERGED,
+    TRACE_STEP_NOT_ALLOWED,
+)
 from bkref.linearizability.durability import check_durability
 from bkref.linearizability.history import Op
 from bkref.linearizability.ledger_checker import check_ledgers
@@ -117,6 +132,52 @@ def check_cluster(events: list[dict[str, Any]]) -> dict[str, Any]:
     return {"valid": not anomalies, "anomalies": anomalies}
 
 
+def check_traces(trace_dir: Path, budget: float) -> dict[str, Any]:
+    """``bkref trace check`` on a run's traces, in a process of its own (its wall time
+    and peak memory are the check's alone); raises if the check could not run."""
+    out = trace_dir.parent / "trace-check.json"
+    argv = [sys.executable, "-m", "bkref.tracecheck.cli", "check", str(trace_dir)]
+    argv += ["--budget", str(budget), "--json", str(out)]
+    started = time.monotonic()
+    with (trace_dir.parent / "trace-check.txt").open("wb") as report:
+        proc = subprocess.Popen(argv, stdout=report, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        with proc.stderr:
+            err = proc.stderr.read().decode(errors="replace").strip()
+        # wait4, not wait: the rusage is the check's own (its peak memory).
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+    seconds = time.monotonic() - started
+    if code not in (0, 1, 2) or not out.exists():
+        raise RuntimeError(f"the trace check failed (exit {code}): {err or 'no output'}")
+    verdicts = json.loads(out.read_text())
+    anomalies = [
+        {
+            "kind": TRACE_STEP_NOT_ALLOWED.kind,
+            "ledger": v["ledger"],
+            "step": v["event"],
+            "message": TRACE_STEP_NOT_ALLOWED.render(event=v["event"], reason=v["reason"]),
+        }
+        for v in verdicts
+        if v["verdict"] == "violation"
+    ]
+    unknown = Counter(v["reason"].split(":")[0][:80] for v in verdicts if v["verdict"] == "unknown")
+    return {
+        "valid": not anomalies,
+        "anomalies": anomalies,
+        "counts": {
+            "ledgers": len(verdicts),
+            "explained": sum(1 for v in verdicts if v["verdict"] == "explained"),
+            "violation": len(anomalies),
+            "unknown": sum(unknown.values()),
+            "steps": sum(v["steps"] for v in verdicts),
+        },
+        "unknown_reasons": dict(unknown.most_common(10)),
+        "seconds": round(seconds, 1),
+        "peak_mib": round(usage.ru_maxrss / 1024, 1),  # ru_maxrss is in KiB on Linux
+    }
+
+
 # The durability check lives in linearizability (spark_checks runs the same
 # verdict on Spark and may not import nemesis); re-exported here.
 __all__ = [
@@ -125,4 +186,5 @@ __all__ = [
     "check_history",
     "check_linearizable",
     "check_replication",
+    "check_traces",
 ]

@@ -146,6 +146,19 @@ def _parser() -> argparse.ArgumentParser:
         "ledger after the heal, and a dump of every bookie is audited)",
     )
     p.add_argument(
+        "--trace",
+        action="store_true",
+        help="every bookie, writer and client logs its protocol steps in run-*/traces, and "
+        "the run's checks replay them through the spec (bkref trace check); local and "
+        "netns backends",
+    )
+    p.add_argument(
+        "--trace-budget",
+        type=float,
+        default=300.0,
+        help="seconds the trace check may take per run; ledgers left are unknown (default 300)",
+    )
+    p.add_argument(
         "--out", type=Path, default=None, help="output directory (default out/campaign-<time>)"
     )
     return p
@@ -250,9 +263,15 @@ def main(argv: list[str]) -> int:
         return _bad(f"--quorum {args.quorum}: the ensemble is larger than --bookies {args.bookies}")
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         return _bad(f"--out {args.out}: not a directory")
+    if args.trace and args.backend == "docker":
+        return _bad("--trace: the docker backend does not record traces yet (local or netns)")
+    if not args.trace_budget > 0:
+        return _bad(f"--trace-budget {args.trace_budget}: must be positive")
     backend_name = _choose_backend(args.backend, console)
     if backend_name is None:
         return 2
+    if args.trace and backend_name == "docker":
+        return _bad("--trace: the docker backend does not record traces yet (local or netns)")
     default = (
         DEFAULT_KINDS
         if backend_name == "local"
@@ -300,6 +319,8 @@ def main(argv: list[str]) -> int:
                 plant,
                 autorecovery=ar,
                 fault_length=fault_length,
+                trace=args.trace,
+                trace_budget=args.trace_budget,
             )
             backend = make_backend(
                 backend_name,
@@ -308,6 +329,7 @@ def main(argv: list[str]) -> int:
                 lazyfs=not args.no_lazyfs,
                 plants=frozenset(plant),
                 autorecovery=ar,
+                trace_dir=directory / "traces" if args.trace else None,
             )
             with Progress(
                 TextColumn("[bold]{task.description}"),

@@ -35,6 +35,7 @@ from bkref.impl.client.client import BookKeeper
 from bkref.impl.core.metadata import LedgerMetadata
 from bkref.impl.meta.store import NoSuchLedgerError
 from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.trace import Tracer
 from bkref.linearizability.history import NEMESIS, Recorder
 from bkref.nemesis.backends.base import Backend
 from bkref.nemesis.faults import VICTIM_KINDS, FaultWindow
@@ -84,7 +85,8 @@ async def drive(  # noqa: PLR0917 (one run's parts, each used once)
     counts: Counter[str] = Counter()
     plants = frozenset(spec.plant)
     # The client half of a planted bug (recovery, the writer) runs in this process.
-    bk = BookKeeper(backend.zk_connect, seed=rng.getrandbits(64), plants=plants)
+    tracer = None if backend.trace_dir is None else Tracer(backend.trace_dir, "client")
+    bk = BookKeeper(backend.zk_connect, seed=rng.getrandbits(64), plants=plants, tracer=tracer)
     await bk.start()
     nemesis.find_auditor = _auditor_finder(bk, backend)
     sampler = _TaskSampler(UnderreplicationManager(bk.meta.zk, bk.root), recorder.elapsed_ns)
@@ -98,6 +100,7 @@ async def drive(  # noqa: PLR0917 (one run's parts, each used once)
             zk=backend.zk_connect,
             writer_log=directory / "writers.log",
             plants=plants,
+            trace_dir=backend.trace_dir,
         )
         nemesis.writer_killer = workload.kill_writer
         stop = asyncio.Event()
@@ -119,6 +122,8 @@ async def drive(  # noqa: PLR0917 (one run's parts, each used once)
     finally:
         sampler.stop()
         await bk.close()
+        if tracer is not None:
+            tracer.close()
     return Phases(counts, windows, after, sampler.series())
 
 

@@ -8,6 +8,10 @@ out valid (missed). The bar: each bug detected in at least one of three
 runs. Each campaign is an ordinary ``bkref campaign`` (its report and results
 are kept under ``--out``); exit 0 when every bug was detected, 1 when one was
 missed, 2 when a campaign could not run.
+
+With ``--trace`` every campaign records its nodes' traces, and the table also says
+whether the trace check (the protocol replayed through the spec) caught the bug
+in that run, and the first step it found that no spec behaviour allows.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class Outcome:
     runs: list[dict[str, object]]  # per campaign: seed, exit code, verdict, seconds
     detected: bool
     error: str | None = None
+    trace_detected: bool = False  # with --trace: the trace check caught it in some run
 
 
 def _campaign(plant: str, seed: int, args: argparse.Namespace, out: Path) -> tuple[int, float]:
@@ -82,10 +87,25 @@ def _campaign(plant: str, seed: int, args: argparse.Namespace, out: Path) -> tup
         "--out",
         str(out),
         *ex.extra,
+        *(["--trace"] if args.trace else []),
     ]
     t0 = time.monotonic()
     done = subprocess.run(cmd, check=False)
     return done.returncode, time.monotonic() - t0
+
+
+def _trace_verdict(out: Path) -> str:
+    """What the run's trace check said: the first step no spec behaviour allows, or
+    "missed" (explained or unknown), from the campaign's results."""
+    try:
+        results = json.loads((out / "results.json").read_text())
+        check = results["runs"][0]["checks"]["trace"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return "missed"  # no trace check ran (the run could not complete)
+    if check["valid"]:
+        return "missed"
+    first = check["anomalies"][0]
+    return f"caught: ledger {first['ledger']}: {first['message']}"[:400]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time", type=float, default=60.0, help="seconds per campaign (default 60)")
     p.add_argument("--seed", type=int, default=1, help="seed of the first campaign (default 1)")
     p.add_argument("--out", type=Path, default=Path("out/planted"), help="default out/planted")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="record traces and say whether the trace check caught each bug too",
+    )
     args = p.parse_args(argv)
     plants = args.plant or list(CAMPAIGN_PLANTS)
     outcomes: list[Outcome] = []
@@ -113,12 +138,22 @@ def main(argv: list[str] | None = None) -> int:
         outcome = Outcome(plant, ex.faults, [], detected=False)
         for k in range(args.runs):
             seed = args.seed + k
-            code, seconds = _campaign(plant, seed, args, args.out / plant / f"seed-{seed}")
+            out = args.out / plant / f"seed-{seed}"
+            code, seconds = _campaign(plant, seed, args, out)
             verdict = {0: "valid (missed)", 1: "INVALID (caught)"}.get(code, "could not run")
-            outcome.runs.append(
-                {"seed": seed, "exit": code, "verdict": verdict, "seconds": round(seconds)}
-            )
+            run: dict[str, object] = {
+                "seed": seed,
+                "exit": code,
+                "verdict": verdict,
+                "seconds": round(seconds),
+            }
+            if args.trace:
+                run["trace"] = _trace_verdict(out)
+                outcome.trace_detected = outcome.trace_detected or run["trace"] != "missed"
+            outcome.runs.append(run)
             print(f"   seed {seed}: {verdict}, {seconds:.0f} s", flush=True)
+            if args.trace:
+                print(f"   trace check: {run['trace']}", flush=True)
             if code == 1:
                 outcome.detected = True
                 break
@@ -129,10 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     summary = [asdict(o) for o in outcomes]
     (args.out / "planted.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print("\nplanted bug                          caught  runs")
+    print("\nplanted bug                          caught  runs" + ("  trace" if args.trace else ""))
     for o in outcomes:
         state = "yes" if o.detected else ("ERROR" if o.error else "NO")
-        print(f"{o.plant:<36} {state:<7} {len(o.runs)}")
+        trace = ("   yes" if o.trace_detected else "   no") if args.trace else ""
+        print(f"{o.plant:<36} {state:<7} {len(o.runs):<5}{trace}")
     print(f"details: {args.out / 'planted.json'}")
     if any(o.error for o in outcomes):
         return 2

@@ -40,7 +40,7 @@ from bkref.linearizability.history import JSON, NEMESIS, Op, OpType, Process, Re
 from bkref.linearizability.history_files import JsonlWriter, read_jsonl
 from bkref.nemesis import metrics
 from bkref.nemesis.backends.base import Backend
-from bkref.nemesis.checker import check_cluster, check_history, check_replication
+from bkref.nemesis.checker import check_cluster, check_history, check_replication, check_traces
 from bkref.nemesis.faults import DEFAULT_KINDS
 from bkref.nemesis.nemesis import Log, Nemesis
 from bkref.nemesis.phases import Phases, drive, dump_bookies
@@ -68,6 +68,9 @@ class RunSpec:
     # timeout plus 4 s whatever this says). Kills longer than the session timeout are the
     # ones AutoRecovery must repair.
     fault_length: tuple[float, float] = (1.0, 6.0)
+    # Record every node's protocol steps (run/traces) and replay them through the spec.
+    trace: bool = False
+    trace_budget: float = 300.0  # seconds the trace check may take
 
 
 @dataclass
@@ -125,6 +128,11 @@ def run_once(
             f"the run plants {sorted(spec.plant)} but the {backend.name} backend's bookies "
             f"get {sorted(backend.plants)}: make the backend with plants=the run's"
         )
+    if (backend.trace_dir is not None) != spec.trace:
+        raise ValueError(
+            "the run records traces only if its backend's bookies do: make the backend "
+            "with trace_dir=<run>/traces exactly when the run has trace=True"
+        )
     started = time.monotonic()
     directory.mkdir(parents=True, exist_ok=True)
     history = directory / "history.jsonl"
@@ -176,7 +184,13 @@ def run_once(
         checks = {**check_history(ops), "cluster": check_cluster(nemesis.events)}
         if phases.after:
             checks["replication"] = check_replication(phases.after, entries, directory)
-        valid = all(c["valid"] for c in checks.values())
+        if backend.trace_dir is not None:
+            log(f"trace check: replaying {backend.trace_dir} through the spec")
+            try:
+                checks["trace"] = check_traces(backend.trace_dir, spec.trace_budget)
+            except (RuntimeError, OSError, ValueError) as e:
+                error = f"trace check: {e}"
+        valid = None if error else all(c["valid"] for c in checks.values())
         write_timeline(history, directory / "timeline.html")
     result = RunResult(
         seed=spec.seed,

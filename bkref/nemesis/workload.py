@@ -86,6 +86,7 @@ class Workload:
     # Where the writer processes' own log lines go (appended), not the campaign's terminal.
     writer_log: Path | None = None
     plants: frozenset[str] = frozenset()  # planted bugs of the writer processes' clients
+    trace_dir: Path | None = None  # the writer processes log their protocol steps here
     _next_process: int = 0
     _pending: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -204,6 +205,7 @@ class Workload:
             "--password",
             self.spec.password.decode(),
             *plant_argv(self.plants),
+            *(["--trace", str(self.trace_dir)] if self.trace_dir is not None else []),
         ]
 
     async def _process_writer(self, stop: asyncio.Event) -> None:

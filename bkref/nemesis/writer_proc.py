@@ -32,12 +32,14 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from bkref.impl.cli.plants import add_plant_argument, plants_of
 from bkref.impl.client.client import BookKeeper
 from bkref.impl.client.driver import WriteHandle
 from bkref.impl.client.errors import FencedError
+from bkref.impl.trace import Tracer
 
 OP_TIMEOUT = 20.0
 
@@ -47,12 +49,14 @@ def _say(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-async def _serve(zk: str, password: bytes, plants: frozenset[str]) -> None:
+async def _serve(
+    zk: str, password: bytes, plants: frozenset[str], tracer: Tracer | None = None
+) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     handle: WriteHandle | None = None
-    async with BookKeeper(zk, plants=plants) as bk:
+    async with BookKeeper(zk, plants=plants, tracer=tracer) as bk:
         while line := await reader.readline():
             cmd = json.loads(line)
             op = cmd["op"]
@@ -96,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--zk", required=True, help="ZooKeeper connect string")
     p.add_argument("--password", default="bkref-campaign", help="the ledgers' password")
     add_plant_argument(p, "this writer's client (its adds and ensemble changes)")
+    p.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        help="log the writer's protocol steps in DIR/trace-writer-<pid>.jsonl",
+    )
     args = p.parse_args(argv)
     plants = plants_of(args)
     logging.basicConfig(
@@ -105,7 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     # One line per process, so that its log can be told from the next one's.
     sys.stderr.write(f"writer process {os.getpid()} started, ZooKeeper {args.zk}\n")
     sys.stderr.flush()
-    asyncio.run(_serve(args.zk, args.password.encode(), plants))
+    tracer = None if args.trace is None else Tracer(args.trace, f"writer-{os.getpid()}")
+    try:
+        asyncio.run(_serve(args.zk, args.password.encode(), plants, tracer))
+    finally:
+        if tracer is not None:
+            tracer.close()
     return 0
 
 

@@ -72,11 +72,18 @@ class Event:
     lane: int = -1
     pos: int = -1
     sends: list[Send] = field(default_factory=list)  # requests the spec step must send
+    # Bookies a recovery has decided to replace and not yet replaced: the spec's step may
+    # send them write-backs that the trace leaves out (lost on the way, for the spec).
+    skips: list[str] = field(default_factory=list)
     request: Send | None = None  # handle: the request it takes
     receipt: Event | None = None  # handle: the client's receipt of the answer
     # handle: whether its answer may count as lost although the client got it: the
     # client timed the bookie out (replaced it) before it took the answer in.
     lost_ok: bool = True
+    # handle: whether its answer may be folded in before the client's receipt of it: the
+    # bookie answered a later decision of its first (a fence's answer waits for the
+    # journal, a refusal does not), and the client took that one in first.
+    early_ok: bool = False
     needs: list[Event] = field(default_factory=list)
 
     @property
@@ -127,36 +134,49 @@ def conflict(x: Event, y: Event) -> bool:
     return ra.entry == rr.entry or (ra.sender == "writer" and rr.fence)
 
 
+def _with(x: Line, **args: object) -> Line:
+    return Line(x.node, x.seq, x.t, x.action, x.args | args)
+
+
 def _steps(lines: list[Line], ledger: int) -> list[Line]:
-    """A client's spec steps for ``ledger``. An ensemble change is logged when it is
-    decided and names its new bookie in a ``replacement`` line when one is chosen; a
-    change for which none was found never happened (the client gave up)."""
+    """A client's spec steps for ``ledger``.
+
+    An ensemble change is logged when it is decided, and a ``replacement`` line names
+    the bookie chosen later; a change for which none was found never happened (the
+    client gave up). The writer holds its acks and sends nothing from the decision on,
+    so its change is the spec step there. A recovery keeps writing back meanwhile, to
+    every bookie but the failed one, and sends to the new one when it is chosen: its
+    change is the spec step at the choice, and the write-backs it left out before are
+    requests the spec sends and the network loses (``skips``).
+    """
     out: list[Line] = []
     pending: dict[tuple[object, object], int] = {}
+    skipping: dict[object, set[str]] = defaultdict(set)  # recovery -> failed bookies
+    dropped: set[int] = set()
     for x in lines:
         if x.get("ledger") != ledger or x.action == CONNECTED:
             continue
-        key = (x.get("rc"), x.get("failed"))
-        if x.action.endswith("_changes_ensemble"):
-            pending[key] = len(out)
-        elif x.action == REPLACEMENT:
-            i = pending.pop(key, None)
-            if i is not None and x["new"] is not None:
-                change = out[i]
-                out[i] = Line(
-                    change.node,
-                    change.seq,
-                    change.t,
-                    change.action,
-                    change.args | {"new": x["new"]},
-                )
+        rc, failed = x.get("rc"), x.get("failed")
+        step = x
+        if x.action == "writer_changes_ensemble":
+            pending[(rc, failed)] = len(out)
+        elif x.action == "recovery_client_changes_ensemble":
+            skipping[rc].add(str(failed))
             continue
-        out.append(x)
-    gave_up = set(pending.values()) | {
-        i
-        for i, x in enumerate(out)
-        if x.action.endswith("_changes_ensemble") and "new" not in x.args
-    }
+        elif x.action == REPLACEMENT:
+            skipping[rc].discard(str(failed))
+            i = pending.pop((rc, failed), None)
+            if i is not None and x["new"] is not None:  # the writer's: at its decision
+                out[i] = _with(out[i], new=x["new"])
+            elif i is not None:
+                dropped.add(i)
+            if i is not None or x["new"] is None or rc is None:
+                continue
+            step = Line(x.node, x.seq, x.t, "recovery_client_changes_ensemble", x.args)
+        if skipping.get(rc):
+            step = _with(step, skips=sorted(skipping[rc]))
+        out.append(step)
+    gave_up = set(pending.values()) | dropped
     return [x for i, x in enumerate(out) if i not in gave_up]
 
 
@@ -223,14 +243,17 @@ def project(nodes: dict[str, list[Line]], ledger: int) -> LedgerTrace:
     sends: dict[Key, Send] = {}
     lanes: list[list[Event]] = []
     receipts: dict[Key, Event] = {}
+    # One lane per actor: a process may host the writer and recovery clients of one
+    # ledger, and it takes in their answers in an order of its own (callbacks, tasks).
+    actors: dict[tuple[str, str], list[Event]] = {}
     for n in sorted(mine):
         if n in bookie_nodes:
             continue
-        lane: list[Event] = []
         for x in mine[n]:
             kind = "receipt" if x.action in RECEIPTS else "step"
-            ev = Event(kind, x)
+            ev = Event(kind, x, skips=list(x.get("skips", [])))
             sender = str(x["rc"]) if x.get("rc") is not None else "writer"
+            lane = actors.setdefault((n, sender), [])
             for s in x.get("sends", []):
                 key = (n, str(s["bookie"]), int(s["rid"]))
                 send = Send(
@@ -249,7 +272,7 @@ def project(nodes: dict[str, list[Line]], ledger: int) -> LedgerTrace:
             if kind == "receipt":
                 receipts[(n, str(x["bookie"]), int(x["rid"]))] = ev
             lane.append(ev)
-        lanes.append(lane)
+    lanes.extend(actors.values())
 
     for n in sorted(bookie_nodes):
         taken: list[Event] = []
@@ -279,7 +302,10 @@ def project(nodes: dict[str, list[Line]], ledger: int) -> LedgerTrace:
             continue
         lt.bookie(str(bookie_id))
         # A bookie's steps keep its order only where the order can change an answer
-        # (``conflict``); the rest commute, and each is a lane of its own.
+        # (``conflict``); the rest commute, and each is a lane of its own. The order is
+        # the core's decisions' (a step is logged at its answer, and a fence's answer
+        # waits for the journal while the adds it refuses are answered at once).
+        taken.sort(key=lambda e: (e.line.get("decided") or e.t, e.line.seq))
         for i, ev in enumerate(taken):
             ev.needs = [x for x in taken[:i] if conflict(x, ev)]
             lanes.append([ev])
@@ -311,10 +337,31 @@ def project(nodes: dict[str, list[Line]], ledger: int) -> LedgerTrace:
                     for s in ev.receipt.sends:
                         s.by = ev
                     ev.sends, ev.receipt.sends = ev.receipt.sends, []
+                    ev.skips = ev.receipt.skips
+    _mark_overtaken(lanes)
     lt.lanes = lanes
     lt.steps = sum(len(lane) for lane in lanes)
     lt.cfg = _config(lt, create, sends)
     return lt
+
+
+def _mark_overtaken(lanes: list[list[Event]]) -> None:
+    """``early_ok`` for each bookie step whose answer was taken in after the answer to a
+    later decision of the same bookie (by any client): a fence's answer waits for the
+    journal while the adds it refuses are answered at once."""
+    by_bookie: dict[str, list[Event]] = defaultdict(list)
+    for events in lanes:
+        for ev in events:
+            if ev.kind == "handle" and ev.receipt is not None:
+                by_bookie[str(ev.line["bookie"])].append(ev)
+    for evs in by_bookie.values():
+        evs.sort(key=lambda e: (e.line.get("decided") or e.t, e.line.seq))
+        first = None  # the earliest receipt of the later decisions
+        for ev in reversed(evs):
+            assert ev.receipt is not None
+            if first is not None and first < ev.receipt.t:
+                ev.early_ok = True
+            first = ev.receipt.t if first is None else min(first, ev.receipt.t)
 
 
 def _replaced_before(client: list[Event], ev: Event) -> bool:

@@ -160,21 +160,31 @@ class Replay:
         return t._replace(b_ledgers=p.set_ledger_on(t, b, wl, (synced, unsynced, f, b_lac)))
 
     def _checked_sends(self, ev: Event, s: State, t: State, consumed: Msg | None = None) -> State:
+        """``t`` if the spec's step sent what the trace did; a write-back the trace left
+        out for a bookie its recovery is replacing is lost, and so is a request no
+        bookie took."""
         want = sorted(_msg(self.lt, x) for x in ev.sends)
         got = sorted(_sent(s, t, consumed))
-        if want != got:
+        skips = {self.lt.bookies.index(b) for b in ev.skips if b in self.lt.bookies}
+        extra = list(got)
+        for m in want:
+            if m in extra:
+                extra.remove(m)
+        if len(got) - len(extra) != len(want) or any(
+            m[0] != p.ADD or m[1] not in skips for m in extra
+        ):
             raise NotAllowedError(
                 "the spec's step sends "
                 + (", ".join(p._show(m) for m in got) or "nothing")
                 + "; the trace sent "
                 + (", ".join(p._show(m) for m in want) or "nothing")
             )
-        for x in ev.sends:  # a request no bookie took is lost at once
-            if x.handled is None and x.kind == "add":
-                lost = p.network_loses_message(self.cfg, t, _msg(self.lt, x))
-                if lost is None:
-                    raise NotAllowedError("no message loss left for a request no bookie took")
-                t = lost
+        lost = extra + [_msg(self.lt, x) for x in ev.sends if x.handled is None and x.kind == "add"]
+        for m in lost:
+            u = p.network_loses_message(self.cfg, t, m)
+            if u is None:
+                raise NotAllowedError("no message loss left for a request no bookie took")
+            t = u
         return t
 
     def _step(self, ev: Event, s: State) -> Iterator[State]:
@@ -283,11 +293,16 @@ def _entries(mask: int) -> str:
     return ", ".join(f"e{e}" for e in _bits(mask))
 
 
-def _when(move: tuple[Event, bool]) -> tuple[int, bool]:
-    """Moves are tried in the order of their real times: a heard answer at the client's
-    receipt of it, and before the same event taken with its answer lost."""
-    ev, heard = move
-    return (ev.receipt.t if heard and ev.receipt is not None else ev.t, not heard)
+HEARD, EARLY, LOST = "heard", "early", "lost"
+_PREFERENCE = {HEARD: 0, LOST: 1, EARLY: 2}
+
+
+def _when(move: tuple[Event, str]) -> tuple[int, int]:
+    """Moves are tried in the order of their real times (a heard answer at the client's
+    receipt of it), and an event heard before lost, lost before folded early."""
+    ev, how = move
+    t = ev.receipt.t if how != LOST and ev.receipt is not None else ev.t
+    return (t, _PREFERENCE[how])
 
 
 class _Search:
@@ -302,12 +317,13 @@ class _Search:
     def done(self, ev: Event, cur: Cursors) -> bool:
         return cur[ev.lane] > ev.pos
 
-    def candidates(self, cur: Cursors) -> list[tuple[Event, bool]]:
-        """Each lane's next event whose needs are done. A bookie's step whose answer the
-        client took in goes with that receipt, when the client's lane is there (heard),
-        or alone with its answer lost (only where the trace allows a lost answer); a
-        receipt alone follows a step taken so."""
-        out: list[tuple[Event, bool]] = []
+    def candidates(self, cur: Cursors) -> list[tuple[Event, str]]:
+        """Each lane's next event whose needs are done, with how it is taken. A bookie's
+        step whose answer the client took in goes with that receipt when the client's
+        lane is there (``heard``); before it (``early``) where the bookie answered a
+        later decision first; alone with its answer ``lost`` where the trace allows a
+        lost answer. A receipt alone follows a step taken early or lost."""
+        out: list[tuple[Event, str]] = []
         for i, lane in enumerate(self.lanes):
             if cur[i] == len(lane):
                 continue
@@ -315,21 +331,24 @@ class _Search:
             if not all(self.done(n, cur) for n in ev.needs):
                 continue
             rc = ev.receipt
-            if ev.kind == "handle" and rc is not None and cur[rc.lane] == rc.pos:
-                out.append((ev, True))
+            if ev.kind == "handle" and rc is not None:
+                if cur[rc.lane] == rc.pos:
+                    out.append((ev, HEARD))
+                elif ev.early_ok and cur[rc.lane] < rc.pos:
+                    out.append((ev, EARLY))
             if ev.kind != "handle" or rc is None or ev.lost_ok:
-                out.append((ev, False))
+                out.append((ev, LOST))
         return sorted(out, key=_when)
 
     def expand(self, cur: Cursors, s: State) -> Iterator[tuple[Cursors, State]]:
         refused: list[tuple[Event, str]] = []
-        for ev, heard in self.candidates(cur):
+        for ev, how in self.candidates(cur):
             nxt = list(cur)
             nxt[ev.lane] += 1
-            if heard and ev.receipt is not None:
+            if how == HEARD and ev.receipt is not None:
                 nxt[ev.receipt.lane] += 1
             try:
-                for t in self.replay.moves(ev, s, heard):
+                for t in self.replay.moves(ev, s, how != LOST):
                     yield tuple(nxt), t
             except NotAllowedError as e:
                 refused.append((ev, str(e)))

@@ -26,13 +26,19 @@ from bkref.impl.client.client import BookKeeper
 from bkref.impl.client.errors import BKError
 from bkref.impl.core.repair import Scheduling
 from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.trace import Tracer
 
 log = logging.getLogger(__name__)
 
 
 class AutoRecovery:
     def __init__(
-        self, config: BookieConfig, *, dedicated: bool = False, plants: frozenset[str] = frozenset()
+        self,
+        config: BookieConfig,
+        *,
+        dedicated: bool = False,
+        plants: frozenset[str] = frozenset(),
+        tracer: Tracer | None = None,
     ) -> None:
         self.config = config
         self.plants = plants  # planted bugs (test-only) of its auditor, worker and client
@@ -45,6 +51,7 @@ class AutoRecovery:
             config.zkLedgersRootPath,
             session_timeout=config.zkTimeout / 1000,
             plants=plants,
+            tracer=tracer,  # the protocol steps of its recoveries (trace validation)
         )
         self.auditor: Auditor | None = None
         self.worker: ReplicationWorker | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -114,7 +115,15 @@ def main(argv: list[str]) -> int:
         if args.autorecovery or config.autoRecoveryDaemonEnabled:
             from bkref.impl.autorecovery.service import AutoRecovery
 
-            await asyncio.gather(bookie.serve(), AutoRecovery(config, plants=plants).run())
+            # Its client is a node of its own in the trace; named with the pid, so that
+            # the request ids of a restarted process are not taken for the last one's.
+            ar_tracer = (
+                None
+                if args.trace is None
+                else Tracer(args.trace, f"autorecovery-{config.bookie_id}-{os.getpid()}")
+            )
+            ar = AutoRecovery(config, plants=plants, tracer=ar_tracer)
+            await asyncio.gather(bookie.serve(), ar.run())
         else:
             await bookie.serve()
 

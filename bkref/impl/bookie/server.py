@@ -14,6 +14,7 @@ import collections
 import logging
 import shutil
 import threading
+import time
 from pathlib import Path
 
 from bkref.impl.bookie.config import BookieConfig
@@ -53,6 +54,7 @@ class Bookie:
     ) -> None:
         self.config = config
         self.tracer = tracer  # protocol steps, for trace validation (off: None)
+        self._decided: dict[int, int] = {}  # traced request (its id) -> when the core decided
         self.plants = plants  # planted bugs (test-only) of its storage and AutoRecovery
         # When compaction is due and when a redundant ledger has waited long enough.
         self.clock = clock
@@ -322,6 +324,10 @@ class Bookie:
             writer.close()
 
     def _dispatch(self, req: Message, out: _Out) -> None:
+        if self.tracer is not None:
+            # When the core decided: a fence takes effect here, its reply waits for the
+            # journal, and adds refused meanwhile are answered (and logged) before it.
+            self._decided[id(req)] = time.monotonic_ns()
         d = self.core.handle(req)
         if not d.records:
             if d.read is not None and self._to_persist:
@@ -372,7 +378,7 @@ class Bookie:
             self._reply(req, d, out, err)
 
     def _reply(self, req: Message, d: BookieDecision, out: _Out, err: BaseException | None) -> None:
-        if out.writer.is_closing():
+        if out.writer.is_closing() and self.tracer is None:
             return
         resp: Response | None
         if err is not None:
@@ -394,8 +400,10 @@ class Bookie:
             resp = d.reply
         if resp is not None:
             if self.tracer is not None:
+                # Logged even if the client is gone: the step happened, its answer is lost.
                 self._trace(req, resp, out)
-            out.send(resp)
+            if not out.writer.is_closing():
+                out.send(resp)
 
     def _trace(self, req: Message, resp: Response, out: _Out) -> None:
         """The spec step this reply ends: the bookie's step is its answer, sent once
@@ -403,7 +411,12 @@ class Bookie:
         without a fence is no spec step of the bookie's (the recovery client that
         sent one logs it; plain reads are outside the spec)."""
         assert self.tracer is not None
-        link = {"rid": resp.request_id, "peer": out.peer, "status": resp.status.name}
+        link = {
+            "rid": resp.request_id,
+            "peer": out.peer,
+            "status": resp.status.name,
+            "decided": self._decided.pop(id(req), None),
+        }
         if isinstance(req, AddRequest):
             self.tracer.step(
                 "bookie_handles_add",

@@ -54,7 +54,8 @@ def make_backend(
     lazyfs: bool = True,
     plants: frozenset[str] = frozenset(),
     autorecovery: bool = True,
+    trace_dir: Path | None = None,
 ) -> Backend:
     """A backend of ``kind`` for one run, its cluster under ``directory``."""
     cls = backend_class(kind, lazyfs=lazyfs)
-    return cls(directory, bookies, plants=plants, autorecovery=autorecovery)
+    return cls(directory, bookies, plants=plants, autorecovery=autorecovery, trace_dir=trace_dir)

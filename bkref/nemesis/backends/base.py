@@ -72,11 +72,18 @@ class Backend(ABC):
         *,
         plants: frozenset[str] = frozenset(),
         autorecovery: bool = True,
+        trace_dir: Path | None = None,
     ) -> None:
         self.directory = Path(directory).resolve()
         self.size = bookies
         self.plants = plants  # planted bugs (test-only): every bookie gets --plant NAME
         self.autorecovery = autorecovery
+        # Every bookie (and its AutoRecovery) logs its protocol steps here (--trace).
+        self.trace_dir = None if trace_dir is None else Path(trace_dir).resolve()
+
+    def trace_argv(self) -> list[str]:
+        """A bookie's ``--trace DIR`` arguments (none when the run records no traces)."""
+        return [] if self.trace_dir is None else ["--trace", str(self.trace_dir)]
 
     @property
     def session_timeout(self) -> float:

@@ -85,7 +85,12 @@ class DockerBackend(NodeNetwork):
         engine: DockerEngine | None = None,
         plants: frozenset[str] = frozenset(),
         autorecovery: bool = True,
+        trace_dir: Path | None = None,
     ) -> None:
+        if trace_dir is not None:
+            raise BackendError(
+                "the docker backend does not record traces yet: use --backend local or netns"
+            )
         super().__init__(directory, bookies, plants=plants, autorecovery=autorecovery)
         self.engine = engine or DockerEngine()
         self.run_id = uuid.uuid4().hex[:8]

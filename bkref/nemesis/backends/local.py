@@ -31,12 +31,16 @@ class LocalBackend(Backend):
         *,
         plants: frozenset[str] = frozenset(),
         autorecovery: bool = True,
+        trace_dir: Path | None = None,
     ) -> None:
-        super().__init__(directory, bookies, plants=plants, autorecovery=autorecovery)
+        super().__init__(
+            directory, bookies, plants=plants, autorecovery=autorecovery, trace_dir=trace_dir
+        )
         self.cluster = LocalCluster(
             directory=directory,
             bookie_overrides=bookie_settings(autorecovery),
             plants=plants,
+            trace_dir=self.trace_dir,
         )
 
     def setup(self) -> None:

@@ -94,8 +94,11 @@ class NamespaceBackend(NodeNetwork):
         plants: frozenset[str] = frozenset(),
         registry_dir: Path | None = None,
         autorecovery: bool = True,
+        trace_dir: Path | None = None,
     ) -> None:
-        super().__init__(directory, bookies, plants=plants, autorecovery=autorecovery)
+        super().__init__(
+            directory, bookies, plants=plants, autorecovery=autorecovery, trace_dir=trace_dir
+        )
         self.zk_size = zookeepers
         self.net = NamespaceNetwork(
             [
@@ -177,6 +180,7 @@ class NamespaceBackend(NodeNetwork):
                 "--config",
                 str(config),
                 *plant_argv(self.plants),
+                *self.trace_argv(),
             ]
             self.services[b] = Service(b, b, argv, str(config), str(d / "bookie.log"))
 
