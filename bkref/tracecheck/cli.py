@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bkref.tracecheck.load import TraceError, read_dir
-from bkref.tracecheck.project import ledgers_of, project
+from bkref.tracecheck.project import Run, project
 from bkref.tracecheck.replay import Verdict, search
 
 PROGRESS_EVERY = 10.0
@@ -40,8 +40,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def check(directory: Path, budget: float, only: list[int]) -> list[Verdict]:
-    nodes = read_dir(directory)
-    ledgers = [lg for lg in ledgers_of(nodes) if not only or lg in only]
+    run = Run(read_dir(directory))
+    ledgers = [lg for lg in run.ledgers() if not only or lg in only]
     start = last = time.monotonic()
     out: list[Verdict] = []
     for i, ledger in enumerate(ledgers):
@@ -53,7 +53,7 @@ def check(directory: Path, budget: float, only: list[int]) -> list[Verdict]:
         if left <= 0:
             v = Verdict(ledger, "unknown", reason=f"the time budget ({budget:g} s) ran out")
         else:
-            v = search(project(nodes, ledger), left)
+            v = search(project(run, ledger), left)
         out.append(v)
     return out
 

@@ -185,40 +185,73 @@ def _is_bookie(lines: list[Line]) -> bool:
 
 
 class _Peers:
-    """(bookie, client end) -> the client node that opened that connection, at a time."""
+    """(bookie, client end) -> the client node that opened that connection, at a time.
+
+    Behind NAT (the netns and Docker backends forward each bookie's address) the bookie
+    sees another address than the client's own end, usually with the same port: the
+    port alone is tried next."""
 
     def __init__(self, nodes: dict[str, list[Line]]) -> None:
         self._by: dict[tuple[str, str], list[tuple[int, str]]] = defaultdict(list)
         for node, lines in nodes.items():
             for x in lines:
                 if x.action == CONNECTED:
-                    self._by[(str(x["bookie"]), str(x["local"]))].append((x.t, node))
+                    bookie, local = str(x["bookie"]), str(x["local"])
+                    self._by[(bookie, local)].append((x.t, node))
+                    self._by[(bookie, ":" + local.rsplit(":", 1)[-1])].append((x.t, node))
         for v in self._by.values():
             v.sort()
 
-    def node(self, bookie: str, peer: str, t: int) -> str | None:
-        opened = self._by.get((bookie, peer), [])
-        i = bisect.bisect_right(opened, (t, "\uffff"))
-        return opened[i - 1][1] if i else (opened[0][1] if opened else None)
+    def nodes(self, bookie: str, peer: str, t: int) -> list[str]:
+        """The client nodes that may have sent from ``peer``: by address, then by port."""
+        out = []
+        for key in ((bookie, peer), (bookie, ":" + peer.rsplit(":", 1)[-1])):
+            opened = self._by.get(key, [])
+            i = bisect.bisect_right(opened, (t, "\uffff"))
+            if i or opened:
+                out.append(opened[i - 1][1] if i else opened[0][1])
+        return out
 
 
-def ledgers_of(nodes: dict[str, list[Line]]) -> list[int]:
-    return sorted(
-        {int(x["ledger"]) for lines in nodes.values() for x in lines if "ledger" in x.args}
-    )
+def _answers(x: Line, send: Send) -> bool:
+    """Whether bookie step ``x`` can be the handling of request ``send``."""
+    if x.action == "bookie_handles_add":
+        return send.kind == "add" and send.entry == x["entry"]
+    if x.action == "bookie_handles_recovery_read":
+        return send.kind == "read" and send.entry == x["entry"]
+    return send.kind == "lac_read"
 
 
-def project(nodes: dict[str, list[Line]], ledger: int) -> LedgerTrace:
+class Run:
+    """A run's traces, read once: every node's lines, indexed by ledger."""
+
+    def __init__(self, nodes: dict[str, list[Line]]) -> None:
+        self.nodes = nodes
+        self.peers = _Peers(nodes)
+        self.bookies = {n for n, lines in nodes.items() if _is_bookie(lines)}
+        self.by_ledger: dict[int, dict[str, list[Line]]] = defaultdict(lambda: defaultdict(list))
+        self.restarts: dict[str, list[Line]] = defaultdict(list)  # bookie node -> its restarts
+        for n, lines in nodes.items():
+            for x in lines:
+                if "ledger" in x.args:
+                    self.by_ledger[int(x["ledger"])][n].append(x)
+                elif x.action == "bookie_restarts":
+                    self.restarts[n].append(x)
+
+    def ledgers(self) -> list[int]:
+        return sorted(self.by_ledger)
+
+
+def project(run: Run, ledger: int) -> LedgerTrace:
     """The lanes of ``ledger``, or a trace marked unknown with the reason."""
     lt = LedgerTrace(ledger)
-    peers = _Peers(nodes)
-    mine = {n: _steps(lines, ledger) for n, lines in nodes.items() if not _is_bookie(lines)} | {
-        n: [x for x in lines if x.get("ledger") == ledger]
-        for n, lines in nodes.items()
-        if _is_bookie(lines)
+    peers = run.peers
+    lines_of = run.by_ledger.get(ledger, {})
+    mine = {
+        n: lines if n in run.bookies else _steps(lines, ledger) for n, lines in lines_of.items()
     }
     mine = {n: v for n, v in mine.items() if v}
-    bookie_nodes = {n for n in mine if _is_bookie(nodes[n])}
+    bookie_nodes = {n for n in mine if n in run.bookies}
     creates = [x for n, v in mine.items() for x in v if x.action == "writer_creates_ledger"]
     if len(creates) != 1:
         lt.unknown = (
@@ -277,17 +310,22 @@ def project(nodes: dict[str, list[Line]], ledger: int) -> LedgerTrace:
     for n in sorted(bookie_nodes):
         taken: list[Event] = []
         bookie_id = None
-        for x in nodes[n]:
+        for x in sorted(run.restarts[n] + mine[n], key=lambda x: x.seq):
             if x.action == "bookie_restarts":
                 bookie_id = bookie_id or str(x["bookie"])
                 taken.append(Event("restart", x))
                 continue
             if x.get("ledger") != ledger or x.action not in HANDLES:
                 continue
-            bookie_id = str(x["bookie"])
-            client = peers.node(bookie_id, str(x["peer"]), x.t)
-            key = (client or "?", bookie_id, int(x["rid"]))
-            asked = sends.get(key)
+            bookie_id, rid = str(x["bookie"]), int(x["rid"])
+            asked = next(
+                (
+                    sends[k]
+                    for c in peers.nodes(bookie_id, str(x["peer"]), x.t)
+                    if (k := (c, bookie_id, rid)) in sends and _answers(x, sends[k])
+                ),
+                None,
+            )
             if asked is None:
                 lt.unknown = (
                     f"{x.where()} ({x.action}) answered a request of a client that left no "
@@ -296,7 +334,7 @@ def project(nodes: dict[str, list[Line]], ledger: int) -> LedgerTrace:
                 return lt
             ev = Event("handle", x, request=asked)
             asked.handled = ev
-            ev.receipt = receipts.pop(key, None)
+            ev.receipt = receipts.pop(asked.key, None)
             taken.append(ev)
         if not any(e.kind == "handle" for e in taken):
             continue

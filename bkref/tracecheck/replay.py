@@ -307,28 +307,44 @@ def _when(move: tuple[Event, str]) -> tuple[int, int]:
 
 class _Search:
     """Depth-first over configurations (lane positions, spec state), remembering the
-    configurations it has been to, and the deepest one (for the report)."""
+    configurations it has been to, and the deepest one (for the report).
+
+    Each configuration carries its *frontier*: the events that may be taken there. A
+    ledger has a lane per bookie step, so scanning every lane for its next event would
+    cost the number of events per step; an event only becomes takeable when its lane
+    reaches it, when a step it needs is taken, or (a bookie step heard at its receipt)
+    when the client's lane reaches the receipt, and the frontier follows exactly those.
+    """
 
     def __init__(self, lt: LedgerTrace) -> None:
         self.lt, self.lanes, self.replay = lt, lt.lanes, Replay(lt)
         # The configuration that replayed the most events, and the moves refused there.
         self.deepest: tuple[int, Cursors, State, list[tuple[Event, str]]] | None = None
+        self.dependents: dict[int, list[Event]] = {}
+        self.handle_of: dict[int, Event] = {}  # a receipt -> the bookie step it answers
+        for lane in lt.lanes:
+            for ev in lane:
+                for n in ev.needs:
+                    self.dependents.setdefault(id(n), []).append(ev)
+                if ev.receipt is not None:
+                    self.handle_of[id(ev.receipt)] = ev
 
     def done(self, ev: Event, cur: Cursors) -> bool:
         return cur[ev.lane] > ev.pos
 
-    def candidates(self, cur: Cursors) -> list[tuple[Event, str]]:
-        """Each lane's next event whose needs are done, with how it is taken. A bookie's
-        step whose answer the client took in goes with that receipt when the client's
-        lane is there (``heard``); before it (``early``) where the bookie answered a
-        later decision first; alone with its answer ``lost`` where the trace allows a
-        lost answer. A receipt alone follows a step taken early or lost."""
+    def start(self) -> frozenset[Event]:
+        return frozenset(lane[0] for lane in self.lanes if lane)
+
+    def candidates(self, cur: Cursors, frontier: frozenset[Event]) -> list[tuple[Event, str]]:
+        """Each frontier event that is its lane's next and whose needs are done, with how
+        it is taken. A bookie's step whose answer the client took in goes with that
+        receipt when the client's lane is there (``heard``); before it (``early``) where
+        the bookie answered a later decision first; alone with its answer ``lost`` where
+        the trace allows a lost answer. A receipt alone follows a step taken early or
+        lost."""
         out: list[tuple[Event, str]] = []
-        for i, lane in enumerate(self.lanes):
-            if cur[i] == len(lane):
-                continue
-            ev = lane[cur[i]]
-            if not all(self.done(n, cur) for n in ev.needs):
+        for ev in frontier:
+            if cur[ev.lane] != ev.pos or not all(self.done(n, cur) for n in ev.needs):
                 continue
             rc = ev.receipt
             if ev.kind == "handle" and rc is not None:
@@ -340,16 +356,36 @@ class _Search:
                 out.append((ev, LOST))
         return sorted(out, key=_when)
 
-    def expand(self, cur: Cursors, s: State) -> Iterator[tuple[Cursors, State]]:
+    def _next_frontier(
+        self, frontier: frozenset[Event], cur: Cursors, taken: list[Event]
+    ) -> frozenset[Event]:
+        new = set(frontier) - set(taken)
+        for ev in taken:
+            lane = self.lanes[ev.lane]
+            if ev.pos + 1 < len(lane):
+                head = lane[ev.pos + 1]
+                new.add(head)
+                handle = self.handle_of.get(id(head))
+                if handle is not None:
+                    new.add(handle)  # the client is at its receipt: it may be heard now
+            new.update(self.dependents.get(id(ev), ()))
+        return frozenset(e for e in new if cur[e.lane] == e.pos)
+
+    def expand(
+        self, cur: Cursors, s: State, frontier: frozenset[Event]
+    ) -> Iterator[tuple[Cursors, State, frozenset[Event]]]:
         refused: list[tuple[Event, str]] = []
-        for ev, how in self.candidates(cur):
+        for ev, how in self.candidates(cur, frontier):
             nxt = list(cur)
             nxt[ev.lane] += 1
+            taken = [ev]
             if how == HEARD and ev.receipt is not None:
                 nxt[ev.receipt.lane] += 1
+                taken.append(ev.receipt)
+            after = tuple(nxt)
             try:
                 for t in self.replay.moves(ev, s, how != LOST):
-                    yield tuple(nxt), t
+                    yield after, t, self._next_frontier(frontier, after, taken)
             except NotAllowedError as e:
                 refused.append((ev, str(e)))
         depth = sum(cur)
@@ -384,7 +420,7 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
     cur0: Cursors = (0,) * len(lt.lanes)
     s0 = p.initial_state(lt.cfg)
     seen: set[tuple[Cursors, State]] = {(cur0, s0)}
-    stack = [sr.expand(cur0, s0)]
+    stack = [sr.expand(cur0, s0, sr.start())]
     end = tuple(len(lane) for lane in lt.lanes)
     while stack:
         if time.monotonic() - start > budget:
@@ -397,13 +433,16 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
         nxt = next(stack[-1], None)
         if nxt is None:
             stack.pop()
-        elif nxt not in seen:
-            seen.add(nxt)
-            if nxt[0] == end:
-                v.verdict, v.replayed = "explained", lt.steps
-                v.seconds, v.configurations = time.monotonic() - start, len(seen)
-                return v
-            stack.append(sr.expand(*nxt))
+            continue
+        after, t, frontier = nxt
+        if (after, t) in seen:
+            continue
+        seen.add((after, t))
+        if after == end:
+            v.verdict, v.replayed = "explained", lt.steps
+            v.seconds, v.configurations = time.monotonic() - start, len(seen)
+            return v
+        stack.append(sr.expand(after, t, frontier))
     v.seconds, v.configurations = time.monotonic() - start, len(seen)
     assert sr.deepest is not None
     depth, cur, s, refused = sr.deepest
