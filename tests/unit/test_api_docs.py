@@ -21,6 +21,7 @@ def test_the_page_has_examples_for_each_area() -> None:
         "bkref.linearizability.generate",
         "bkref.spec.checker",
         "bkref.refine.machine",
+        "bkref.tracecheck.cli",
     ):
         assert f"from {module} import" in text, f"docs/api.md has no example of {module}"
 
