@@ -38,7 +38,23 @@ Cursors = tuple[int, ...]
 
 
 class NotAllowedError(Exception):
-    """This move is not a spec step here (the message says why)."""
+    """This move is not a spec step here (the message says why).
+
+    ``definite``: no other order of the trace's events could allow it either (what it
+    compares depends on its own node's earlier steps only), so the search can stop.
+    """
+
+    def __init__(self, message: str, *, definite: bool = False) -> None:
+        super().__init__(message)
+        self.definite = definite
+
+
+class _Definite(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised out of the search at a refusal no other order could avoid."""
+
+    def __init__(self, cur: Cursors, s: State, ev: Event, why: str) -> None:
+        super().__init__(why)
+        self.cur, self.s, self.ev, self.why = cur, s, ev, why
 
 
 @dataclass
@@ -79,7 +95,8 @@ def _msg(lt: LedgerTrace, s: Send) -> Msg:
     if s.kind == "lac_read":
         if not s.fence:
             raise NotAllowedError(
-                f"a LAC read to {s.bookie} without the fence flag: the spec's recovery fences"
+                f"a LAC read to {s.bookie} without the fence flag: the spec's recovery fences",
+                definite=True,
             )
         return (p.FENCE, b, -1, 0, c)
     return (p.READ, b, s.entry, 1 if s.fence else 0, c)
@@ -143,20 +160,27 @@ class Replay:
         if lost:
             raise NotAllowedError(
                 f"b{b} came back without {_entries(lost)}, which it had stored and answered "
-                "for: the spec's bookie keeps every entry it acknowledged"
+                "for: the spec's bookie keeps every entry it acknowledged",
+                definite=True,  # what it had is its own earlier steps' doing, in any order
             )
         # An entry the bookie made durable but crashed before answering: its request was
         # taken with the reply lost, not lost (the search lost it when it was sent).
         for e in _bits(mask & ~synced):
             sent = [x for x in self.unanswered.get((b, e), []) if not f or x.sender != "writer"]
             if not sent:
-                raise NotAllowedError(f"b{b} came back with e{e}, which no client sent it")
+                raise NotAllowedError(
+                    f"b{b} came back with e{e}, which no client sent it", definite=True
+                )
             synced |= 1 << e
             b_lac = max(b_lac, sent[0].lac)
         if f and not fenced:
-            raise NotAllowedError(f"b{b} came back unfenced; the spec's bookie keeps its fence")
+            raise NotAllowedError(
+                f"b{b} came back unfenced; the spec's bookie keeps its fence", definite=True
+            )
         if lac != b_lac:
-            raise NotAllowedError(f"b{b} came back with LAC {lac}; the spec's bookie has {b_lac}")
+            raise NotAllowedError(
+                f"b{b} came back with LAC {lac}; the spec's bookie has {b_lac}", definite=True
+            )
         return t._replace(b_ledgers=p.set_ledger_on(t, b, wl, (synced, unsynced, f, b_lac)))
 
     def _checked_sends(self, ev: Event, s: State, t: State, consumed: Msg | None = None) -> State:
@@ -257,6 +281,10 @@ class Replay:
             raise NotAllowedError(
                 f"the client got {ev.receipt.line['status']}, not this {status} answer"
             )
+        # _BOOKIE_OWN: what a bookie answers (stored or fenced, its LAC, found or not)
+        # depends only on its own earlier steps of this ledger that the answer's order
+        # keeps before it (``project.conflict``), whatever the other nodes did: a
+        # disagreement here is definite.
         kind, b = m[0], m[1]
         _synced, _unsynced, fenced, lac = p.ledger_on(s, b, cfg.writer_ledger)
         if kind == p.ADD:
@@ -264,12 +292,14 @@ class Replay:
             if ok != (status == "OK"):
                 raise NotAllowedError(
                     f"the spec's b{b} {'stores' if ok else 'refuses (fenced)'} the add; "
-                    f"the bookie answered {status}"
+                    f"the bookie answered {status}",
+                    definite=True,  # see _BOOKIE_OWN
                 )
         elif kind == p.FENCE:
             if line.get("lac") != lac:
                 raise NotAllowedError(
-                    f"the spec's b{b} has LAC {lac}; the bookie answered {line.get('lac')}"
+                    f"the spec's b{b} has LAC {lac}; the bookie answered {line.get('lac')}",
+                    definite=True,
                 )
         else:
             stored = p.ledger_on(s, b, cfg.writer_ledger)
@@ -277,7 +307,8 @@ class Replay:
             if found != bool(line["found"]):
                 raise NotAllowedError(
                     f"the spec's b{b} {'has' if found else 'lacks'} e{m[2]}; the bookie "
-                    f"answered {'found' if line['found'] else 'no such entry'}"
+                    f"answered {'found' if line['found'] else 'no such entry'}",
+                    definite=True,
                 )
         t = p.HANDLERS[kind](cfg, s, m, 0 if heard else 1)
         if t is None:
@@ -387,6 +418,8 @@ class _Search:
                 for t in self.replay.moves(ev, s, how != LOST):
                     yield after, t, self._next_frontier(frontier, after, taken)
             except NotAllowedError as e:
+                if e.definite:
+                    raise _Definite(cur, s, ev, str(e)) from e
                 refused.append((ev, str(e)))
         depth = sum(cur)
         if self.deepest is None or depth > self.deepest[0]:
@@ -422,27 +455,34 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
     seen: set[tuple[Cursors, State]] = {(cur0, s0)}
     stack = [sr.expand(cur0, s0, sr.start())]
     end = tuple(len(lane) for lane in lt.lanes)
-    while stack:
-        if time.monotonic() - start > budget:
-            v.reason = f"the time budget ({budget:g} s) ran out after {len(seen)} configurations"
-            if sr.deepest is not None and sr.deepest[3]:
-                ev, why = sr.deepest[3][0]
-                v.reason += f"; deepest refusal after {sr.deepest[0]} steps: {ev.describe()}: {why}"
-            v.seconds, v.configurations = time.monotonic() - start, len(seen)
-            return v
-        nxt = next(stack[-1], None)
-        if nxt is None:
-            stack.pop()
-            continue
-        after, t, frontier = nxt
-        if (after, t) in seen:
-            continue
-        seen.add((after, t))
-        if after == end:
-            v.verdict, v.replayed = "explained", lt.steps
-            v.seconds, v.configurations = time.monotonic() - start, len(seen)
-            return v
-        stack.append(sr.expand(after, t, frontier))
+    try:
+        while stack:
+            if time.monotonic() - start > budget:
+                v.reason = (
+                    f"the time budget ({budget:g} s) ran out after {len(seen)} configurations"
+                )
+                if sr.deepest is not None and sr.deepest[3]:
+                    ev, why = sr.deepest[3][0]
+                    v.reason += (
+                        f"; deepest refusal after {sr.deepest[0]} steps: {ev.describe()}: {why}"
+                    )
+                v.seconds, v.configurations = time.monotonic() - start, len(seen)
+                return v
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                stack.pop()
+                continue
+            after, t, frontier = nxt
+            if (after, t) in seen:
+                continue
+            seen.add((after, t))
+            if after == end:
+                v.verdict, v.replayed = "explained", lt.steps
+                v.seconds, v.configurations = time.monotonic() - start, len(seen)
+                return v
+            stack.append(sr.expand(after, t, frontier))
+    except _Definite as d:  # no order of the other events could allow this step
+        sr.deepest = (sum(d.cur), d.cur, d.s, [(d.ev, d.why)])
     v.seconds, v.configurations = time.monotonic() - start, len(seen)
     assert sr.deepest is not None
     depth, cur, s, refused = sr.deepest
