@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kazoo.client import KazooClient
 
 from bkref.impl.client.client import BookKeeper
 from bkref.impl.client.errors import BKError, FencedError
 from bkref.impl.cluster.local import LocalCluster
+from bkref.impl.cluster.pytest_plugin import fresh_chroot
 from bkref.impl.cluster.zookeeper import ZooKeeperEnsemble
 from bkref.impl.testing import Clusters
 from bkref.impl.trace import Tracer
@@ -27,18 +26,6 @@ class Recorded:
     planted: int  # recovered by a client with recovery-reads-without-fence
     fenced: int  # recovered, then its writer's next add is refused (fenced)
     restarted: int  # a bookie of its ensemble killed and restarted between adds
-
-
-def _chroot(zookeeper: ZooKeeperEnsemble) -> str:
-    chroot = f"/bkref-trace-{uuid.uuid4().hex[:12]}"
-    zk = KazooClient(hosts=zookeeper.connection_string)
-    zk.start(timeout=15)
-    try:
-        zk.ensure_path(chroot)
-    finally:
-        zk.stop()
-        zk.close()
-    return zookeeper.connection_string + chroot
 
 
 async def _record(cluster: LocalCluster, traces: Path) -> Recorded:
@@ -106,6 +93,6 @@ async def _race(w: BookKeeper, r: BookKeeper, r2: BookKeeper, ids: list[str], tr
 def recorded(zookeeper: ZooKeeperEnsemble, tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     base = tmp_path_factory.mktemp("recorded")
     traces = base / "traces"
-    with Clusters(base, _chroot(zookeeper)) as make:
+    with Clusters(base, fresh_chroot(zookeeper, "bkref-trace")) as make:
         cluster = make(4, trace_dir=traces)
         return asyncio.run(_record(cluster, traces))

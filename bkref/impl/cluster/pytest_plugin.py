@@ -30,9 +30,9 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEns
         ensemble.stop()
 
 
-@pytest.fixture
-def zk_connect(zookeeper: ZooKeeperEnsemble) -> str:
-    chroot = f"/bkref-test-{uuid.uuid4().hex[:12]}"
+def fresh_chroot(zookeeper: ZooKeeperEnsemble, prefix: str = "bkref-test") -> str:
+    """A connection string to ``zookeeper`` with a new, empty chroot."""
+    chroot = f"/{prefix}-{uuid.uuid4().hex[:12]}"
     client = KazooClient(hosts=zookeeper.connection_string)
     client.start(timeout=15)
     try:
@@ -41,6 +41,11 @@ def zk_connect(zookeeper: ZooKeeperEnsemble) -> str:
         client.stop()
         client.close()
     return zookeeper.connection_string + chroot
+
+
+@pytest.fixture
+def zk_connect(zookeeper: ZooKeeperEnsemble) -> str:
+    return fresh_chroot(zookeeper)
 
 
 @pytest.fixture
