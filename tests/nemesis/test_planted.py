@@ -166,12 +166,19 @@ def test_make_planted_exercises_every_planted_bug_with_faults_that_exist() -> No
 
 def _run(tmp_path: Path, spec: RunSpec, netns: bool) -> RunResult:
     plants = frozenset(spec.plant)
+    traces = tmp_path / "run" / "traces" if spec.trace else None
     backend = (
         LazyfsNamespaceBackend(
-            tmp_path / "cluster", spec.bookies, plants=plants, registry_dir=tmp_path / "registry"
+            tmp_path / "cluster",
+            spec.bookies,
+            plants=plants,
+            registry_dir=tmp_path / "registry",
+            trace_dir=traces,
         )
         if netns
-        else LocalBackend(tmp_path / "cluster", bookies=spec.bookies, plants=plants)
+        else LocalBackend(
+            tmp_path / "cluster", bookies=spec.bookies, plants=plants, trace_dir=traces
+        )
     )
     before = dict(os.environ)
     result = run_once(spec, backend, tmp_path / "run", lambda _: None)
@@ -196,6 +203,12 @@ def _counts(result: RunResult) -> dict[str, object]:
     return {k: c.get("counts") for k, c in result.checks.items()}
 
 
+def trace_caught(result: RunResult, says: str) -> bool:
+    """Whether the run's trace check found a step no spec behaviour allows, for the
+    reason a planted bug must cause (``says``, a part of the reason)."""
+    return any(says in a["message"] for a in result.checks["trace"]["anomalies"])
+
+
 def test_every_planted_bug_has_a_family_of_anomaly_kinds_the_checks_report() -> None:
     assert set(FAMILIES) == set(CAMPAIGN_PLANTS)
     replication = {"under-replicated", "digest-mismatch"}  # bkref/linearizability/replication.py
@@ -214,16 +227,22 @@ def test_recovery_without_fence_is_caught_and_the_same_seed_is_valid_without_it(
     # fencing a writer keeps adding after the recovery closed the ledger. How many
     # races a 6 s run has depends on the machine's load, so the planted run gets the
     # bar of `make planted`: caught on one of seeds 1-3 (seed 1 on a quiet machine).
+    # The trace check replays the run through the spec: the final phase recovers every
+    # ledger, so each planted run's first recovery sends an unfenced fencing read.
     for seed in (1, 2, 3) if plant else (1,):
-        spec = RunSpec(seed=seed, duration=6.0, faults=(), bookies=3, workload=SMALL, plant=plant)
+        spec = RunSpec(
+            seed=seed, duration=6.0, faults=(), bookies=3, workload=SMALL, plant=plant, trace=True
+        )
         result = _run(tmp_path / f"seed-{seed}", spec, netns=False)
         if not result.valid:
             break
     if plant:
         assert result.valid is False
         assert caught(result, plant[0]), _counts(result)
+        assert trace_caught(result, "without the fence flag"), _counts(result)
     else:
         assert result.valid is True, result.checks
+        assert result.checks["trace"]["counts"]["explained"] > 0
 
 
 @pytest.mark.zookeeper
@@ -247,6 +266,7 @@ def test_ack_before_fsync_loses_acked_entries_on_lazyfs_and_the_same_seed_is_val
         # wait out the whole convergence timeout (180 s) for nothing: what the bug must
         # cause is in the history's final reads, which come before convergence.
         converge_timeout=30.0 if plant else RunSpec.converge_timeout,
+        trace=True,
     )
     result = _run(tmp_path, spec, netns=True)
     # Both crashes happened: the schedule is the seed's (windows 3.6 s and 9.5 s into the
@@ -255,8 +275,12 @@ def test_ack_before_fsync_loses_acked_entries_on_lazyfs_and_the_same_seed_is_val
     if plant:
         assert result.valid is False
         assert caught(result, plant[0]), _counts(result)
+        # A bookie restarted without entries it had acknowledged: the trace check sees it
+        # in the bookie's own replay, whatever the histories' reads saw.
+        assert trace_caught(result, "came back without"), _counts(result)
     else:
         assert result.valid is True, result.checks
+        assert result.checks["trace"]["counts"]["explained"] > 0
 
 
 @pytest.mark.zookeeper
