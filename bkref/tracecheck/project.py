@@ -361,6 +361,10 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     for lane_no, lane in enumerate(lanes):
         for pos, ev in enumerate(lane):
             ev.lane, ev.pos = lane_no, pos
+    # Per lane, its ensemble changes (a bookie replaced while a request to it was out).
+    changes = [
+        [e.line for e in lane if e.line.action.endswith("_changes_ensemble")] for lane in lanes
+    ]
     for lane in lanes:
         for ev in lane:
             if ev.kind == "handle":
@@ -369,7 +373,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
                 ev.needs.insert(0, ev.request.by)
                 if ev.receipt is not None:
                     ev.receipt.needs.append(ev)
-                    ev.lost_ok = _replaced_before(lanes[ev.receipt.lane], ev)
+                    ev.lost_ok = _replaced_before(changes[ev.receipt.lane], ev)
                     # A receipt's sends (a recovery's write-backs and next reads) are
                     # sent by the spec step that folds the answer in: the bookie's.
                     for s in ev.receipt.sends:
@@ -402,7 +406,7 @@ def _mark_overtaken(lanes: list[list[Event]]) -> None:
             first = ev.receipt.t if first is None else min(first, ev.receipt.t)
 
 
-def _replaced_before(client: list[Event], ev: Event) -> bool:
+def _replaced_before(changes: list[Line], ev: Event) -> bool:
     """Whether the client replaced ``ev``'s bookie between sending it the request and
     taking in its answer (a timeout while the request was still in flight)."""
     assert ev.request is not None
@@ -412,10 +416,7 @@ def _replaced_before(client: list[Event], ev: Event) -> bool:
     if by is not None and by.kind == "step":
         sent_at = by.line.seq
     return any(
-        x.line.action.endswith("_changes_ensemble")
-        and x.line["failed"] == ev.request.bookie
-        and sent_at < x.line.seq < ev.receipt.line.seq
-        for x in client
+        x["failed"] == ev.request.bookie and sent_at < x.seq < ev.receipt.line.seq for x in changes
     )
 
 

@@ -34,7 +34,11 @@ from bkref.spec import protocol as p
 from bkref.spec.protocol import Msg, State
 from bkref.tracecheck.project import TAKEN, Event, LedgerTrace, Send
 
-Cursors = tuple[int, ...]
+# A position in every lane: the next event of each lane of several events (clients),
+# and, as the bits of an int, which one-event lanes (bookie steps) are done. A ledger
+# has a lane per bookie step: a tuple over them all, copied at every step, made long
+# ledgers quadratic.
+Cursors = tuple[tuple[int, ...], int]
 
 
 class NotAllowedError(Exception):
@@ -353,6 +357,33 @@ class _Search:
         self.deepest: tuple[int, Cursors, State, list[tuple[Event, str]]] | None = None
         self.dependents: dict[int, list[Event]] = {}
         self.handle_of: dict[int, Event] = {}  # a receipt -> the bookie step it answers
+        # Lane -> its slot in the cursor tuple (lanes of several events), or -1 - its bit.
+        self.slot: list[int] = []
+        multi = single = 0
+        for lane in lt.lanes:
+            if len(lane) > 1:
+                self.slot.append(multi)
+                multi += 1
+            else:
+                self.slot.append(-1 - single)
+                single += 1
+        self.end: Cursors = (
+            tuple(len(lane) for lane in lt.lanes if len(lane) > 1),
+            (1 << single) - 1,
+        )
+        # Per event, its needs in one-event lanes as a mask of bits, and the others.
+        self.need_bits: dict[int, int] = {}
+        self.need_rest: dict[int, list[Event]] = {}
+        for lane in lt.lanes:
+            for ev in lane:
+                bits, rest = 0, []
+                for n in ev.needs:
+                    k = self.slot[n.lane]
+                    if k < 0:
+                        bits |= 1 << (-1 - k)
+                    else:
+                        rest.append(n)
+                self.need_bits[id(ev)], self.need_rest[id(ev)] = bits, rest
         for lane in lt.lanes:
             for ev in lane:
                 for n in ev.needs:
@@ -360,8 +391,32 @@ class _Search:
                 if ev.receipt is not None:
                     self.handle_of[id(ev.receipt)] = ev
 
+    def at(self, lane: int, cur: Cursors) -> int:
+        """How many events of ``lane`` are done."""
+        k = self.slot[lane]
+        return cur[0][k] if k >= 0 else (cur[1] >> (-1 - k)) & 1
+
+    def advance(self, cur: Cursors, lanes: list[int]) -> Cursors:
+        tup, bits = list(cur[0]), cur[1]
+        for lane in lanes:
+            k = self.slot[lane]
+            if k >= 0:
+                tup[k] += 1
+            else:
+                bits |= 1 << (-1 - k)
+        return tuple(tup), bits
+
+    @staticmethod
+    def depth(cur: Cursors) -> int:
+        return sum(cur[0]) + cur[1].bit_count()
+
     def done(self, ev: Event, cur: Cursors) -> bool:
-        return cur[ev.lane] > ev.pos
+        return self.at(ev.lane, cur) > ev.pos
+
+    def ready(self, ev: Event, cur: Cursors) -> bool:
+        """Whether every step ``ev`` needs is done."""
+        bits = self.need_bits[id(ev)]
+        return cur[1] & bits == bits and all(self.done(n, cur) for n in self.need_rest[id(ev)])
 
     def start(self) -> frozenset[Event]:
         return frozenset(lane[0] for lane in self.lanes if lane)
@@ -375,13 +430,13 @@ class _Search:
         lost."""
         out: list[tuple[Event, str]] = []
         for ev in frontier:
-            if cur[ev.lane] != ev.pos or not all(self.done(n, cur) for n in ev.needs):
+            if self.at(ev.lane, cur) != ev.pos or not self.ready(ev, cur):
                 continue
             rc = ev.receipt
             if ev.kind == "handle" and rc is not None:
-                if cur[rc.lane] == rc.pos:
+                if self.at(rc.lane, cur) == rc.pos:
                     out.append((ev, HEARD))
-                elif ev.early_ok and cur[rc.lane] < rc.pos:
+                elif ev.early_ok and self.at(rc.lane, cur) < rc.pos:
                     out.append((ev, EARLY))
             if ev.kind != "handle" or rc is None or ev.lost_ok:
                 out.append((ev, LOST))
@@ -400,20 +455,17 @@ class _Search:
                 if handle is not None:
                     new.add(handle)  # the client is at its receipt: it may be heard now
             new.update(self.dependents.get(id(ev), ()))
-        return frozenset(e for e in new if cur[e.lane] == e.pos)
+        return frozenset(e for e in new if self.at(e.lane, cur) == e.pos)
 
     def expand(
         self, cur: Cursors, s: State, frontier: frozenset[Event]
     ) -> Iterator[tuple[Cursors, State, frozenset[Event]]]:
         refused: list[tuple[Event, str]] = []
         for ev, how in self.candidates(cur, frontier):
-            nxt = list(cur)
-            nxt[ev.lane] += 1
             taken = [ev]
             if how == HEARD and ev.receipt is not None:
-                nxt[ev.receipt.lane] += 1
                 taken.append(ev.receipt)
-            after = tuple(nxt)
+            after = self.advance(cur, [e.lane for e in taken])
             try:
                 for t in self.replay.moves(ev, s, how != LOST):
                     yield after, t, self._next_frontier(frontier, after, taken)
@@ -421,7 +473,7 @@ class _Search:
                 if e.definite:
                     raise _Definite(cur, s, ev, str(e)) from e
                 refused.append((ev, str(e)))
-        depth = sum(cur)
+        depth = self.depth(cur)
         if self.deepest is None or depth > self.deepest[0]:
             self.deepest = (depth, cur, s, refused)
 
@@ -429,8 +481,8 @@ class _Search:
         """What the events left wait for, when none can be taken."""
         waits = []
         for i, lane in enumerate(self.lanes):
-            if cur[i] < len(lane):
-                ev = lane[cur[i]]
+            if self.at(i, cur) < len(lane):
+                ev = lane[self.at(i, cur)]
                 need = [n for n in ev.needs if not self.done(n, cur)]
                 if ev.receipt is not None and not need:
                     need = [ev.receipt]
@@ -450,11 +502,11 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
     assert lt.cfg is not None
     start = time.monotonic()
     sr = _Search(lt)
-    cur0: Cursors = (0,) * len(lt.lanes)
+    cur0: Cursors = ((0,) * len(sr.end[0]), 0)
     s0 = p.initial_state(lt.cfg)
     seen: set[tuple[Cursors, State]] = {(cur0, s0)}
     stack = [sr.expand(cur0, s0, sr.start())]
-    end = tuple(len(lane) for lane in lt.lanes)
+    end = sr.end
     try:
         while stack:
             if time.monotonic() - start > budget:
@@ -482,7 +534,7 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
                 return v
             stack.append(sr.expand(after, t, frontier))
     except _Definite as d:  # no order of the other events could allow this step
-        sr.deepest = (sum(d.cur), d.cur, d.s, [(d.ev, d.why)])
+        sr.deepest = (sr.depth(d.cur), d.cur, d.s, [(d.ev, d.why)])
     v.seconds, v.configurations = time.monotonic() - start, len(seen)
     assert sr.deepest is not None
     depth, cur, s, refused = sr.deepest
