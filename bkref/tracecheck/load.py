@@ -3,8 +3,8 @@
 A line is ``{"node", "seq", "t", "action", ...arguments}`` (``bkref.impl.trace``). Two kinds
 of line are not steps: ``connected`` (a client's connection to a bookie opened; it names
 the client's end, so that the bookie's ``peer`` and a request id name one request of one
-client) and ``replacement`` (the bookie chosen for an ensemble change logged when it was
-decided).
+client), ``replacement`` (the bookie chosen for an ensemble change logged when it was
+decided) and ``stopped`` (a recovery gave up).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 TRACE_GLOB = "trace-*.jsonl"
 CONNECTED = "connected"
 REPLACEMENT = "replacement"  # names the new bookie of an ensemble change logged before
+STOPPED = "stopped"  # a recovery gave up: it takes no more steps
 
 
 class TraceError(ValueError):

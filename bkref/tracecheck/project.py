@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bkref.spec.config import Config
-from bkref.tracecheck.load import CONNECTED, REPLACEMENT, Line
+from bkref.tracecheck.load import CONNECTED, REPLACEMENT, STOPPED, Line
 
 RECEIPTS = frozenset(
     {
@@ -147,16 +147,22 @@ def _steps(lines: list[Line], ledger: int) -> list[Line]:
     so its change is the spec step there. A recovery keeps writing back meanwhile, to
     every bookie but the failed one, and sends to the new one when it is chosen: its
     change is the spec step at the choice, and the write-backs it left out before are
-    requests the spec sends and the network loses (``skips``).
+    requests the spec sends and the network loses (``skips``). A writer whose change
+    found no bookie stops at the decision.
     """
     out: list[Line] = []
     pending: dict[tuple[object, object], int] = {}
     skipping: dict[object, set[str]] = defaultdict(set)  # recovery -> failed bookies
     dropped: set[int] = set()
+    stopped: set[object] = set()  # recoveries that gave up: their later lines are unheard
     for x in lines:
         if x.get("ledger") != ledger or x.action == CONNECTED:
             continue
         rc, failed = x.get("rc"), x.get("failed")
+        if x.action == STOPPED:
+            stopped.add(rc)
+        if rc is not None and rc in stopped:
+            continue
         step = x
         if x.action == "writer_changes_ensemble":
             pending[(rc, failed)] = len(out)
@@ -176,8 +182,14 @@ def _steps(lines: list[Line], ledger: int) -> list[Line]:
         if skipping.get(rc):
             step = _with(step, skips=sorted(skipping[rc]))
         out.append(step)
+    # A writer that found no replacement fails (its adds fail, it closes nothing), and
+    # from its decision on it held its acks and sent nothing: for the spec it stopped
+    # there, its answers unheard. A recovery carries on without the bookie.
     gave_up = set(pending.values()) | dropped
-    return [x for i, x in enumerate(out) if i not in gave_up]
+    stop = min((i for i in gave_up if out[i].get("rc") is None), default=len(out))
+    return [
+        x for i, x in enumerate(out) if i not in gave_up and (i < stop or x.get("rc") is not None)
+    ]
 
 
 def _is_bookie(lines: list[Line]) -> bool:

@@ -81,6 +81,8 @@ _RECOVERIES = itertools.count()  # names this process's recoveries in traces
 # A trace line that is no spec step: the bookie chosen for an ensemble change logged
 # earlier (``new`` None: none was found, and the change never happened).
 REPLACEMENT = "replacement"
+# A trace line that is no spec step: a recovery gave up (its reason), and stops.
+STOPPED = "stopped"
 
 # Seconds per tick of the writer's abstract clock. The ticks come from the event
 # loop's timer, not from the injected Clock: they time out adds a bookie left
@@ -198,10 +200,12 @@ class Driver:
         elif isinstance(a, CloseCompleted):
             if self.on_close is not None and not self.on_close.done():
                 self.on_close.set_result(a)
-        elif isinstance(a, RecoveryCompleted) and (
-            self.on_recovery is not None and not self.on_recovery.done()
-        ):
-            self.on_recovery.set_result(a)
+        elif isinstance(a, RecoveryCompleted):
+            if self.tracer is not None and not a.ok:
+                # It takes no more steps: the answers it gets from now on go unheard.
+                self._log(STOPPED, reason=a.message[:200])
+            if self.on_recovery is not None and not self.on_recovery.done():
+                self.on_recovery.set_result(a)
 
     def _add_done(
         self, a: SendAdd, resp: Response | None, err: BookieUnavailableError | None
