@@ -31,6 +31,10 @@ from types import TracebackType
 from typing import Any, Self
 
 TRACE_PREFIX = "trace-"  # trace-<node>.jsonl in a run's trace directory
+# Lines that are no spec step, only links between steps (bkref.tracecheck.load has the
+# same names; it may not import impl): a client's connection opened (its own address),
+# the bookie chosen for an ensemble change logged earlier, a recovery that gave up.
+CONNECTED, REPLACEMENT, STOPPED = "connected", "replacement", "stopped"
 
 
 def trace_path(directory: Path, node: str) -> Path:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
 
 from bkref.spec.config import Config
 from bkref.tracecheck.load import CONNECTED, REPLACEMENT, STOPPED, Line
@@ -454,7 +453,3 @@ def _config(lt: LedgerTrace, create: Line, sends: dict[Key, Send]) -> Config:
         reduce_dead_requests=False,
         bounded=False,
     )
-
-
-def arg(ev: Event, key: str) -> Any:  # noqa: ANN401 - a JSON value
-    return ev.line[key]

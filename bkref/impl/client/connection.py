@@ -15,7 +15,7 @@ from bkref.impl.core.frames import (
     Response,
     encode,
 )
-from bkref.impl.trace import Tracer
+from bkref.impl.trace import CONNECTED, Tracer
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class BookieConnection:
             self._writer = writer
             if self.tracer is not None:
                 local = writer.get_extra_info("sockname")
-                self.tracer.step("connected", bookie=self.bookie_id, local=f"{local[0]}:{local[1]}")
+                self.tracer.step(CONNECTED, bookie=self.bookie_id, local=f"{local[0]}:{local[1]}")
             self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
             return writer
 

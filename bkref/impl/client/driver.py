@@ -61,7 +61,7 @@ from bkref.impl.core.reads import EntryReader, LacReader
 from bkref.impl.core.recovery import LedgerRecovery, RecoveryPhase
 from bkref.impl.core.writer import LedgerWriter, WriterState
 from bkref.impl.meta.store import MetadataConflictError, NoSuchLedgerError
-from bkref.impl.trace import Tracer
+from bkref.impl.trace import REPLACEMENT, STOPPED, Tracer
 
 __all__ = [
     "TICK",
@@ -78,11 +78,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _RECOVERIES = itertools.count()  # names this process's recoveries in traces
-# A trace line that is no spec step: the bookie chosen for an ensemble change logged
-# earlier (``new`` None: none was found, and the change never happened).
-REPLACEMENT = "replacement"
-# A trace line that is no spec step: a recovery gave up (its reason), and stops.
-STOPPED = "stopped"
 
 # Seconds per tick of the writer's abstract clock. The ticks come from the event
 # loop's timer, not from the injected Clock: they time out adds a bookie left
