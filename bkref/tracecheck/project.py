@@ -48,6 +48,13 @@ TAKEN = frozenset({"OK", "FENCED", "NO_SUCH_ENTRY", "NO_SUCH_LEDGER"})
 
 Key = tuple[str, str, int]  # (client node, bookie, request id): one request
 
+# AutoRecovery's steps that change what a ledger's bookies store or its ensembles: a
+# ledger with one of them is unknown until the replay takes AutoRecovery's steps.
+REPAIRS = frozenset({"worker_copies_fragment", "worker_updates_segment_ensemble"})
+# Its other steps (marks, elections, locks, checks, task deletes, a request to recover)
+# change none of what the replay compares: projected away.
+AUTORECOVERY_PREFIXES = ("auditor_", "worker_", "node_wins_auditor_election")
+
 
 @dataclass
 class Send:
@@ -260,6 +267,16 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     lines_of = run.by_ledger.get(ledger, {})
     mine = {
         n: lines if n in run.bookies else _steps(lines, ledger) for n, lines in lines_of.items()
+    }
+    repair = next((x for v in mine.values() for x in v if x.action in REPAIRS), None)
+    if repair is not None:
+        lt.unknown = (
+            f"repaired by AutoRecovery ({repair.where()} {repair.action}): the replay does "
+            "not take AutoRecovery's steps yet"
+        )
+        return lt
+    mine = {
+        n: [x for x in v if not x.action.startswith(AUTORECOVERY_PREFIXES)] for n, v in mine.items()
     }
     mine = {n: v for n, v in mine.items() if v}
     bookie_nodes = {n for n in mine if n in run.bookies}

@@ -3,22 +3,26 @@ lines only, safe across threads, and what a SIGKILL leaves."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bkref.impl.client.client import BookKeeper
+from bkref.impl.testing import eventually, repaired_off
 from bkref.impl.trace import Tracer, trace_path
 from bkref.spec.protocol import ACTIONS
-from tests.impl.conftest import MakeCluster
+from tests.impl.autorecovery_helpers import FAST, PW
+from tests.impl.conftest import MakeCluster, ZkView
 
 
-def _lines(path: Path) -> list[dict[str, object]]:
+def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
@@ -148,3 +152,75 @@ def test_a_restarted_bookie_logs_bookie_restarts(make_cluster: MakeCluster, tmp_
     cluster.start_bookie(0)
     steps = _lines(trace_path(traces, cluster.bookies[0].bookie_id))
     assert [x["action"] for x in steps] == ["bookie_restarts"]
+
+
+# ------------------------------------------------------------- AutoRecovery on a real cluster
+
+
+@pytest.mark.zookeeper
+@pytest.mark.slow
+async def test_autorecovery_logs_its_audit_and_repair_under_the_spec_names(
+    make_cluster: MakeCluster, zk_view: ZkView, tmp_path: Path
+) -> None:
+    """A bookie killed under a closed ledger: the auditor's mark, the worker's lock, copy
+    (its adds linked to the target's answers by request id), metadata write, check and
+    versioned delete are each one line named as the spec's action."""
+    traces = tmp_path / "traces"
+    cluster = make_cluster(5, autorecovery=True, trace_dir=traces, **FAST)
+    store, urm = zk_view(cluster)
+    ids = [b.bookie_id for b in cluster.bookies]
+    async with BookKeeper(cluster.zk_hosts) as bk:
+        h = await bk.create_ledger(3, 2, 2, PW, bookies=ids[:3])
+        await h.add_many([b"e%d" % i for i in range(12)])
+        await h.close()
+        await asyncio.to_thread(cluster.kill_bookie, 0)
+        assert await eventually(repaired_off(store, urm, ids[0], [h.ledger_id]), 120.0, 0.5)
+    ar = [
+        x
+        for f in sorted(traces.glob("trace-autorecovery-*.jsonl"))
+        for x in _lines(f)
+        if x.get("ledger") in (None, h.ledger_id)
+    ]
+    names = {a.__name__ for a in ACTIONS}
+    assert {x["action"] for x in ar} <= names | {"connected"}
+    wins = [x for x in ar if x["action"] == "node_wins_auditor_election"]
+    assert wins
+    assert all(x["node"].startswith(f"autorecovery-{x['auditor']}-") for x in wins)
+    marks = [x for x in ar if x["action"] == "auditor_marks_ledgers_of_lost_bookies"]
+    assert marks
+    assert all(x["replicas"] == {ids[0]: "LOST"} for x in marks)
+    copies = [x for x in ar if x["action"] == "worker_copies_fragment"]
+    assert copies
+    assert all(x["lost"] == ids[0] for x in copies)
+    done = [x for x in copies if x["outcome"] == "copied"]
+    # Each fragment of bookie 0 (E = 3, Wq = 2: entries e with 0 in {e mod 3, e+1 mod 3})
+    # copied once, in full, to a bookie outside the ensemble.
+    assert sorted(e for x in done for e in x["entries"]) == [
+        e for e in range(12) if 0 in (e % 3, (e + 1) % 3)
+    ]
+    assert all(x["bookie"] in ids[3:] for x in done)
+    for x in done:
+        assert sorted(s["entry"] for s in x["sends"]) == sorted(x["entries"])
+        worker_node = next(y["node"] for y in ar if y is x)
+        peer = {
+            c["bookie"]: c["local"]
+            for c in _lines(trace_path(traces, worker_node))
+            if c["action"] == "connected"
+        }[x["bookie"]]
+        handled = {
+            (y["rid"], y["entry"])
+            for y in _lines(trace_path(traces, x["bookie"]))
+            if y["action"] == "bookie_handles_add" and y["peer"] == peer and y["recovery"]
+        }
+        assert {(s["rid"], s["entry"]) for s in x["sends"]} <= handled
+    cas = [x for x in ar if x["action"] == "worker_updates_segment_ensemble"]
+    assert [x["outcome"] for x in cas].count("written") == len(done)
+    assert any(x["action"] == "worker_verifies_ledger_replicated" for x in ar)
+    deletes = [x for x in ar if x["action"] == "worker_deletes_task"]
+    assert deletes
+    assert deletes[-1]["deleted"] is True
+    # Each worker's steps of the ledger begin with the lock and end with a delete or a release.
+    for node in {x["node"] for x in ar if str(x["action"]).startswith("worker_")}:
+        mine = [x["action"] for x in ar if x["node"] == node and x["action"].startswith("worker_")]
+        assert mine[0] == "worker_acquires_ledger_lock"
+        assert mine[-1] in ("worker_deletes_task", "worker_releases_lock")

@@ -64,6 +64,7 @@ from bkref.impl.core.metadata import LedgerMetadata
 from bkref.impl.meta import layout
 from bkref.impl.meta.store import NoSuchLedgerError
 from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.trace import Tracer
 
 __all__ = ["AuditStats", "Auditor", "AuditorConfig", "check_replicas"]
 
@@ -92,8 +93,10 @@ class Auditor:
         *,
         clock: Clock = SYSTEM_CLOCK,
         plants: frozenset[str] = frozenset(),
+        tracer: Tracer | None = None,
     ) -> None:
         self.bk, self.urm, self.node_id, self.config = bk, urm, node_id, config
+        self.tracer = tracer  # its elections and marks as the spec's steps (trace validation)
         # The core's time: when a lost bookie's delay is over, when the periodic
         # audit and ledger check are due. (The stats' durations are on time.monotonic.)
         self.clock = clock
@@ -191,6 +194,8 @@ class Auditor:
         epoch = self.core.epoch
         assert epoch is not None
         log.info("%s: elected auditor (epoch %d)", self.node_id, epoch)
+        if self.tracer is not None:
+            self.tracer.step("node_wins_auditor_election", auditor=self.node_id, epoch=epoch)
         changed = self._threadsafe(self._bookies_changed)
         post = self._poster()
         first_delay_event = [True]
@@ -251,6 +256,8 @@ class Auditor:
         finally:
             self.core.on_session_lost()
             self._queue.clear()
+            if self.tracer is not None:
+                self.tracer.step("auditor_loses_session", auditor=self.node_id, epoch=epoch)
             log.info("%s: no longer the auditor (epoch %d)", self.node_id, epoch)
 
     async def _registered(self) -> set[str]:
@@ -298,6 +305,8 @@ class Auditor:
             self.core.on_checked(self._now_ms())
         else:  # a Mark outside an audit: the core emits them only in answer to ReadLedgers
             await _mark(self.urm, action)
+            if self.tracer is not None:
+                _trace_mark(self.tracer, "auditor_marks_ledgers_of_lost_bookies", action)
 
     # ------------------------------------------------------------ the audits
 
@@ -318,6 +327,8 @@ class Auditor:
                 self._queue.append(action)
                 continue
             await _mark(self.urm, action)
+            if self.tracer is not None:
+                _trace_mark(self.tracer, "auditor_marks_ledgers_of_lost_bookies", action)
             marked += 1
         self.stats.audits += 1
         self.stats.marked += marked
@@ -336,7 +347,13 @@ class Auditor:
             return 0
         started = time.monotonic()
         marked = len(
-            await check_replicas(self.bk, self.urm, self.config.verification_percentage, self._rng)
+            await check_replicas(
+                self.bk,
+                self.urm,
+                self.config.verification_percentage,
+                self._rng,
+                tracer=self.tracer,
+            )
         )
         self.stats.checks += 1
         self.stats.last_check_s = time.monotonic() - started
@@ -354,7 +371,12 @@ CHECK_CONCURRENCY = 64  # reads in flight per replica while checking it
 
 
 async def check_replicas(
-    bk: BookKeeper, urm: UnderreplicationManager, percentage: int, rng: random.Random
+    bk: BookKeeper,
+    urm: UnderreplicationManager,
+    percentage: int,
+    rng: random.Random,
+    *,
+    tracer: Tracer | None = None,
 ) -> list[Mark]:
     """Run :class:`bkref.impl.core.audit.LedgerCheck` over every ledger: read from every live
     replica of every immutable segment its first and last entry, plus ``percentage``
@@ -386,6 +408,8 @@ async def check_replicas(
                 sorted(action.replicas),
             )
             await _mark(urm, action)
+            if tracer is not None:
+                _trace_mark(tracer, "auditor_checks_ledger_replicas", action)
             marked.append(action)
     return marked
 
@@ -410,6 +434,16 @@ async def _probe(bk: BookKeeper, digest: Digest, probe: Probe) -> dict[int, Verd
 async def _mark(urm: UnderreplicationManager, m: Mark) -> None:
     await asyncio.to_thread(
         partial(urm.mark, m.ledger_id, m.replicas, m.priority, rewrite=m.rewrite)
+    )
+
+
+def _trace_mark(tracer: Tracer, action: str, m: Mark) -> None:
+    """A mark as the spec's step: the ledger and the replicas it lists, with why."""
+    tracer.step(
+        action,
+        ledger=m.ledger_id,
+        replicas={b: r.name for b, r in sorted(m.replicas.items())},
+        rewrite=m.rewrite,
     )
 
 

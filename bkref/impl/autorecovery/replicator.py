@@ -46,6 +46,7 @@ from bkref.impl.core.repair_run import (
 )
 from bkref.impl.meta.store import MetadataConflictError, NoSuchLedgerError
 from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.trace import Tracer
 
 __all__ = [
     "FragmentResult",
@@ -98,10 +99,13 @@ async def copy_fragment(
     target: str,
     *,
     avoid: Collection[str] = (),
+    sent: list[tuple[int, int]] | None = None,
 ) -> tuple[int, int]:
     """Copy ``frag``'s entries to ``target``; returns (entries, bytes) written.
 
-    Sources are the entry's other replicas, those in ``avoid`` last.
+    Sources are the entry's other replicas, those in ``avoid`` last. ``sent`` collects
+    (request id, entry) of every add sent to ``target`` (trace validation links the
+    target's answers to the copy by them).
     """
     digest = Digest(md.digest_type, md.password)
     key = master_key(md.password)
@@ -114,10 +118,14 @@ async def copy_fragment(
             body = await _read_verified(
                 bk, digest, lid, entry, frag.copy_sources(md, entry, target, avoid)
             )
+
+            def add(rid: int) -> AddRequest:
+                if sent is not None:
+                    sent.append((rid, entry))
+                return AddRequest(rid, lid, entry, key, body, recovery=True)
+
             try:
-                resp = await bk.request(
-                    target, lambda rid: AddRequest(rid, lid, entry, key, body, recovery=True)
-                )
+                resp = await bk.request(target, add)
             except BookieUnavailableError as e:
                 raise RepairError(f"ledger {lid} entry {entry}: target {target}: {e}") from e
             if resp.status is not Status.OK:
@@ -152,6 +160,7 @@ async def perform_repair_step(
     *,
     slots: Slots | None = None,
     owns_lock: Callable[[], bool] | None = None,
+    tracer: Tracer | None = None,
 ) -> tuple[int, int]:
     """Perform one step a repair core asked for and tell ``core`` how it went; returns
     the entries and bytes it copied.
@@ -160,20 +169,33 @@ async def perform_repair_step(
     or None when one of them has no free slot. ``owns_lock`` is asked before each
     metadata write: a worker whose ZooKeeper session expired no longer holds the
     ledger's lock and must not write. Errors (a copy that cannot be made, the lock
-    lost, the ledger deleted) are raised, not reported."""
+    lost, the ledger deleted) are raised, not reported.
+
+    With a ``tracer``, a copy and a metadata write are logged as the spec's
+    ``worker_copies_fragment`` (the adds sent, and whether the copy completed) and
+    ``worker_updates_segment_ensemble`` (written or in conflict)."""
     if isinstance(action, Copy):
         guard = await slots(list(action.involved)) if slots is not None else AsyncExitStack()
         if guard is None:
             core.on_copy_busy()
             return 0, 0
-        async with guard:
-            entries, nbytes = await copy_fragment(
-                bk,
-                action.metadata,
-                action.fragment,
-                action.target,
-                avoid=action.avoid,
-            )
+        sent: list[tuple[int, int]] = []
+        try:
+            async with guard:
+                entries, nbytes = await copy_fragment(
+                    bk,
+                    action.metadata,
+                    action.fragment,
+                    action.target,
+                    avoid=action.avoid,
+                    sent=sent,
+                )
+        except BaseException as e:
+            if tracer is not None:  # adds of a failed copy may have landed: log them too
+                _trace_copy(tracer, action, sent, f"failed: {e!r}")
+            raise
+        if tracer is not None:
+            _trace_copy(tracer, action, sent, "copied")
         core.on_copied(entries, nbytes)
         return entries, nbytes
     if isinstance(action, CasReplica):
@@ -187,8 +209,12 @@ async def perform_repair_step(
         except MetadataConflictError as e:
             if e.current is None:
                 raise NoSuchLedgerError(lid) from None
+            if tracer is not None:
+                _trace_cas(tracer, action, "conflict", e.version)
             core.on_cas_conflict(e.current, e.version)
             return 0, 0
+        if tracer is not None:
+            _trace_cas(tracer, action, "written", version)
         log.info(
             "ledger %d segment %d: replica %s replaced by %s",
             lid,
@@ -200,6 +226,36 @@ async def perform_repair_step(
         return 0, 0
     core.on_open_lac(await _open_lac(bk, action))
     return 0, 0
+
+
+def _trace_copy(tracer: Tracer, action: Copy, sent: list[tuple[int, int]], outcome: str) -> None:
+    frag = action.fragment
+    tracer.step(
+        "worker_copies_fragment",
+        ledger=frag.ledger_id,
+        segment=frag.segment,
+        lost=frag.bookie,
+        bookie=action.target,
+        entries=frag.entries(action.metadata),
+        sends=[
+            {"kind": "add", "bookie": action.target, "rid": rid, "entry": e}
+            for rid, e in sorted(sent)
+        ],
+        outcome=outcome,
+    )
+
+
+def _trace_cas(tracer: Tracer, action: CasReplica, outcome: str, version: int) -> None:
+    tracer.step(
+        "worker_updates_segment_ensemble",
+        ledger=action.ledger_id,
+        segment=action.segment,
+        lost=action.bookie,
+        bookie=action.target,
+        expected=action.expected_version,
+        version=version,
+        outcome=outcome,
+    )
 
 
 async def repair_ledger(

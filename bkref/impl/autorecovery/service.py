@@ -43,6 +43,8 @@ class AutoRecovery:
         self.config = config
         self.plants = plants  # planted bugs (test-only) of its auditor, worker and client
         self.local = None if dedicated else config.bookie_id
+        # One node in the trace: its client's recoveries, its auditor's and worker's steps.
+        self.tracer = tracer
         self.node_id = (
             f"autorecovery-{socket.gethostname()}-{os.getpid()}" if dedicated else config.bookie_id
         )
@@ -73,6 +75,7 @@ class AutoRecovery:
                     c.auditorLedgerVerificationPercentage,
                 ),
                 plants=self.plants,
+                tracer=self.tracer,
             )
             self.worker = ReplicationWorker(
                 self.bk,
@@ -86,6 +89,7 @@ class AutoRecovery:
                     Scheduling(c.repairDeprioritizeAfterFailures, c.repairPromoteAfterMs),
                 ),
                 plants=self.plants,
+                tracer=self.tracer,
             )
             log.info(
                 "autorecovery %s started (local bookie: %s)", self.node_id, self.local or "none"

@@ -53,6 +53,7 @@ from bkref.impl.core.replication import (
 )
 from bkref.impl.meta.store import NoSuchLedgerError
 from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.trace import Tracer
 
 __all__ = ["ReplicationWorker", "WorkerConfig", "WorkerStats"]
 
@@ -85,7 +86,12 @@ class ReplicationWorker:
         *,
         clock: Clock = SYSTEM_CLOCK,
         plants: frozenset[str] = frozenset(),
+        tracer: Tracer | None = None,
     ) -> None:
+        # ``tracer``: the spec steps of its attempts (``worker_*``), for trace validation.
+        self.tracer = tracer
+        self._completed = False  # the attempt under way deleted its task (and so its lock)
+        self._attempting: int | None = None  # the ledger of the attempt under way
         self.bk, self.urm, self.node_id, self.local, self.config = (
             bk,
             urm,
@@ -162,6 +168,15 @@ class ReplicationWorker:
                 self.core.on_lock(lid, True, current, self._now_ms())
                 if current is None:
                     continue
+                self._attempting = lid
+                if self.tracer is not None:
+                    self.tracer.step(
+                        "worker_acquires_ledger_lock",
+                        ledger=lid,
+                        worker=self.node_id,
+                        bookie=self.local,
+                        version=current[1],
+                    )
                 attempted += 1
                 await self._attempt(*current)
             finally:
@@ -177,6 +192,9 @@ class ReplicationWorker:
         drops whatever else an error left queued."""
         self._queue.clear()
         self.core.take_actions()
+        if self.tracer is not None and not self._completed and self._attempting == lid:
+            self.tracer.step("worker_releases_lock", ledger=lid, worker=self.node_id)
+        self._completed, self._attempting = False, None
         await self._unlock(lid)
         self.core.on_unlocked(self._now_ms())
 
@@ -225,6 +243,8 @@ class ReplicationWorker:
                     lid,
                     list(action.bookies),
                 )
+                if self.tracer is not None:  # its recovery's steps are its client's
+                    self.tracer.step("worker_fences_open_ledger", ledger=lid, worker=self.node_id)
                 await self.bk.open_ledger(lid, action.password, recovery=True)
                 self.stats.fenced += 1
                 self.core.on_recovered()
@@ -235,13 +255,27 @@ class ReplicationWorker:
                     self.core,
                     slots=self._slots,
                     owns_lock=functools.partial(self.urm.owns_lock, lid),
+                    tracer=self.tracer,
                 )
                 self.stats.entries += entries
                 self.stats.bytes += nbytes
             elif isinstance(action, Verified):
                 self._deferred.pop(lid, None)
+                if self.tracer is not None:
+                    self.tracer.step(
+                        "worker_verifies_ledger_replicated", ledger=lid, worker=self.node_id
+                    )
             elif isinstance(action, CompleteTask):
                 deleted = await asyncio.to_thread(self.urm.complete, lid, action.version)
+                self._completed = True
+                if self.tracer is not None:
+                    self.tracer.step(
+                        "worker_deletes_task",
+                        ledger=lid,
+                        worker=self.node_id,
+                        version=action.version,
+                        deleted=deleted,
+                    )
                 if deleted and action.repaired:
                     self.stats.repaired += 1
                     log.info("worker %s: ledger %d repaired", self.node_id, lid)
