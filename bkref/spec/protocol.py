@@ -1309,11 +1309,14 @@ def node_wins_auditor_election(cfg: Config, s: State, node: int) -> State | None
 
 
 def _segment_needs_repair(cfg: Config, s: State, ledger: int, idx: int) -> int:
-    """A lost (not live) bookie of the segment's ensemble, or -1.
+    """The first bookie of the segment that a worker may repair (``_needing_repair``), or -1."""
+    return next(_needing_repair(cfg, s, ledger, idx), -1)
 
-    With the periodic check, also a live bookie of a closed segment that its
-    task lists and that misses entries of the segment (ENTRIES_MISSING).
-    """
+
+def _needing_repair(cfg: Config, s: State, ledger: int, idx: int) -> Iterator[int]:
+    """The bookies of the segment a worker may repair, in ensemble order: the lost (not
+    live) ones; with the periodic check, then the live ones of a closed segment that its
+    task lists and that miss entries of the segment (ENTRIES_MISSING)."""
     ens = s.meta_segments[ledger][idx][1]
     for b in ens:
         if s.b_up[b] != UP:
@@ -1321,13 +1324,12 @@ def _segment_needs_repair(cfg: Config, s: State, ledger: int, idx: int) -> int:
                 cfg, s, ledger, idx, b
             ):
                 continue
-            return b
+            yield b
     if cfg.periodic_check and segment_is_closed(s, ledger, idx):
         listed = s.meta_task[ledger][1]
         for b in ens:
             if listed & bit(b) and missing_entries(cfg, s, ledger, idx, b):
-                return b
-    return -1
+                yield b
 
 
 def _checker_sees(cfg: Config, s: State, ledger: int, idx: int, b: int) -> bool:
@@ -1382,7 +1384,7 @@ def worker_acquires_ledger_lock(cfg: Config, s: State, w: int, ledger: int) -> S
     )
 
 
-def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int) -> State | None:
+def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int, lost: int = -1) -> State | None:
     """The worker copies a closed segment's entries of a lost bookie to its own bookie.
 
     Key points: only closed segments (the open last segment must be fenced
@@ -1390,6 +1392,9 @@ def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int) -> State | N
     lost bookie held is read from a live bookie of its write set. The
     worker records the metadata version it read (its CAS no longer needs it:
     it retries on newer metadata, see ``worker_updates_segment_ensemble``).
+    With several bookies of the segment to repair, the model checker copies
+    the first one's fragment (``lost`` = -1), a reduction: each is copied in
+    turn, alike; a replayed trace (``bkref.tracecheck``) names the one it copied.
     """
     bookie, ledger, tv, _pending = s.wk[w]
     if not _worker_ready(s, w) or s.b_up[bookie] != UP:
@@ -1398,7 +1403,12 @@ def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int) -> State | N
         "repair-open-segment-without-fence" not in cfg.mutants or s.meta_status[ledger] == NONE
     ):
         return None
-    lost = _segment_needs_repair(cfg, s, ledger, idx)
+    if lost < 0:
+        lost = _segment_needs_repair(cfg, s, ledger, idx)
+    elif lost not in _needing_repair(cfg, s, ledger, idx):
+        # unreachable: next_states never names the lost bookie; only a replayed trace
+        # (bkref.tracecheck) does, and a refusal there is a finding of the replay.
+        return None
     ens = s.meta_segments[ledger][idx][1]
     if lost < 0 or bookie in ens:
         return None

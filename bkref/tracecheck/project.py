@@ -12,7 +12,10 @@ turns them into *lanes*, one per node, each in the node's own order:
   receipt stays in the client's lane as a marker that needs the bookie's step. So the
   joined step may fall anywhere between the send and the receipt, as a delayed answer
   may;
-- a bookie's ``bookie_restarts`` (a crash before it is never logged).
+- a bookie's ``bookie_restarts`` (a crash before it is never logged);
+- AutoRecovery's steps of the ledger: an auditor's marks (one lane per auditor node)
+  and a worker's attempts (one lane per worker), less their no-ops
+  (``_autorecovery_steps``); a copy's adds are part of the copy step.
 
 Real names become the spec's: bookies are numbered in the order they enter the ledger
 (the first ensemble, then replacements), recovery clients in the order they start.
@@ -48,12 +51,11 @@ TAKEN = frozenset({"OK", "FENCED", "NO_SUCH_ENTRY", "NO_SUCH_LEDGER"})
 
 Key = tuple[str, str, int]  # (client node, bookie, request id): one request
 
-# AutoRecovery's steps that change what a ledger's bookies store or its ensembles: a
-# ledger with one of them is unknown until the replay takes AutoRecovery's steps.
-REPAIRS = frozenset({"worker_copies_fragment", "worker_updates_segment_ensemble"})
-# Its other steps (marks, elections, locks, checks, task deletes, a request to recover)
-# change none of what the replay compares: projected away.
-AUTORECOVERY_PREFIXES = ("auditor_", "worker_", "node_wins_auditor_election")
+# AutoRecovery's steps of a ledger: the auditor's marks and the worker's attempts.
+MARKS = frozenset({"auditor_marks_ledgers_of_lost_bookies", "auditor_checks_ledger_replicas"})
+COPY, CAS = "worker_copies_fragment", "worker_updates_segment_ensemble"
+LOCK, RELEASE = "worker_acquires_ledger_lock", "worker_releases_lock"
+REASONS = frozenset({"LOST", "ENTRIES_MISSING"})  # why the spec's auditor marks a replica
 
 
 @dataclass
@@ -69,6 +71,7 @@ class Send:
     sender: str  # "writer", or the recovery's name
     by: Event | None = None  # the spec step that sends it
     handled: Event | None = None  # the bookie's step that takes it, if any
+    status: str = ""  # a copy's add: how the target answered ("": no answer logged)
 
 
 @dataclass(eq=False)
@@ -91,6 +94,7 @@ class Event:
     # journal, a refusal does not), and the client took that one in first.
     early_ok: bool = False
     needs: list[Event] = field(default_factory=list)
+    copies: list[Send] = field(default_factory=list)  # a worker's copy: the adds it sent
 
     @property
     def t(self) -> int:
@@ -110,6 +114,9 @@ class LedgerTrace:
     recoveries: list[str] = field(default_factory=list)  # recovery client index -> name
     cfg: Config | None = None
     unknown: str = ""  # why the ledger cannot be checked, if it cannot
+    # Bookie id -> entries that copies which then failed left on it: no metadata names
+    # them there and the spec's copy never made them (it is whole or not at all).
+    stray: dict[str, set[int]] = field(default_factory=dict)
     steps: int = 0
 
     def bookie(self, bookie_id: str) -> int:
@@ -268,16 +275,19 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     mine = {
         n: lines if n in run.bookies else _steps(lines, ledger) for n, lines in lines_of.items()
     }
-    repair = next((x for v in mine.values() for x in v if x.action in REPAIRS), None)
-    if repair is not None:
-        lt.unknown = (
-            f"repaired by AutoRecovery ({repair.where()} {repair.action}): the replay does "
-            "not take AutoRecovery's steps yet"
-        )
+    failed = [
+        (n, x)
+        for n, v in mine.items()
+        for x in v
+        if x.action == COPY and x.get("outcome") != "copied" and n not in run.bookies
+    ]
+    for n, v in mine.items():
+        if n not in run.bookies:
+            mine[n] = _autorecovery_steps(v)
+    why = _autorecovery_unknown(run, mine)
+    if why:
+        lt.unknown = why
         return lt
-    mine = {
-        n: [x for x in v if not x.action.startswith(AUTORECOVERY_PREFIXES)] for n, v in mine.items()
-    }
     mine = {n: v for n, v in mine.items() if v}
     bookie_nodes = {n for n in mine if n in run.bookies}
     creates = [x for n, v in mine.items() for x in v if x.action == "writer_creates_ledger"]
@@ -300,6 +310,8 @@ def project(run: Run, ledger: int) -> LedgerTrace:
             lt.bookie(str(x["new"]))
         if x.get("rc") is not None and x["rc"] not in lt.recoveries:
             lt.recoveries.append(str(x["rc"]))
+        for b in _named(x):
+            lt.bookie(b)
 
     sends: dict[Key, Send] = {}
     lanes: list[list[Event]] = []
@@ -313,7 +325,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
         for x in mine[n]:
             kind = "receipt" if x.action in RECEIPTS else "step"
             ev = Event(kind, x, skips=list(x.get("skips", [])))
-            sender = str(x["rc"]) if x.get("rc") is not None else "writer"
+            sender = _actor(x)
             lane = actors.setdefault((n, sender), [])
             for s in x.get("sends", []):
                 key = (n, str(s["bookie"]), int(s["rid"]))
@@ -328,12 +340,20 @@ def project(run: Run, ledger: int) -> LedgerTrace:
                     by=ev,
                 )
                 sends[key] = send
-                ev.sends.append(send)
                 lt.bookie(send.bookie)
+                if x.action == COPY:  # no message of the spec: its copy is one step
+                    send.sender = "copy"
+                    ev.copies.append(send)
+                    continue
+                ev.sends.append(send)
             if kind == "receipt":
                 receipts[(n, str(x["bookie"]), int(x["rid"]))] = ev
             lane.append(ev)
     lanes.extend(actors.values())
+    for n, x in failed:  # their adds answer no spec step; the target may keep them
+        for a in x["sends"]:
+            key = (n, str(a["bookie"]), int(a["rid"]))
+            sends[key] = Send(key, "add", str(a["bookie"]), int(a["entry"]), -1, False, "stray")
 
     for n in sorted(bookie_nodes):
         taken: list[Event] = []
@@ -360,12 +380,17 @@ def project(run: Run, ledger: int) -> LedgerTrace:
                     f"trace of it (peer {x['peer']}, request {x['rid']})"
                 )
                 return lt
+            if asked.sender in ("copy", "stray"):  # a worker's copy: no message of the spec
+                asked.status = str(x["status"])
+                if asked.sender == "stray" and asked.status == "OK":
+                    lt.stray.setdefault(bookie_id, set()).add(asked.entry)
+                continue
             ev = Event("handle", x, request=asked)
             asked.handled = ev
             ev.receipt = receipts.pop(asked.key, None)
             taken.append(ev)
-        if not any(e.kind == "handle" for e in taken):
-            continue
+        if not any(e.kind == "handle" for e in taken) and bookie_id not in lt.bookies:
+            continue  # no step of this ledger, and no copy of it to compare at a restart
         lt.bookie(str(bookie_id))
         # A bookie's steps keep its order only where the order can change an answer
         # (``conflict``); the rest commute, and each is a lane of its own. The order is
@@ -415,6 +440,87 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     return lt
 
 
+def _actor(x: Line) -> str:
+    """The actor of a client node's step: its lane (a process's writer, each of its
+    recoveries, its auditor and its replication worker take steps in orders of their own)."""
+    if x.action.startswith("worker_"):
+        return "worker"
+    if x.action in MARKS:
+        return "auditor"
+    return str(x["rc"]) if x.get("rc") is not None else "writer"
+
+
+def _named(x: Line) -> list[str]:
+    """The bookies an AutoRecovery step names: marked replicas, a worker's own bookie,
+    a copy's lost bookie and target."""
+    if x.action in MARKS:
+        return sorted(x.get("replicas", {}))
+    if x.action.startswith("worker_"):
+        return [str(b) for b in (x.get("lost"), x.get("bookie"), x.get("worker")) if b]
+    return []
+
+
+def _autorecovery_steps(lines: list[Line]) -> list[Line]:
+    """A node's steps of the ledger without AutoRecovery's no-ops: a worker's metadata
+    write that lost to a newer version (it re-reads and writes again: the spec's write
+    is that next one), a copy that failed (the spec's copy is one step, whole or not at
+    all: the entries a failed copy left on its target are ``LedgerTrace.stray``), and
+    then a lock released with nothing done under it (an attempt deferred: the open
+    ledger's grace period, a busy repair slot, a back-off)."""
+    out: list[Line] = []
+    last_worker = -1  # index in ``out`` of the last worker step kept
+    for x in lines:
+        if x.action == CAS and x.get("outcome") != "written":
+            continue
+        if x.action == COPY and x.get("outcome") != "copied":
+            continue  # its adds (``stray``) stay linked to the target's answers
+        if x.action == RELEASE and last_worker >= 0 and out[last_worker].action == LOCK:
+            del out[last_worker]
+            last_worker = max(
+                (i for i, y in enumerate(out) if y.action.startswith("worker_")), default=-1
+            )
+            continue
+        if x.action.startswith("worker_"):
+            last_worker = len(out)
+        out.append(x)
+    return out
+
+
+def _autorecovery_unknown(run: Run, mine: dict[str, list[Line]]) -> str:
+    """Why AutoRecovery's steps of the ledger cannot be replayed, or "" if they can."""
+    for lines in mine.values():
+        own = {str(x["bookie"]) for x in lines if x.action == LOCK and x.get("bookie")}
+        for x in lines:
+            if x.action == LOCK and not x.get("bookie"):
+                return f"{x.where()}: a dedicated worker (no bookie of its own); the spec's copies"
+            if x.action in (COPY, CAS) and str(x["bookie"]) not in own:
+                return f"{x.where()}: a copy to {x['bookie']}, not to the worker's own bookie"
+            if x.action in MARKS:
+                odd = {b: r for b, r in x["replicas"].items() if r not in REASONS}
+                if odd:
+                    return f"{x.where()}: marks {odd}; the spec's auditor has no such reason"
+    # A bookie marked lost is down for the spec until it restarts; one that was only cut
+    # off from ZooKeeper (a partition, a pause) and served again without a restart is a
+    # lost bookie the spec does not have.
+    for lines in mine.values():
+        for x in lines:
+            if x.action not in MARKS:
+                continue
+            for b, why in x["replicas"].items():
+                if why != "LOST":
+                    continue
+                later = [y.t for y in mine.get(b, []) if y.action in HANDLES and y.t > x.t]
+                if not later:
+                    continue
+                back = [r.t for r in run.restarts.get(b, []) if x.t < r.t < min(later)]
+                if not back:
+                    return (
+                        f"{x.where()} marked {b} lost, and it answered again without a restart "
+                        "(cut off from ZooKeeper, not crashed): the spec's lost bookie crashed"
+                    )
+    return ""
+
+
 def _mark_overtaken(lanes: list[list[Event]]) -> None:
     """``early_ok`` for each bookie step whose answer was taken in after the answer to a
     later decision of the same bookie (by any client): a fence's answer waits for the
@@ -454,10 +560,13 @@ def _config(lt: LedgerTrace, create: Line, sends: dict[Key, Send]) -> Config:
     restarts = sum(1 for lane in lt.lanes for e in lane if e.kind == "restart")
     handles = sum(1 for lane in lt.lanes for e in lane if e.kind == "handle")
     ens = len(create["ensemble"])
+    actions = {e.line.action for lane in lt.lanes for e in lane}
+    autorecovery = any(a.startswith("worker_") or a in MARKS for a in actions)
+    bookies = max(len(lt.bookies), ens)
     return Config(
         name=f"trace of ledger {lt.ledger}",
         description="bounds taken from a recorded trace",
-        bookies=max(len(lt.bookies), ens),
+        bookies=bookies,
         ensemble=ens,
         write_quorum=int(create["write_quorum"]),
         ack_quorum=int(create["ack_quorum"]),
@@ -466,7 +575,11 @@ def _config(lt: LedgerTrace, create: Line, sends: dict[Key, Send]) -> Config:
         recovery_clients=max(1, len(lt.recoveries)),
         losses=len(sends) + handles,
         reply_losses=True,
-        crashes=restarts,
+        # A bookie the auditor marks lost has crashed, for the spec: a crash not logged.
+        crashes=restarts + (bookies if autorecovery else 0),
+        autorecovery=autorecovery,
+        workers=bookies if autorecovery else 1,  # worker w runs beside bookie bookies-1-w
+        periodic_check="auditor_checks_ledger_replicas" in actions,
         reduce_dead_requests=False,
         bounded=False,
     )

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from bkref.spec import protocol as p
 from bkref.spec.protocol import Msg, State
-from bkref.tracecheck.project import TAKEN, Event, LedgerTrace, Send
+from bkref.tracecheck.project import CAS, COPY, MARKS, TAKEN, Event, LedgerTrace, Send
 
 # A position in every lane: the next event of each lane of several events (clients),
 # and, as the bits of an int, which one-event lanes (bookie steps) are done. A ledger
@@ -167,9 +167,11 @@ class Replay:
                 "for: the spec's bookie keeps every entry it acknowledged",
                 definite=True,  # what it had is its own earlier steps' doing, in any order
             )
+        # Entries a failed copy left on it are not the spec's to compare.
+        stray = sum(1 << e for e in self.lt.stray.get(str(ev.line["bookie"]), ()))
         # An entry the bookie made durable but crashed before answering: its request was
         # taken with the reply lost, not lost (the search lost it when it was sent).
-        for e in _bits(mask & ~synced):
+        for e in _bits(mask & ~synced & ~stray):
             sent = [x for x in self.unanswered.get((b, e), []) if not f or x.sender != "writer"]
             if not sent:
                 raise NotAllowedError(
@@ -221,6 +223,12 @@ class Replay:
         fn: Callable[..., State | None] | None = getattr(p, name, None)
         if fn is None or fn not in p.ACTIONS:
             raise NotAllowedError(f"{name} is not an action of the spec")
+        if name in MARKS:
+            yield self._mark(ev, s)
+            return
+        if name.startswith("worker_"):
+            yield self._worker(ev, s)
+            return
         args: tuple[object, ...] = ()
         if name == "writer_creates_ledger":
             args = (tuple(lt.bookies.index(str(b)) for b in line["ensemble"]),)
@@ -246,6 +254,90 @@ class Replay:
         if outcome is not None and outcome != "unknown":
             self._check_outcome(name, str(outcome), line.get("last"), s, t)
         yield self._checked_sends(ev, s, t)
+
+    def _mark(self, ev: Event, s: State) -> State:
+        """An auditor's mark. A bookie it marks lost has crashed for the spec (the crash
+        no node logs is taken here, if the spec's bookie is still up). An audit that no
+        loss or election preceded is the spec's audit all the same: the spec's auditor
+        audits only then, a reduction for the model checker (another audit marks the
+        same bookies again, with a new task version), which a replay cannot assume."""
+        cfg, lt, wl, line = self.cfg, self.lt, self.cfg.writer_ledger, ev.line
+        replicas = {lt.bookies.index(str(b)): str(r) for b, r in line["replicas"].items()}
+        for b, why in sorted(replicas.items()):
+            if why == "LOST" and s.b_up[b] == p.UP:
+                t = p.bookie_crashes(cfg, s, b)
+                if t is None:
+                    raise NotAllowedError(f"b{b} is marked lost, and no crash is left")
+                s = t
+        if line.action == "auditor_checks_ledger_replicas":
+            after = p.auditor_checks_ledger_replicas(cfg, s, wl)
+        else:
+            after = p.auditor_marks_ledgers_of_lost_bookies(
+                cfg, s
+            ) or p.auditor_runs_periodic_bookie_check(cfg, s)
+            if after is None and p.auditor_node(s) >= 0 and s.meta_autorecovery:
+                after = p._audit(s)  # the spec's audit, see the docstring
+        if after is None:
+            raise NotAllowedError(f"the spec does not enable {line.action} here")
+        marked = after.meta_task[wl][1]
+        want = sum(1 << b for b in replicas)
+        if want & ~marked or after.meta_task[wl][0] == s.meta_task[wl][0]:
+            raise NotAllowedError(
+                f"the spec's task lists {_bookies(marked)} after the mark; the trace marks "
+                f"{_bookies(want)}"
+            )
+        return after
+
+    def _worker(self, ev: Event, s: State) -> State:
+        """A replication worker's step; its worker is the one beside its bookie."""
+        cfg, lt, wl, line = self.cfg, self.lt, self.cfg.writer_ledger, ev.line
+        name = line.action
+        own = str(line["bookie"] if name in (COPY, CAS) else line["worker"])
+        w = cfg.bookies - 1 - lt.bookies.index(own)
+        t: State | None
+        if name == COPY:
+            idx, lost = int(line["segment"]), lt.bookies.index(str(line["lost"]))
+            t = p.worker_copies_fragment(cfg, s, w, idx, lost)
+            if t is None:
+                raise NotAllowedError(f"the spec's worker cannot copy b{lost}'s fragment here")
+            segs = s.meta_segments[wl]
+            want = sum(
+                1 << e
+                for e in range(segs[idx][0], p.segment_end(s, cfg, wl, idx) + 1)
+                if p.write_set(cfg, segs, e) >> lost & 1
+            )
+            got = sum(1 << int(e) for e in line["entries"])
+            stored = sum(1 << x.entry for x in ev.copies if x.status == "OK")
+            if got != want or stored != want:
+                raise NotAllowedError(
+                    f"the spec's worker copies {_entries(want)}; the trace's copied "
+                    f"{_entries(got)}, of which the target stored {_entries(stored)}",
+                    # A copy is of a closed segment, whose entries no later step changes.
+                    definite=True,
+                )
+            return t
+        args = (w, wl) if name == "worker_acquires_ledger_lock" else (w,)
+        t = getattr(p, name)(cfg, s, *args)
+        if t is None:
+            raise NotAllowedError(f"the spec does not enable {name} for worker w{w} here")
+        if name == CAS:
+            idx = int(line["segment"])
+            ens = t.meta_segments[wl][idx][1]
+            new, lost = lt.bookies.index(own), lt.bookies.index(str(line["lost"]))
+            if new not in ens or lost in ens:
+                raise NotAllowedError(
+                    f"the spec's segment {idx} is {list(ens)} after the worker's write; the "
+                    f"trace's write replaced b{lost} by b{new}"
+                )
+        elif name == "worker_deletes_task":
+            deleted = s.meta_task[wl][0] == s.wk[w][2]
+            if deleted != bool(line["deleted"]):
+                raise NotAllowedError(
+                    f"the spec's worker {'deletes' if deleted else 'cannot delete'} the task "
+                    f"(version {s.meta_task[wl][0]}, read at {s.wk[w][2]}); the trace's "
+                    f"{'deleted it' if line['deleted'] else 'did not'}"
+                )
+        return t
 
     def _check_outcome(self, name: str, outcome: str, last: object, s: State, t: State) -> None:
         """The spec's outcome of a metadata write must be the one the trace logged."""
@@ -325,7 +417,11 @@ def _bits(mask: int) -> list[int]:
 
 
 def _entries(mask: int) -> str:
-    return ", ".join(f"e{e}" for e in _bits(mask))
+    return ", ".join(f"e{e}" for e in _bits(mask)) or "nothing"
+
+
+def _bookies(mask: int) -> str:
+    return "[" + ", ".join(f"b{b}" for b in _bits(mask)) + "]"
 
 
 HEARD, EARLY, LOST = "heard", "early", "lost"

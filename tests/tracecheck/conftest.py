@@ -15,7 +15,7 @@ from bkref.impl.client.errors import BKError, FencedError
 from bkref.impl.cluster.local import LocalCluster
 from bkref.impl.cluster.pytest_plugin import fresh_chroot
 from bkref.impl.cluster.zookeeper import ZooKeeperEnsemble
-from bkref.impl.testing import Clusters
+from bkref.impl.testing import Clusters, eventually, repaired_off, zookeeper_view
 from bkref.impl.trace import Tracer
 
 
@@ -96,3 +96,48 @@ def recorded(zookeeper: ZooKeeperEnsemble, tmp_path_factory: pytest.TempPathFact
     with Clusters(base, fresh_chroot(zookeeper, "bkref-trace")) as make:
         cluster = make(4, trace_dir=traces)
         return asyncio.run(_record(cluster, traces))
+
+
+@dataclass(frozen=True)
+class Repaired:
+    traces: Path
+    closed: int  # closed on bookies 0-2; bookie 0 killed; AutoRecovery copied its fragment
+    open: int  # left open on bookies 0-2; a worker had it recovered, then repaired it
+    lost: str  # bookie 0, restarted after the repairs
+
+
+async def _record_repairs(cluster: LocalCluster, traces: Path) -> Repaired:
+    ids = [b.bookie_id for b in cluster.bookies]
+    with Tracer(traces, "writer") as tw:
+        async with BookKeeper(cluster.zk_hosts, tracer=tw) as w:
+            c = await w.create_ledger(3, 2, 2, b"pw", bookies=ids[:3])
+            await c.add_many([b"c%d" % i for i in range(12)])
+            await c.close()
+            o = await w.create_ledger(3, 2, 2, b"pw", bookies=ids[:3])
+            await o.add_many([b"o%d" % i for i in range(7)])
+            cluster.kill_bookie(0)
+            with zookeeper_view(cluster.zk_hosts) as (store, urm):
+                done = repaired_off(store, urm, ids[0], [c.ledger_id, o.ledger_id])
+                assert await eventually(done, 120.0, 0.5), "AutoRecovery did not repair"
+            cluster.start_bookie(0)  # it comes back with both ledgers' old replicas
+    return Repaired(traces, c.ledger_id, o.ledger_id, ids[0])
+
+
+def _repairs(zookeeper: ZooKeeperEnsemble, base: Path) -> Repaired:
+    traces = base / "traces"
+    settings = {"zkTimeout": 4000, "rwRereplicateBackoffMs": 500}
+    with Clusters(base, fresh_chroot(zookeeper, "bkref-trace")) as make:
+        cluster = make(
+            5,
+            trace_dir=traces,
+            autorecovery=True,
+            openLedgerRereplicationGracePeriod=1000,
+            **settings,
+        )
+        return asyncio.run(_record_repairs(cluster, traces))
+
+
+@pytest.fixture(scope="module")
+def repaired(zookeeper: ZooKeeperEnsemble, tmp_path_factory: pytest.TempPathFactory) -> Repaired:
+    """A closed and an open ledger repaired by AutoRecovery after their bookie's crash."""
+    return _repairs(zookeeper, tmp_path_factory.mktemp("repaired"))

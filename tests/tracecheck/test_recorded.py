@@ -186,51 +186,6 @@ def test_a_ledger_whose_recovery_left_no_trace_is_unknown_not_a_violation(
     assert "left no trace" in v.reason
 
 
-def test_autorecovery_marks_and_locks_are_projected_away_and_a_copy_makes_unknown(
-    recorded: Recorded, tmp_path: Path
-) -> None:
-    """An auditor's mark and a worker's lock, check and task delete change nothing the
-    replay compares: the ledger is still explained. A worker's copy writes entries the
-    replay cannot take yet: unknown with the reason, never a violation."""
-    traces = _copy(recorded, tmp_path)
-    lid = recorded.recovered
-    node = "autorecovery-127.0.0.1:1-1"
-    ar = traces / "trace-autorecovery-127.0.0.1_1-1.jsonl"
-    some = next(iter(_bookie_files(traces)))
-    bookie = _read(some)[0]["bookie"]
-    quiet: Lines = [
-        {"action": "node_wins_auditor_election", "auditor": "127.0.0.1:1", "epoch": 0},
-        {"action": "auditor_marks_ledgers_of_lost_bookies", "replicas": {bookie: "LOST"}},
-        {"action": "worker_acquires_ledger_lock", "worker": "127.0.0.1:1", "version": 0},
-        {"action": "worker_verifies_ledger_replicated", "worker": "127.0.0.1:1"},
-        {"action": "worker_deletes_task", "worker": "127.0.0.1:1", "version": 0},
-    ]
-    lines = [{"node": node, "t": 0, "ledger": lid} | x for x in quiet]
-    for x in lines:
-        if x["action"] == "node_wins_auditor_election":
-            del x["ledger"]
-    _write(ar, lines)
-    v = _verdict(traces, lid)
-    assert v.verdict == "explained", v.render()
-    copy = {
-        "node": node,
-        "t": 0,
-        "action": "worker_copies_fragment",
-        "ledger": lid,
-        "segment": 0,
-        "lost": bookie,
-        "bookie": "127.0.0.1:1",
-        "entries": [0],
-        "sends": [],
-        "outcome": "copied",
-    }
-    _write(ar, [*lines, copy])
-    v = _verdict(traces, lid)
-    assert v.verdict == "unknown", v.render()
-    assert "repaired by AutoRecovery" in v.reason
-    assert "worker_copies_fragment" in v.reason
-
-
 def test_the_command_exits_1_on_a_violation_and_prints_the_step(
     recorded: Recorded, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -1,0 +1,149 @@
+"""The trace checker on runs AutoRecovery repaired: its auditor's marks and its workers'
+locks, copies and metadata writes replayed through the spec, and the same runs with
+one AutoRecovery step changed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bkref.tracecheck.cli import check
+from bkref.tracecheck.replay import Verdict
+from tests.tracecheck.conftest import Repaired
+
+pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
+
+Lines = list[dict[str, Any]]
+
+
+def _verdict(traces: Path, ledger: int) -> Verdict:
+    (v,) = check(traces, 60.0, [ledger])
+    return v
+
+
+def _changed(repaired: Repaired, tmp_path: Path, change: Callable[[Lines], Lines]) -> Path:
+    """A copy of the run's traces where ``change(lines)`` rewrote each AutoRecovery node's
+    lines (it returns them, changed or not)."""
+    out = tmp_path / "traces"
+    shutil.copytree(repaired.traces, out)
+    for f in out.glob("trace-autorecovery-*.jsonl"):
+        lines: Lines = [json.loads(x) for x in f.read_text().splitlines()]
+        lines = change(lines)
+        for i, x in enumerate(lines):
+            x["seq"] = i
+        f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return out
+
+
+def test_a_closed_ledger_repaired_after_its_bookie_crashed_is_explained(
+    repaired: Repaired,
+) -> None:
+    v = _verdict(repaired.traces, repaired.closed)
+    assert v.verdict == "explained", v.render()
+    assert v.replayed == v.steps
+
+
+def test_an_open_ledger_recovered_and_repaired_by_a_worker_is_explained(
+    repaired: Repaired,
+) -> None:
+    v = _verdict(repaired.traces, repaired.open)
+    assert v.verdict == "explained", v.render()
+
+
+def test_a_copy_of_other_entries_than_the_lost_bookie_held_is_a_violation(
+    repaired: Repaired, tmp_path: Path
+) -> None:
+    def change(lines: Lines) -> Lines:
+        for x in lines:
+            if x["action"] == "worker_copies_fragment" and x.get("ledger") == repaired.closed:
+                x["entries"] = x["entries"][1:]
+        return lines
+
+    v = _verdict(_changed(repaired, tmp_path, change), repaired.closed)
+    assert v.verdict == "violation", v.render()
+    assert "worker_copies_fragment" in v.event
+    assert "the spec's worker copies" in v.reason  # what it copied, not that it did
+
+
+def test_a_worker_that_repairs_a_ledger_no_auditor_marked_is_a_violation(
+    repaired: Repaired, tmp_path: Path
+) -> None:
+    def change(lines: Lines) -> Lines:
+        return [
+            x
+            for x in lines
+            if not (x["action"].startswith("auditor_") and x.get("ledger") == repaired.closed)
+        ]
+
+    v = _verdict(_changed(repaired, tmp_path, change), repaired.closed)
+    assert v.verdict == "violation", v.render()
+    assert "worker_acquires_ledger_lock" in v.event
+
+
+def test_a_metadata_write_that_replaces_another_bookie_is_a_violation(
+    repaired: Repaired, tmp_path: Path
+) -> None:
+    def change(lines: Lines) -> Lines:
+        for x in lines:
+            if (
+                x["action"] == "worker_updates_segment_ensemble"
+                and x.get("ledger") == repaired.closed
+            ):
+                x["lost"] = x["bookie"]  # claims it replaced itself: the lost one stays
+        return lines
+
+    v = _verdict(_changed(repaired, tmp_path, change), repaired.closed)
+    assert v.verdict == "violation", v.render()
+    assert "worker_updates_segment_ensemble" in v.event
+
+
+def test_a_bookie_marked_lost_that_answers_again_without_a_restart_is_unknown(
+    repaired: Repaired, tmp_path: Path
+) -> None:
+    """Cut off from ZooKeeper but running (a partition, a pause): the spec's lost bookie
+    has crashed, so the replay cannot follow it; unknown with why, never a violation."""
+    writer = [
+        json.loads(x) for x in (repaired.traces / "trace-writer.jsonl").read_text().splitlines()
+    ]
+    create = next(
+        x
+        for x in writer
+        if x["action"] == "writer_creates_ledger" and x["ledger"] == repaired.closed
+    )
+    alive = create["ensemble"][1]  # it took the writer's adds after the mark below
+
+    def change(lines: Lines) -> Lines:
+        if not any(x["action"] == "node_wins_auditor_election" for x in lines):
+            return lines
+        mark = {
+            "node": lines[0]["node"],
+            "t": create["t"] + 1,
+            "action": "auditor_marks_ledgers_of_lost_bookies",
+            "ledger": repaired.closed,
+            "replicas": {alive: "LOST"},
+            "rewrite": True,
+        }
+        return [mark, *lines]
+
+    v = _verdict(_changed(repaired, tmp_path, change), repaired.closed)
+    assert v.verdict == "unknown", v.render()
+    assert "without a restart" in v.reason
+
+
+def test_a_dedicated_worker_is_unknown(repaired: Repaired, tmp_path: Path) -> None:
+    """A worker with no bookie of its own copies elsewhere; the spec's copies to its own."""
+
+    def change(lines: Lines) -> Lines:
+        for x in lines:
+            if x["action"] == "worker_acquires_ledger_lock":
+                x["bookie"] = None
+        return lines
+
+    v = _verdict(_changed(repaired, tmp_path, change), repaired.closed)
+    assert v.verdict == "unknown", v.render()
+    assert "dedicated worker" in v.reason
