@@ -33,8 +33,10 @@ from typing import Any, Self
 TRACE_PREFIX = "trace-"  # trace-<node>.jsonl in a run's trace directory
 # Lines that are no spec step, only links between steps (bkref.tracecheck.load has the
 # same names; it may not import impl): a client's connection opened (its own address),
-# the bookie chosen for an ensemble change logged earlier, a recovery that gave up.
+# the bookie chosen for an ensemble change logged earlier, a recovery that gave up, a
+# bookie registered in ZooKeeper (at its start, and again after its session expired).
 CONNECTED, REPLACEMENT, STOPPED = "connected", "replacement", "stopped"
+REGISTERED = "registered"
 
 
 def trace_path(directory: Path, node: str) -> Path:

@@ -21,6 +21,7 @@ from bkref.tracecheck.project import Run, project
 from bkref.tracecheck.replay import Verdict, search
 
 PROGRESS_EVERY = 10.0
+LEDGER_SHARE = 30.0  # seconds a ledger may search while the budget has that much left
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
         "--budget",
         type=float,
         default=300.0,
-        help="seconds for the whole check; ledgers left undecided are unknown (default 300)",
+        help="seconds for the whole check (default 300); a ledger may search for its share "
+        "of what is left, or 30 s if more; ledgers left undecided are unknown",
     )
     c.add_argument("--ledger", type=int, action="append", default=[], help="check only these")
     c.add_argument("--json", type=Path, default=None, help="also write the verdicts here")
@@ -53,7 +55,10 @@ def check(directory: Path, budget: float, only: list[int]) -> list[Verdict]:
         if left <= 0:
             v = Verdict(ledger, "unknown", reason=f"the time budget ({budget:g} s) ran out")
         else:
-            v = search(project(run, ledger), left)
+            # One hard ledger may not starve the others: each gets its share of what is
+            # left, and at least LEDGER_SHARE seconds while that much is left.
+            share = max(left / (len(ledgers) - i), min(left, LEDGER_SHARE))
+            v = search(project(run, ledger), share)
         out.append(v)
     return out
 

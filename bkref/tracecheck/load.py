@@ -1,10 +1,11 @@
 """Reading a run's trace files: one ``trace-<node>.jsonl`` per node, one JSON line per step.
 
-A line is ``{"node", "seq", "t", "action", ...arguments}`` (``bkref.impl.trace``). Two kinds
+A line is ``{"node", "seq", "t", "action", ...arguments}`` (``bkref.impl.trace``). Four kinds
 of line are not steps: ``connected`` (a client's connection to a bookie opened; it names
 the client's end, so that the bookie's ``peer`` and a request id name one request of one
 client), ``replacement`` (the bookie chosen for an ensemble change logged when it was
-decided) and ``stopped`` (a recovery gave up).
+decided), ``stopped`` (a recovery gave up) and ``registered`` (a bookie registered in
+ZooKeeper, which ends what the auditor saw as its loss).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ TRACE_GLOB = "trace-*.jsonl"
 CONNECTED = "connected"
 REPLACEMENT = "replacement"  # names the new bookie of an ensemble change logged before
 STOPPED = "stopped"  # a recovery gave up: it takes no more steps
+REGISTERED = "registered"  # a bookie registered in ZooKeeper (again, after its session expired)
 
 
 class TraceError(ValueError):

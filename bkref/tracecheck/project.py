@@ -12,7 +12,8 @@ turns them into *lanes*, one per node, each in the node's own order:
   receipt stays in the client's lane as a marker that needs the bookie's step. So the
   joined step may fall anywhere between the send and the receipt, as a delayed answer
   may;
-- a bookie's ``bookie_restarts`` (a crash before it is never logged);
+- a bookie's ``bookie_restarts`` (a crash before it is never logged), and its
+  registrations in ZooKeeper (one after the auditor saw it lost is its coming back);
 - AutoRecovery's steps of the ledger: an auditor's marks (one lane per auditor node)
   and a worker's attempts (one lane per worker), less their no-ops
   (``_autorecovery_steps``); a copy's adds are part of the copy step.
@@ -31,7 +32,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from bkref.spec.config import Config
-from bkref.tracecheck.load import CONNECTED, REPLACEMENT, STOPPED, Line
+from bkref.tracecheck.load import CONNECTED, REGISTERED, REPLACEMENT, STOPPED, Line
 
 RECEIPTS = frozenset(
     {
@@ -76,7 +77,7 @@ class Send:
 
 @dataclass(eq=False)
 class Event:
-    kind: str  # step, handle, receipt, restart
+    kind: str  # step, handle, receipt, restart, register
     line: Line
     lane: int = -1
     pos: int = -1
@@ -134,7 +135,7 @@ def conflict(x: Event, y: Event) -> bool:
     LAC the read answers), nor an add and a recovery read of the same entry, or of any
     entry if the read fences and the add is the writer's. A restart orders everything.
     """
-    if "restart" in (x.kind, y.kind):
+    if {"restart", "register"} & {x.kind, y.kind}:
         return True
     a, r = (x, y) if x.line.action == "bookie_handles_add" else (y, x)
     if a.line.action != "bookie_handles_add" or r.line.action == "bookie_handles_add":
@@ -255,12 +256,13 @@ class Run:
         self.peers = _Peers(nodes)
         self.bookies = {n for n, lines in nodes.items() if _is_bookie(lines)}
         self.by_ledger: dict[int, dict[str, list[Line]]] = defaultdict(lambda: defaultdict(list))
-        self.restarts: dict[str, list[Line]] = defaultdict(list)  # bookie node -> its restarts
+        # Bookie node -> its restarts and its registrations in ZooKeeper.
+        self.restarts: dict[str, list[Line]] = defaultdict(list)
         for n, lines in nodes.items():
             for x in lines:
                 if "ledger" in x.args:
                     self.by_ledger[int(x["ledger"])][n].append(x)
-                elif x.action == "bookie_restarts":
+                elif x.action in ("bookie_restarts", REGISTERED):
                     self.restarts[n].append(x)
 
     def ledgers(self) -> list[int]:
@@ -355,13 +357,23 @@ def project(run: Run, ledger: int) -> LedgerTrace:
             key = (n, str(a["bookie"]), int(a["rid"]))
             sends[key] = Send(key, "add", str(a["bookie"]), int(a["entry"]), -1, False, "stray")
 
+    # A registration matters only after a mark of the bookie as lost (it is back then).
+    marked_lost: dict[str, int] = {}
+    for v in mine.values():
+        for x in v:
+            if x.action in MARKS:
+                for b, why in x["replicas"].items():
+                    if why == "LOST":
+                        marked_lost[b] = min(marked_lost.get(b, x.t), x.t)
     for n in sorted(bookie_nodes):
         taken: list[Event] = []
         bookie_id = None
         for x in sorted(run.restarts[n] + mine[n], key=lambda x: x.seq):
-            if x.action == "bookie_restarts":
+            if x.action == REGISTERED and not x.t > marked_lost.get(str(x["bookie"]), x.t):
+                continue
+            if x.action in ("bookie_restarts", REGISTERED):
                 bookie_id = bookie_id or str(x["bookie"])
-                taken.append(Event("restart", x))
+                taken.append(Event("restart" if x.action != REGISTERED else "register", x))
                 continue
             if x.get("ledger") != ledger or x.action not in HANDLES:
                 continue
@@ -500,23 +512,28 @@ def _autorecovery_unknown(run: Run, mine: dict[str, list[Line]]) -> str:
                 if odd:
                     return f"{x.where()}: marks {odd}; the spec's auditor has no such reason"
     # A bookie marked lost is down for the spec until it restarts; one that was only cut
-    # off from ZooKeeper (a partition, a pause) and served again without a restart is a
-    # lost bookie the spec does not have.
+    # off from ZooKeeper (a partition, a pause, a session expiry) and then served again,
+    # or whose worker went on, without a restart, is a lost bookie the spec does not have.
+    acts: dict[str, list[int]] = defaultdict(list)  # bookie -> times it or its worker acted
+    for lines in mine.values():
+        for x in lines:
+            if x.action in HANDLES:
+                acts[str(x["bookie"])].append(x.t)
+            elif x.action.startswith("worker_"):
+                acts[str(x.get("worker") or x.get("bookie"))].append(x.t)
     for lines in mine.values():
         for x in lines:
             if x.action not in MARKS:
                 continue
             for b, why in x["replicas"].items():
-                if why != "LOST":
+                later = [t for t in acts.get(b, []) if t > x.t]
+                if why != "LOST" or not later:
                     continue
-                later = [y.t for y in mine.get(b, []) if y.action in HANDLES and y.t > x.t]
-                if not later:
-                    continue
-                back = [r.t for r in run.restarts.get(b, []) if x.t < r.t < min(later)]
-                if not back:
+                if not any(x.t < r.t < min(later) for r in run.restarts.get(b, [])):
                     return (
-                        f"{x.where()} marked {b} lost, and it answered again without a restart "
-                        "(cut off from ZooKeeper, not crashed): the spec's lost bookie crashed"
+                        f"{x.where()} marked {b} lost, and it went on before it restarted or "
+                        "registered again (cut off from ZooKeeper, not crashed): the spec's "
+                        "lost bookie crashed"
                     )
     return ""
 

@@ -141,6 +141,8 @@ class Replay:
             yield s  # its answer was folded into the bookie's step
         elif ev.kind == "restart":
             yield self._restart(ev, s)
+        elif ev.kind == "register":
+            yield self._register(ev, s)
         elif ev.kind == "handle":
             yield from self._handle(ev, s, heard)
         else:
@@ -188,6 +190,19 @@ class Replay:
                 f"b{b} came back with LAC {lac}; the spec's bookie has {b_lac}", definite=True
             )
         return t._replace(b_ledgers=p.set_ledger_on(t, b, wl, (synced, unsynced, f, b_lac)))
+
+    def _register(self, ev: Event, s: State) -> State:
+        """A bookie registered in ZooKeeper. One the spec has down was marked lost by the
+        auditor while its session had expired (a pause, a partition from ZooKeeper):
+        for the spec it crashed then and restarts now, with what it had (it answered
+        nothing in between, or the ledger would be unknown: ``project``)."""
+        b = self.lt.bookies.index(str(ev.line["bookie"]))
+        if s.b_up[b] == p.UP:
+            return s
+        t = p.bookie_restarts(self.cfg, s, b)
+        if t is None:
+            raise NotAllowedError(f"b{b} cannot restart here")
+        return t
 
     def _checked_sends(self, ev: Event, s: State, t: State, consumed: Msg | None = None) -> State:
         """``t`` if the spec's step sent what the trace did; a write-back the trace left
@@ -269,9 +284,12 @@ class Replay:
                 if t is None:
                     raise NotAllowedError(f"b{b} is marked lost, and no crash is left")
                 s = t
-        if line.action == "auditor_checks_ledger_replicas":
+        want = sum(1 << b for b in replicas)
+        if line.action == "auditor_checks_ledger_replicas" and not want & ~s.meta_task[wl][1]:
+            return s  # the check adds only bookies not listed yet: it wrote nothing
+        if line.action == "auditor_checks_ledger_replicas" and "LOST" not in replicas.values():
             after = p.auditor_checks_ledger_replicas(cfg, s, wl)
-        else:
+        else:  # a bookie lost: what any audit marks
             after = p.auditor_marks_ledgers_of_lost_bookies(
                 cfg, s
             ) or p.auditor_runs_periodic_bookie_check(cfg, s)
@@ -280,7 +298,6 @@ class Replay:
         if after is None:
             raise NotAllowedError(f"the spec does not enable {line.action} here")
         marked = after.meta_task[wl][1]
-        want = sum(1 << b for b in replicas)
         if want & ~marked or after.meta_task[wl][0] == s.meta_task[wl][0]:
             raise NotAllowedError(
                 f"the spec's task lists {_bookies(marked)} after the mark; the trace marks "
@@ -317,17 +334,24 @@ class Replay:
                 )
             return t
         args = (w, wl) if name == "worker_acquires_ledger_lock" else (w,)
+        if name == CAS:
+            pending = s.wk[w][3]
+            idx, lost = int(line["segment"]), lt.bookies.index(str(line["lost"]))
+            if pending is not None and pending[0] >= 0 and pending[:2] != (idx, lost):
+                raise NotAllowedError(
+                    f"the spec's worker w{w} copied segment {pending[0]} of b{pending[1]}; "
+                    f"the trace's write replaces b{lost} in segment {idx}",
+                    definite=True,  # what it copied is its own earlier step
+                )
         t = getattr(p, name)(cfg, s, *args)
         if t is None:
             raise NotAllowedError(f"the spec does not enable {name} for worker w{w} here")
         if name == CAS:
-            idx = int(line["segment"])
             ens = t.meta_segments[wl][idx][1]
-            new, lost = lt.bookies.index(own), lt.bookies.index(str(line["lost"]))
-            if new not in ens or lost in ens:
+            if lt.bookies.index(own) not in ens or lost in ens:
                 raise NotAllowedError(
                     f"the spec's segment {idx} is {list(ens)} after the worker's write; the "
-                    f"trace's write replaced b{lost} by b{new}"
+                    f"trace's write replaced b{lost} by b{lt.bookies.index(own)}"
                 )
         elif name == "worker_deletes_task":
             deleted = s.meta_task[wl][0] == s.wk[w][2]

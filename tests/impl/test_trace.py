@@ -16,7 +16,7 @@ import pytest
 
 from bkref.impl.client.client import BookKeeper
 from bkref.impl.testing import eventually, repaired_off
-from bkref.impl.trace import Tracer, trace_path
+from bkref.impl.trace import REGISTERED, Tracer, trace_path
 from bkref.spec.protocol import ACTIONS
 from tests.impl.autorecovery_helpers import FAST, PW
 from tests.impl.conftest import MakeCluster, ZkView
@@ -123,7 +123,7 @@ async def test_bookies_log_adds_and_fencing_reads_under_the_spec_names(
         assert h2.last_entry == 9
     lines = {b: _lines(trace_path(traces, b)) for b in ids}
     every = [x for steps in lines.values() for x in steps]
-    assert {x["action"] for x in every} <= {a.__name__ for a in ACTIONS}
+    assert {x["action"] for x in every} <= {a.__name__ for a in ACTIONS} | {REGISTERED}
     for b, steps in lines.items():
         assert [x["seq"] for x in steps] == list(range(len(steps)))
         assert {x["node"] for x in steps} == {b}
@@ -146,12 +146,14 @@ async def test_bookies_log_adds_and_fencing_reads_under_the_spec_names(
 
 @pytest.mark.zookeeper
 def test_a_restarted_bookie_logs_bookie_restarts(make_cluster: MakeCluster, tmp_path: Path) -> None:
+    """The restart after its replay, and a registration in ZooKeeper at each start."""
     traces = tmp_path / "traces"
     cluster = make_cluster(1, trace_dir=traces)
     cluster.kill_bookie(0)
     cluster.start_bookie(0)
     steps = _lines(trace_path(traces, cluster.bookies[0].bookie_id))
-    assert [x["action"] for x in steps] == ["bookie_restarts"]
+    assert [x["action"] for x in steps] == [REGISTERED, "bookie_restarts", REGISTERED]
+    assert {x["bookie"] for x in steps} == {cluster.bookies[0].bookie_id}
 
 
 # ------------------------------------------------------------- AutoRecovery on a real cluster

@@ -70,3 +70,11 @@ def test_a_ledger_created_by_no_traced_client_is_unknown_exit_2(
     assert main(["check", str(d)]) == 2
     out = capsys.readouterr().out
     assert "ledger 4: unknown: created by a client that left no trace" in out
+
+
+def test_the_link_lines_are_named_alike_in_the_implementation_and_the_checker() -> None:
+    from bkref.impl import trace
+    from bkref.tracecheck import load
+
+    names = ("CONNECTED", "REPLACEMENT", "STOPPED", "REGISTERED")
+    assert [getattr(trace, n) for n in names] == [getattr(load, n) for n in names]

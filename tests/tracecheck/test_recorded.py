@@ -13,7 +13,7 @@ import pytest
 
 from bkref.spec.protocol import ACTIONS
 from bkref.tracecheck.cli import check, main
-from bkref.tracecheck.load import CONNECTED, REPLACEMENT, STOPPED
+from bkref.tracecheck.load import CONNECTED, REGISTERED, REPLACEMENT, STOPPED
 from bkref.tracecheck.replay import Verdict
 from tests.tracecheck.conftest import Recorded
 
@@ -206,7 +206,7 @@ def test_the_command_exits_1_on_a_violation_and_prints_the_step(
 
 
 def test_every_line_is_a_spec_action_or_a_connection(recorded: Recorded) -> None:
-    names = {a.__name__ for a in ACTIONS} | {CONNECTED, REPLACEMENT, STOPPED}
+    names = {a.__name__ for a in ACTIONS} | {CONNECTED, REPLACEMENT, STOPPED, REGISTERED}
     seen = set()
     for f in recorded.traces.glob("trace-*.jsonl"):
         lines = _read(f)

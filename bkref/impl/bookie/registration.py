@@ -20,13 +20,18 @@ from kazoo.client import KazooState
 from kazoo.exceptions import KazooException
 
 from bkref.impl.meta.store import ZkMetadataStore
+from bkref.impl.trace import REGISTERED, Tracer
 
 log = logging.getLogger(__name__)
 
 
 class Registration:
-    def __init__(self, store: ZkMetadataStore, bookie_id: str, rack: str) -> None:
+    def __init__(
+        self, store: ZkMetadataStore, bookie_id: str, rack: str, tracer: Tracer | None = None
+    ) -> None:
         self.store = store
+        # Each registration is a trace line: the auditor's "lost" ends here (trace validation).
+        self.tracer = tracer
         self.bookie_id = bookie_id
         self.rack = rack
         self.readonly = False
@@ -44,6 +49,8 @@ class Registration:
                 try:
                     self.store.register(self.bookie_id, rack=self.rack, readonly=self.readonly)
                     self.registrations += 1
+                    if self.tracer is not None:
+                        self.tracer.step(REGISTERED, bookie=self.bookie_id)
                     log.info(
                         "registered %s as %s",
                         self.bookie_id,

@@ -92,7 +92,7 @@ class Bookie:
             Path(c.journalDirectory), Path(c.ledgerDirectories[0]), c.storage(), plants=self.plants
         )
         self.core = BookieCore(self.storage.ledger_infos())
-        self.registration = Registration(self.store, self.bookie_id, c.rack)
+        self.registration = Registration(self.store, self.bookie_id, c.rack, self.tracer)
 
     async def serve(self) -> None:
         self._loop = asyncio.get_running_loop()
