@@ -115,6 +115,9 @@ class LedgerTrace:
     recoveries: list[str] = field(default_factory=list)  # recovery client index -> name
     cfg: Config | None = None
     unknown: str = ""  # why the ledger cannot be checked, if it cannot
+    # What the spec models otherwise than the run went: a violation is unknown then
+    # (some behaviour may explain the run; none found is the model's gap, not a bug).
+    caveat: str = ""
     # Bookie id -> entries that copies which then failed left on it: no metadata names
     # them there and the spec's copy never made them (it is whole or not at all).
     stray: dict[str, set[int]] = field(default_factory=dict)
@@ -290,6 +293,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     if why:
         lt.unknown = why
         return lt
+    lt.caveat = _cut_off(run, mine)
     mine = {n: v for n, v in mine.items() if v}
     bookie_nodes = {n for n in mine if n in run.bookies}
     creates = [x for n, v in mine.items() for x in v if x.action == "writer_creates_ledger"]
@@ -511,9 +515,14 @@ def _autorecovery_unknown(run: Run, mine: dict[str, list[Line]]) -> str:
                 odd = {b: r for b, r in x["replicas"].items() if r not in REASONS}
                 if odd:
                     return f"{x.where()}: marks {odd}; the spec's auditor has no such reason"
-    # A bookie marked lost is down for the spec until it restarts; one that was only cut
-    # off from ZooKeeper (a partition, a pause, a session expiry) and then served again,
-    # or whose worker went on, without a restart, is a lost bookie the spec does not have.
+    return ""
+
+
+def _cut_off(run: Run, mine: dict[str, list[Line]]) -> str:
+    """A bookie marked lost that served again, or whose worker went on, before it
+    restarted or registered again: cut off from ZooKeeper (a pause, a partition, a
+    session expiry) while it ran, which the spec (its lost bookie has crashed) can
+    explain only where the mark may be ordered after what the bookie did."""
     acts: dict[str, list[int]] = defaultdict(list)  # bookie -> times it or its worker acted
     for lines in mine.values():
         for x in lines:
@@ -532,8 +541,8 @@ def _autorecovery_unknown(run: Run, mine: dict[str, list[Line]]) -> str:
                 if not any(x.t < r.t < min(later) for r in run.restarts.get(b, [])):
                     return (
                         f"{x.where()} marked {b} lost, and it went on before it restarted or "
-                        "registered again (cut off from ZooKeeper, not crashed): the spec's "
-                        "lost bookie crashed"
+                        "registered again (cut off from ZooKeeper, not crashed; the spec's "
+                        "lost bookie has crashed)"
                     )
     return ""
 

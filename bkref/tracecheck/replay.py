@@ -666,6 +666,9 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
         v.event, v.reason = "the rest of the trace", sr.stuck(cur)
     v.state = _show_state(lt, s)
     v.offered = [p.format_label(label) for label, _t in p.next_states(lt.cfg, s)][:40]
+    if lt.caveat:  # never cry wolf where the model and the run part ways
+        v.verdict = "unknown"
+        v.reason = f"{lt.caveat}; no order found explains {v.event}: {v.reason}"
     return v
 
 
