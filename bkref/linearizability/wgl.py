@@ -13,13 +13,19 @@ completion) and the walk restarts from the head. Reaching a completion means
 that operation should have taken effect before it and did not: undo the last
 choice and try the next candidate. The cache holds every (set of linearized
 operations, model state) already explored, so no configuration is searched
-twice; the sets are bitsets (Python ints).
+twice. A set is stored as the number of leading operations (in invocation
+order) that are all linearized plus a bitset (a Python int) of the ones after:
+the bitset spans the operations from the oldest one not linearized, usually
+those in flight, so it stays a few machine words however long the history
+(Porcupine hashes a bitset of the whole history on every step). An unknown
+operation never linearized holds that oldest one back, as a full bitset would.
 
 Operations whose outcome is unknown (``info``, or never completed) have no
 completion event: they may take effect at any point after their invocation or
 never, so the search succeeds as soon as every operation with a known outcome
-is linearized. Nondeterministic models are searched over sets of states (the
-subset construction), so one step per linearized operation.
+is linearized. Deterministic models (``Model.step1``) are searched over single
+states; others over sets of states (the subset construction), so one step per
+linearized operation either way.
 
 A time budget bounds the whole check; past it the verdict is ``unknown``.
 """
@@ -31,12 +37,13 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Generator, Hashable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from bkref.linearizability.history import Operation
-from bkref.linearizability.models import MODELS, Model
+from bkref.linearizability.models import MODELS, NO, Model
 
 Verdict = Literal["valid", "invalid", "unknown"]
 
@@ -116,59 +123,75 @@ def _search_steps(
     partitions, watch the clock, or stop."""
     started = time.monotonic()
     n = len(calls)
-    step = model.step
-    # Nodes: 0 is the head; events 1..m in index order; m + 1 is the tail.
+    # Nodes: 0 is the head; events 1..m in index order; m + 1 is the tail, never
+    # reached (a known op's completion stops every walk before it). ``ev`` holds
+    # the op of an invocation and ~op (negative) of a completion.
     events = sorted(
-        [(c.call, i, False) for i, c in enumerate(calls)]
-        + [(int(c.ret), i, True) for i, c in enumerate(calls) if c.ret != math.inf]
+        [(c.call, i) for i, c in enumerate(calls)]
+        + [(int(c.ret), ~i) for i, c in enumerate(calls) if c.ret != math.inf]
     )
     m = len(events)
-    ev_op = [-1] + [e[1] for e in events] + [-1]
-    ev_ret = [False] + [e[2] for e in events] + [False]
+    ev = [0] + [e[1] for e in events] + [n]
     nxt = list(range(1, m + 3))
     prv = list(range(-1, m + 1))
     call_node = [0] * n
     ret_node = [0] * n
     for node in range(1, m + 1):
-        if ev_ret[node]:
-            ret_node[ev_op[node]] = node
+        op = ev[node]
+        if op < 0:
+            ret_node[~op] = node
         else:
-            call_node[ev_op[node]] = node
+            call_node[op] = node
     inputs = [c.input for c in calls]
     remaining = sum(1 for c in calls if c.ret != math.inf)
 
-    states: frozenset[Any] = frozenset(model.init(inputs))
-    linearized = 0
-    stack: list[tuple[int, frozenset[Any]]] = []
-    cache: set[tuple[int, frozenset[Any]]] = set()
-    best: tuple[tuple[int, ...], int | None] = ((), None)
-    ticks = 0
+    initial = model.init(inputs)
+    advance: Callable[[Any, Any], Any]
+    state: Any
+    if model.step1 is not None and len(initial) == 1:
+        advance = model.step1
+        (state,) = initial
+    else:
+        advance = _set_step(model.step)
+        state = frozenset(initial)
+    # The set of linearized ops as (k, w): ops 0..k-1 are all linearized, op k
+    # is not, and bit i of w is op k + i. Ops are numbered in invocation order,
+    # so w spans only the ops in flight: small ints that hash fast, where one
+    # bit per op of the history would make every cache entry O(n).
+    k = w = 0
+    cfg: tuple[int, int, Any] = (0, 0, state)
+    cache: set[tuple[int, int, Any]] = set()
+    stack: list[tuple[int, int, Any]] = []  # the configuration before each lin[i]
+    lin: list[int] = []  # the ops linearized, in order
+    # The longest prefix found and the op it blocked on; best[:low] == lin[:low],
+    # so a new best copies only what changed since the last one.
+    best: list[int] = []
+    blocked: int | None = None
+    low = 0
+    ticks = _SLICE
     node = nxt[0]
     while remaining:
-        ticks += 1
-        if ticks % _SLICE == 0:
+        ticks -= 1
+        if not ticks:
+            ticks = _SLICE
             yield
-        op = ev_op[node]
-        if not ev_ret[node]:
-            inp = inputs[op]
-            if len(states) == 1:
-                (only,) = states
-                after = step(only, inp)
-                new = frozenset(after) if after else None
-            else:
-                acc: set[Any] = set()
-                for s in states:
-                    after = step(s, inp)
-                    if after:
-                        acc |= after
-                new = frozenset(acc) if acc else None
-            if new is not None:
-                bits = linearized | (1 << op)
-                cfg = (bits, new)
-                if cfg not in cache:
-                    cache.add(cfg)
-                    stack.append((op, states))
-                    states, linearized = new, bits
+        op = ev[node]
+        if op >= 0:
+            new = advance(state, inputs[op])
+            if new is not NO:
+                d = op - k
+                if d:
+                    nk, nw = k, w | (1 << d)
+                else:  # the lowest op: shift out the run of linearized ops it ends
+                    nw = w | 1
+                    t = (~nw & (nw + 1)).bit_length() - 1
+                    nk, nw = k + t, nw >> t
+                ncfg = (nk, nw, new)
+                if ncfg not in cache:
+                    cache.add(ncfg)
+                    stack.append(cfg)
+                    lin.append(op)
+                    cfg, k, w, state = ncfg, nk, nw, new
                     c = call_node[op]
                     nxt[prv[c]] = nxt[c]
                     prv[nxt[c]] = prv[c]
@@ -182,12 +205,21 @@ def _search_steps(
             node = nxt[node]
             continue
         # A completion: its operation had to take effect by now. Backtrack.
-        if len(stack) >= len(best[0]):
-            best = (tuple(o for o, _ in stack), op)
-        if not stack:
-            return PartitionResult(key, "invalid", tuple(calls), *best, len(cache), _since(started))
-        op, states = stack.pop()
-        linearized ^= 1 << op
+        depth = len(lin)
+        if depth >= len(best):
+            del best[low:]
+            best += lin[low:]
+            low = depth
+            blocked = ~op
+        if not lin:
+            return PartitionResult(
+                key, "invalid", tuple(calls), tuple(best), blocked, len(cache), _since(started)
+            )
+        op = lin.pop()
+        cfg = stack.pop()
+        k, w, state = cfg
+        if depth <= low:
+            low = depth - 1
         r = ret_node[op]
         if r:
             nxt[prv[r]] = r
@@ -197,8 +229,28 @@ def _search_steps(
         nxt[prv[c]] = c
         prv[nxt[c]] = c
         node = nxt[c]
-    order = tuple(o for o, _ in stack)
-    return PartitionResult(key, "valid", tuple(calls), order, None, len(cache), _since(started))
+    return PartitionResult(
+        key, "valid", tuple(calls), tuple(lin), None, len(cache), _since(started)
+    )
+
+
+def _set_step(step: Callable[[Any, Any], AbstractSet[Any] | None]) -> Callable[[Any, Any], Any]:
+    """One step of the subset construction: the union of the states every
+    current state can step to, or ``NO``."""
+
+    def advance(states: frozenset[Any], inp: object) -> object:
+        if len(states) == 1:
+            (only,) = states
+            after = step(only, inp)
+            return frozenset(after) if after else NO
+        acc: set[Any] = set()
+        for s in states:
+            after = step(s, inp)
+            if after:
+                acc |= after
+        return frozenset(acc) if acc else NO
+
+    return advance
 
 
 def _since(started: float) -> float:
