@@ -16,6 +16,9 @@ A model is pure data plus pure functions:
 - ``step1(state, input)``, for deterministic models only: the one state after
   the operation, or ``NO``; the same as ``step`` without building a set, which
   the search would otherwise pay for on every step.
+- ``is_read(input)``, optional: true if the operation never changes a state
+  (it is allowed in a state or not, and leaves it as it is). The search takes
+  such an operation as soon as it can, without trying the other orders.
 
 The ledger model is the spec's (``bkref.spec.ledger_model``); this module only
 translates history operations into its ``LedgerOp``. Models are looked up by
@@ -47,6 +50,7 @@ class Model:
     describe: Callable[[Any], str]
     help: str
     step1: Callable[[Any, Any], Any] | None = None  # deterministic: a state or NO
+    is_read: Callable[[Any], bool] | None = None  # never changes a state
 
 
 NO: Final = object()  # step1: the operation cannot take effect in this state
@@ -109,6 +113,10 @@ def _register_step1(state: object, inp: tuple[str, Any, Any]) -> object:
     return arg[1] if state == arg[0] else NO
 
 
+def _is_read(inp: tuple[str, Any, Any]) -> bool:
+    return inp[0] in ("read", "get")
+
+
 def _register_describe(inp: tuple[str, Any, Any]) -> str:
     f, arg, out = inp
     if f == "read":
@@ -134,6 +142,7 @@ REGISTER: Final = Model(
     describe=_register_describe,
     help="read/write register per `ledger` id (null: one register); starts null",
     step1=_register_step1,
+    is_read=_is_read,
 )
 
 CAS_REGISTER: Final = Model(
@@ -144,6 +153,7 @@ CAS_REGISTER: Final = Model(
     describe=_register_describe,
     help="read/write/cas register (cas value [from, to]; fail: did not happen)",
     step1=_register_step1,
+    is_read=_is_read,
 )
 
 
@@ -207,6 +217,7 @@ KV: Final = Model(
     describe=_kv_describe,
     help="string key-value store: get/put/append, value {'key': k, 'value': v}; starts ''",
     step1=_kv_step1,
+    is_read=_is_read,
 )
 
 
@@ -297,6 +308,10 @@ def _ledger_step1(state: ledger_model.LedgerState, op: LedgerOp) -> object:
     return only
 
 
+def _ledger_is_read(op: LedgerOp) -> bool:
+    return op.f in ("read", "read_lac")
+
+
 def describe_ledger_op(op: LedgerOp) -> str:
     if op.f == "add":
         return f"add({op.entry}, {op.data!r})" + ("" if op.known else " ?")
@@ -319,6 +334,7 @@ LEDGER: Final = Model(
     describe=describe_ledger_op,
     help="BookKeeper ledgers (spec.ledger_model), one partition per ledger id",
     step1=_ledger_step1,
+    is_read=_ledger_is_read,
 )
 
 MODELS: Final[Mapping[str, Model]] = {m.name: m for m in (REGISTER, CAS_REGISTER, KV, LEDGER)}

@@ -158,6 +158,8 @@ def _search_steps(
     # is not, and bit i of w is op k + i. Ops are numbered in invocation order,
     # so w spans only the ops in flight: small ints that hash fast, where one
     # bit per op of the history would make every cache entry O(n).
+    is_read = model.is_read
+    reads = [is_read(i) for i in inputs] if is_read is not None else [False] * n
     k = w = 0
     cfg: tuple[int, int, Any] = (0, 0, state)
     cache: set[tuple[int, int, Any]] = set()
@@ -169,6 +171,19 @@ def _search_steps(
     blocked: int | None = None
     low = 0
     ticks = _SLICE
+    # Entering a configuration, the walk scans the whole frontier for a read
+    # (``Model.is_read``) that the state allows: it is taken at once and for
+    # good. Moving it to the front of any linearization from here keeps that a
+    # linearization (it changes no state, and nothing not yet linearized
+    # completed before it was invoked), so if the configuration after it
+    # fails, this one fails too and no other candidate is tried. Without one,
+    # the first op whose configuration is new (``pick``) is taken. After a
+    # backtrack the walk goes on from the undone op and takes the first op
+    # whose configuration is new: the scan found no read to take here.
+    has_reads = any(reads)
+    scan = has_reads
+    pick = -1  # scanning: the op to take if none keeps the state
+    pick_cfg = cfg
     node = nxt[0]
     while remaining:
         ticks -= 1
@@ -177,61 +192,96 @@ def _search_steps(
             yield
         op = ev[node]
         if op >= 0:
+            if pick >= 0 and not reads[op]:  # scanning on for a read
+                node = nxt[node]
+                continue
             new = advance(state, inputs[op])
-            if new is not NO:
-                d = op - k
-                if d:
-                    nk, nw = k, w | (1 << d)
-                else:  # the lowest op: shift out the run of linearized ops it ends
-                    nw = w | 1
-                    t = (~nw & (nw + 1)).bit_length() - 1
-                    nk, nw = k + t, nw >> t
-                ncfg = (nk, nw, new)
-                if ncfg not in cache:
-                    cache.add(ncfg)
-                    stack.append(cfg)
-                    lin.append(op)
-                    cfg, k, w, state = ncfg, nk, nw, new
-                    c = call_node[op]
-                    nxt[prv[c]] = nxt[c]
-                    prv[nxt[c]] = prv[c]
-                    r = ret_node[op]
-                    if r:
-                        nxt[prv[r]] = nxt[r]
-                        prv[nxt[r]] = prv[r]
-                        remaining -= 1
-                    node = nxt[0]
-                    continue
-            node = nxt[node]
+            if new is NO:
+                node = nxt[node]
+                continue
+            # Over sets of states a read may drop some: then it is no shortcut.
+            keeps = scan and reads[op] and (new is state or new == state)
+            if pick >= 0 and not keeps:
+                node = nxt[node]
+                continue
+            d = op - k
+            if d:
+                ncfg = (k, w | (1 << d), new)
+            else:  # the lowest op: shift out the run of linearized ops it ends
+                nw = w | 1
+                t = (~nw & (nw + 1)).bit_length() - 1
+                ncfg = (k + t, nw >> t, new)
+            take = ncfg not in cache
+            if not take and not keeps:
+                node = nxt[node]
+                continue
+            if take and scan and not keeps:
+                pick, pick_cfg = op, ncfg
+                node = nxt[node]
+                continue
+            # else: take it, or (explored and failed, and it keeps the state)
+            # this configuration fails as well.
+        elif pick >= 0:
+            op, ncfg, keeps, take = pick, pick_cfg, False, True
+        else:
+            # A completion: its operation had to take effect by now. Backtrack.
+            take = False
+            depth = len(lin)
+            if depth >= len(best):
+                del best[low:]
+                best += lin[low:]
+                low = depth
+                blocked = ~op
+        if take:
+            cache.add(ncfg)
+            stack.append(cfg)
+            lin.append(~op if keeps else op)  # ~: taken for good, no alternative
+            cfg = ncfg
+            k, w, state = ncfg
+            c = call_node[op]
+            nxt[prv[c]] = nxt[c]
+            prv[nxt[c]] = prv[c]
+            r = ret_node[op]
+            if r:
+                nxt[prv[r]] = nxt[r]
+                prv[nxt[r]] = prv[r]
+                remaining -= 1
+            node = nxt[0]
+            scan = has_reads
+            pick = -1
             continue
-        # A completion: its operation had to take effect by now. Backtrack.
-        depth = len(lin)
-        if depth >= len(best):
-            del best[low:]
-            best += lin[low:]
-            low = depth
-            blocked = ~op
-        if not lin:
-            return PartitionResult(
-                key, "invalid", tuple(calls), tuple(best), blocked, len(cache), _since(started)
-            )
-        op = lin.pop()
-        cfg = stack.pop()
+        # Undo the last choice, and every choice before it that was for good.
+        while True:
+            if not lin:
+                return PartitionResult(
+                    key, "invalid", tuple(calls), _ops(best), blocked, len(cache), _since(started)
+                )
+            op = lin.pop()
+            cfg = stack.pop()
+            low = min(low, len(lin))
+            forced = op < 0
+            if forced:
+                op = ~op
+            r = ret_node[op]
+            if r:
+                nxt[prv[r]] = r
+                prv[nxt[r]] = r
+                remaining += 1
+            c = call_node[op]
+            nxt[prv[c]] = c
+            prv[nxt[c]] = c
+            if not forced:
+                break
         k, w, state = cfg
-        if depth <= low:
-            low = depth - 1
-        r = ret_node[op]
-        if r:
-            nxt[prv[r]] = r
-            prv[nxt[r]] = r
-            remaining += 1
-        c = call_node[op]
-        nxt[prv[c]] = c
-        prv[nxt[c]] = c
         node = nxt[c]
-    return PartitionResult(
-        key, "valid", tuple(calls), tuple(lin), None, len(cache), _since(started)
-    )
+        scan = False
+        pick = -1
+    return PartitionResult(key, "valid", tuple(calls), _ops(lin), None, len(cache), _since(started))
+
+
+def _ops(lin: list[int]) -> tuple[int, ...]:
+    """Positions in ``calls`` of a prefix (ops taken for good are stored as ~op)."""
+    return tuple(o if o >= 0 else ~o for o in lin)
 
 
 def _set_step(step: Callable[[Any, Any], AbstractSet[Any] | None]) -> Callable[[Any, Any], Any]:

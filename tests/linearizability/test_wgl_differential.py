@@ -9,6 +9,7 @@ one must name the operation it could not place after a linearizable prefix.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Sequence
@@ -124,7 +125,7 @@ def test_the_search_agrees_with_the_definition(model: Model) -> None:
         for calls in wgl.partition(model, ops).values():
             expected = _reference(model, calls)
             verdicts[expected] += 1
-            for m in (model, _nondeterministic(model)):
+            for m in _variants(model):
                 got = wgl.search(m, calls)
                 assert got.verdict == ("valid" if expected else "invalid"), (calls, m.name)
                 if expected:
@@ -137,6 +138,8 @@ def test_the_search_agrees_with_the_definition(model: Model) -> None:
     print(verdicts)  # both verdicts well represented
 
 
-def _nondeterministic(model: Model) -> Model:
-    """The same model without ``step1``: the search over sets of states."""
-    return Model(model.name, model.prepare, model.init, model.step, model.describe, model.help)
+def _variants(model: Model) -> list[Model]:
+    """The model, then over sets of states (no ``step1``), then also without
+    the shortcut for reads."""
+    sets = dataclasses.replace(model, step1=None)
+    return [model, sets, dataclasses.replace(sets, is_read=None)]
