@@ -2,7 +2,7 @@
 
 The history is split by the model's key (P-compositionality: a history is
 linearizable iff each key's sub-history is) and each part is searched alone,
-in worker processes when there are several big parts.
+in worker processes when several parts take long.
 
 The search (Wing and Gong 1993, with Lowe's 2017 cache, as Porcupine does it):
 events (invocations and completions) sit in a doubly linked list in real-time
@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Generator, Hashable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
 from bkref.linearizability.history import Operation
@@ -47,9 +47,13 @@ from bkref.linearizability.models import MODELS, NO, Model
 
 Verdict = Literal["valid", "invalid", "unknown"]
 
-# Below this many operations in all, worker processes cost more than they save
-# (measured on Porcupine's kv histories of 2,000 ops: see BENCHMARKS.md).
-PARALLEL_MIN_OPS = 10_000
+# Worker processes pay only for hard keys. Searching an easy key costs about
+# what sending its operations to a worker and the verdict back does (10 keys x
+# 10^5 kv ops: 0.85 s of search against 0.45 s to start a forkserver pool and
+# about 1 s of pickling), so the size of a history says little: keys still open
+# after PARALLEL_AFTER seconds in this process go to workers instead.
+PARALLEL_AFTER = 2.0
+PARALLEL_MIN_OPS = math.inf  # a history this big goes to workers at once
 _SLICE = 512  # search steps between yields
 
 
@@ -337,6 +341,31 @@ def interleave(
     deadline and ``stop()``."""
     active = {i: _search_steps(model, calls, key) for i, (key, calls) in enumerate(parts)}
     results: dict[int, PartitionResult] = {}
+    why = _rounds(
+        active, results, len(parts), deadline, exhaustive=exhaustive, stop=stop, progress=progress
+    )
+    for i in active:
+        key, calls = parts[i]
+        results[i] = _cut_short(key, calls, why)
+    return [results[i] for i in range(len(parts))]
+
+
+Searches = dict[int, Generator[None, None, PartitionResult]]
+
+
+def _rounds(
+    active: Searches,
+    results: dict[int, PartitionResult],
+    parts: int,
+    deadline: float,
+    *,
+    exhaustive: bool,
+    stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[int, int], None] | None = None,
+    pause: float = math.inf,
+) -> str:
+    """Run the ``active`` searches in turns, moving each one that ends to
+    ``results``; why the others did not end, or "" if it is past ``pause``."""
     why = ""
     while active and not why:
         for i, steps in list(active.items()):
@@ -348,16 +377,16 @@ def interleave(
                 if results[i].verdict == "invalid" and not exhaustive:
                     why = "not finished: another key is not linearizable"
                     break
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             why = why or "out of time"
         elif stop():
             why = why or "not finished: another key is not linearizable"
         if progress is not None:
-            progress(len(results), len(parts))
-    for i in active:
-        key, calls = parts[i]
-        results[i] = _cut_short(key, calls, why)
-    return [results[i] for i in range(len(parts))]
+            progress(len(results), parts)
+        if not why and now > pause:
+            break
+    return why
 
 
 _stop_event: Any = None  # set in worker processes: another worker found a violation
@@ -369,7 +398,7 @@ def _init_worker(event: object) -> None:
 
 
 def _interleave_in_worker(
-    name: str, parts: list[tuple[Hashable, list[Call]]], deadline: float, exhaustive: bool
+    name: str, parts: list[tuple[Hashable, Sequence[Call]]], deadline: float, exhaustive: bool
 ) -> list[PartitionResult]:
     event = _stop_event
     results = interleave(
@@ -381,7 +410,32 @@ def _interleave_in_worker(
     )
     if event is not None and not exhaustive and any(r.verdict == "invalid" for r in results):
         event.set()
-    return results
+    # The parent has the calls: sending them back would cost as much as sending them.
+    return [replace(r, calls=()) for r in results]
+
+
+def _in_workers(
+    name: str,
+    parts: Sequence[tuple[Hashable, Sequence[Call]]],
+    deadline: float,
+    exhaustive: bool,
+    jobs: int,
+) -> list[PartitionResult]:
+    """:func:`interleave` over ``parts`` shared among worker processes."""
+    ctx = multiprocessing.get_context("forkserver")
+    event = ctx.Event()
+    n = min(jobs, len(parts))
+    shares = [list(parts[i::n]) for i in range(n)]
+    with ProcessPoolExecutor(
+        max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(event,)
+    ) as pool:
+        futures = [
+            pool.submit(_interleave_in_worker, name, share, deadline, exhaustive)
+            for share in shares
+        ]
+        done = [f.result() for f in futures]
+    by_key = {r.key: r for rs in done for r in rs}
+    return [replace(by_key[key], calls=tuple(calls)) for key, calls in parts]
 
 
 def check(
@@ -392,14 +446,16 @@ def check(
     jobs: int | None = None,
     exhaustive: bool = False,
     progress: Callable[[int, int], None] | None = None,
-    parallel_min_ops: int = PARALLEL_MIN_OPS,
+    parallel_min_ops: float = PARALLEL_MIN_OPS,
 ) -> CheckResult:
     """Check paired operations against ``model``; ``budget`` in seconds.
 
-    ``jobs``: worker processes (default: the CPUs); partitions run in parallel
-    only when the history has ``parallel_min_ops`` operations or more. The first key found
-    not linearizable settles the verdict unless ``exhaustive``. ``progress``
-    is called with (keys decided, keys) between rounds (in-process search only).
+    ``jobs``: worker processes (default: the CPUs); the keys still open after
+    ``PARALLEL_AFTER`` seconds, if more than one, are searched anew in parallel,
+    and all keys are from the start in a history of ``parallel_min_ops``
+    operations or more. The first key found not linearizable settles the
+    verdict unless ``exhaustive``. ``progress`` is called with (keys decided,
+    keys) between rounds (in-process search only).
     """
     started = time.monotonic()
     m = MODELS[model] if isinstance(model, str) else model
@@ -407,23 +463,38 @@ def check(
     parts = sorted(partition(m, operations).items(), key=lambda kv: kv[1][0].call if kv[1] else 0)
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     total = sum(len(c) for _, c in parts)
-    if jobs > 1 and len(parts) > 1 and total >= parallel_min_ops and MODELS.get(m.name) is m:
-        ctx = multiprocessing.get_context("forkserver")
-        event = ctx.Event()
-        n = min(jobs, len(parts))
-        shares = [parts[i::n] for i in range(n)]
-        with ProcessPoolExecutor(
-            max_workers=n, mp_context=ctx, initializer=_init_worker, initargs=(event,)
-        ) as pool:
-            futures = [
-                pool.submit(_interleave_in_worker, m.name, share, deadline, exhaustive)
-                for share in shares
-            ]
-            done = [f.result() for f in futures]
-        by_key = {r.key: r for rs in done for r in rs}
-        results = [by_key[key] for key, _ in parts]
+    parallel = jobs > 1 and len(parts) > 1 and MODELS.get(m.name) is m
+    if parallel and total >= parallel_min_ops:
+        results = _in_workers(m.name, parts, deadline, exhaustive, jobs)
     else:
-        results = interleave(m, parts, deadline, exhaustive=exhaustive, progress=progress)
+        # In this process first: most histories are decided before workers
+        # would have started. Keys still open after PARALLEL_AFTER are hard
+        # ones; if there are several, workers search them again from the start.
+        active = {i: _search_steps(m, calls, key) for i, (key, calls) in enumerate(parts)}
+        done: dict[int, PartitionResult] = {}
+        pause = time.monotonic() + PARALLEL_AFTER if parallel else math.inf
+        why = _rounds(
+            active,
+            done,
+            len(parts),
+            deadline,
+            exhaustive=exhaustive,
+            progress=progress,
+            pause=pause,
+        )
+        if not why and len(active) > 1:
+            hard = list(active)
+            again = _in_workers(m.name, [parts[i] for i in hard], deadline, exhaustive, jobs)
+            done.update(zip(hard, again, strict=True))
+            active.clear()
+        elif not why:
+            why = _rounds(
+                active, done, len(parts), deadline, exhaustive=exhaustive, progress=progress
+            )
+        for i in active:
+            key, calls = parts[i]
+            done[i] = _cut_short(key, calls, why)
+        results = [done[i] for i in range(len(parts))]
     verdicts = {r.verdict for r in results}
     verdict: Verdict = (
         "invalid" if "invalid" in verdicts else "unknown" if "unknown" in verdicts else "valid"
