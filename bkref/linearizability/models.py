@@ -13,6 +13,12 @@ A model is pure data plus pure functions:
   effect, or None (or an empty set) if it cannot take effect in ``state``.
   Several states express nondeterminism; an input whose outcome is unknown
   must allow every outcome.
+- ``step1(state, input)``, for deterministic models only: the one state after
+  the operation, or ``NO``; the same as ``step`` without building a set, which
+  the search would otherwise pay for on every step.
+- ``is_read(input)``, optional: true if the operation never changes a state
+  (it is allowed in a state or not, and leaves it as it is). The search takes
+  such an operation as soon as it can, without trying the other orders.
 
 The ledger model is the spec's (``bkref.spec.ledger_model``); this module only
 translates history operations into its ``LedgerOp``. Models are looked up by
@@ -43,6 +49,11 @@ class Model:
     step: Callable[[Any, Any], AbstractSet[Any] | None]
     describe: Callable[[Any], str]
     help: str
+    step1: Callable[[Any, Any], Any] | None = None  # deterministic: a state or NO
+    is_read: Callable[[Any], bool] | None = None  # never changes a state
+
+
+NO: Final = object()  # step1: the operation cannot take effect in this state
 
 
 def freeze(value: JSON) -> Hashable:
@@ -93,6 +104,19 @@ def _register_step(state: object, inp: tuple[str, Any, Any]) -> AbstractSet[Any]
     return frozenset({to}) if state == frm else None
 
 
+def _register_step1(state: object, inp: tuple[str, Any, Any]) -> object:
+    f, arg, out = inp
+    if f == "read":
+        return state if out is UNKNOWN or out == state else NO
+    if f == "write":
+        return arg
+    return arg[1] if state == arg[0] else NO
+
+
+def _is_read(inp: tuple[str, Any, Any]) -> bool:
+    return inp[0] in ("read", "get")
+
+
 def _register_describe(inp: tuple[str, Any, Any]) -> str:
     f, arg, out = inp
     if f == "read":
@@ -117,6 +141,8 @@ REGISTER: Final = Model(
     step=_register_step,
     describe=_register_describe,
     help="read/write register per `ledger` id (null: one register); starts null",
+    step1=_register_step1,
+    is_read=_is_read,
 )
 
 CAS_REGISTER: Final = Model(
@@ -126,6 +152,8 @@ CAS_REGISTER: Final = Model(
     step=_register_step,
     describe=_register_describe,
     help="read/write/cas register (cas value [from, to]; fail: did not happen)",
+    step1=_register_step1,
+    is_read=_is_read,
 )
 
 
@@ -165,6 +193,15 @@ def _kv_step(state: object, inp: tuple[str, Any, Any]) -> AbstractSet[Any] | Non
     return frozenset({state + arg})
 
 
+def _kv_step1(state: str, inp: tuple[str, Any, Any]) -> object:
+    f, arg, out = inp
+    if f == "get":
+        return state if out is UNKNOWN or out == state else NO
+    if f == "put":
+        return arg
+    return state + arg
+
+
 def _kv_describe(inp: tuple[str, Any, Any]) -> str:
     f, arg, out = inp
     if f == "get":
@@ -179,6 +216,8 @@ KV: Final = Model(
     step=_kv_step,
     describe=_kv_describe,
     help="string key-value store: get/put/append, value {'key': k, 'value': v}; starts ''",
+    step1=_kv_step1,
+    is_read=_is_read,
 )
 
 
@@ -261,6 +300,18 @@ def _ledger_init(inputs: Sequence[Any]) -> AbstractSet[Any]:
     return frozenset({ledger_model.initial_state(created)})
 
 
+def _ledger_step1(state: ledger_model.LedgerState, op: LedgerOp) -> object:
+    after = ledger_model.step(state, op)
+    if not after:
+        return NO
+    (only,) = after  # the ledger model is deterministic
+    return only
+
+
+def _ledger_is_read(op: LedgerOp) -> bool:
+    return op.f in ("read", "read_lac")
+
+
 def describe_ledger_op(op: LedgerOp) -> str:
     if op.f == "add":
         return f"add({op.entry}, {op.data!r})" + ("" if op.known else " ?")
@@ -282,6 +333,8 @@ LEDGER: Final = Model(
     step=ledger_model.step,  # directly: the search calls it millions of times
     describe=describe_ledger_op,
     help="BookKeeper ledgers (spec.ledger_model), one partition per ledger id",
+    step1=_ledger_step1,
+    is_read=_ledger_is_read,
 )
 
 MODELS: Final[Mapping[str, Model]] = {m.name: m for m in (REGISTER, CAS_REGISTER, KV, LEDGER)}

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import pytest
 
 from bkref.linearizability import wgl
 from bkref.linearizability.history import JSON, Op, Operation, OpType, pair
@@ -131,3 +134,34 @@ def test_search_alone_reports_a_linearization() -> None:
     order = [result.calls[i].input for i in result.linearization]
     assert order[-2:] == [("write", 1, None), ("read", None, 1)]
     assert all(c.ret != math.inf for c in result.calls)
+
+
+def test_keys_still_open_after_a_while_go_to_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two registers, each with concurrent writes and then a read: of the value
+    # the search tries last (register 0), or of none written (register 1).
+    # Thousands of search steps each, so both are still open after one round.
+    n = 9
+    ops: list[Op] = []
+    for reg, seen in ((0, 0), (1, -1)):
+        base = len(ops)
+        ops += [Op(base + p, 0, p, "invoke", "write", reg, p) for p in range(n)]
+        ops += [Op(base + n + p, 0, p, "ok", "write", reg, p) for p in range(n)]
+        ops += [
+            Op(base + 2 * n, 0, n, "invoke", "read", reg, None),
+            Op(base + 2 * n + 1, 0, n, "ok", "read", reg, seen),
+        ]
+    handed: list[int] = []
+    in_workers = wgl._in_workers
+
+    def spy(name: str, parts: Any, *args: Any) -> list[wgl.PartitionResult]:
+        handed.append(len(parts))
+        return in_workers(name, parts, *args)
+
+    monkeypatch.setattr(wgl, "_in_workers", spy)
+    monkeypatch.setattr(wgl, "PARALLEL_AFTER", 0.0)
+    r = wgl.check(REGISTER, pair(ops), jobs=2, exhaustive=True)
+    assert handed == [2]
+    assert [p.verdict for p in r.partitions] == ["valid", "invalid"]
+    bad = r.partitions[1]
+    assert bad.blocked is not None
+    assert bad.calls[bad.blocked].input == ("read", None, -1)
