@@ -246,13 +246,13 @@ def plant(
         return [at]
 
     if kind == "stale-read":
-        writes = [o for o in ops if o.typ == "ok" and o.f == write]
+        latest: dict[int, int] = {}  # key -> the last invocation of an ok write
+        for o in ops:
+            if o.typ == "ok" and o.f == write:
+                latest[o.key] = o.invoke
         choices = [
-            (p.key, value_of(p))
-            for p in producers
-            for w in writes
-            if w.key == p.key and w.invoke > p.complete
-        ] + [(w.key, _INIT[model]) for w in writes]
+            (p.key, value_of(p)) for p in producers if p.complete < latest.get(p.key, -1)
+        ] + [(key, _INIT[model]) for key in latest]
         if not choices:
             return None
         key, v = rng.choice(choices)

@@ -55,7 +55,7 @@ import heapq
 import math
 import time
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from bkref.linearizability import wgl
@@ -73,30 +73,17 @@ class NotApplicable(ValueError):
     """The history is not one this engine decides; the message says why, in one line."""
 
 
-@dataclass
-class _Value:
-    """One value of a key and what the history says about its time in place."""
-
-    value: Hashable
-    producer: int  # position in calls, or _INIT
-    lo: float = -math.inf  # the producer's invocation
-    lo_op: int = _INIT
-    hi: float = math.inf  # it must be in place before this completion
-    hi_op: int = _INIT
-    a: float = -math.inf  # it stays current until after this invocation
-    a_op: int = _INIT
-    reads: list[int] = field(default_factory=list)  # positions of ok reads of it
-    succ: int = -1  # position of the cas that reads it, if any
-
-
-@dataclass
+@dataclass(slots=True)
 class _Chain:
-    values: list[_Value]
-    d: float = math.inf
-    d_value: _Value | None = None
-    k: float = -math.inf
-    k_op: int = _INIT
-    k_value: _Value | None = None
+    """Values linked by successful cas, from a written value (or the initial one)."""
+
+    head: int  # the first value
+    length: int = 0
+    d: float = math.inf  # it must start before this completion (deadline)
+    d_value: int = 0  # the value that sets it
+    k: float = -math.inf  # what follows must start after this invocation (release)
+    k_op: int = _INIT  # the op invoked then
+    k_value: int = 0  # the value it observed or produced
 
 
 class _InvalidError(Exception):
@@ -219,6 +206,9 @@ def _decide(
 
 
 class _Decision:
+    """One key's decision. Values are numbered in the order of ``producers`` (the
+    initial value is 0); per value, arrays hold what the history says of it."""
+
     def __init__(
         self,
         model: Model,
@@ -228,123 +218,141 @@ class _Decision:
     ) -> None:
         self.model = model
         self.calls = calls
-        self.init = init
-        self.producers = producers
+        self.ids = {v: n for n, v in enumerate(producers)}
+        self.values = list(producers)
+        self.prod = list(producers.values())  # producer position, or _INIT
+        nv = len(self.prod)
+        self.lo = [-math.inf] * nv  # the producer's invocation
+        self.hi = [math.inf] * nv  # in place before this completion ...
+        self.hi_op = [_INIT] * nv  # ... of this op
+        self.a = [-math.inf] * nv  # current until after this invocation ...
+        self.a_op = [_INIT] * nv  # ... of this op
+        self.reads: list[list[int]] = [[] for _ in range(nv)]
+        self.succ = [-1] * nv  # the value a successful cas made of it
+        self.succ_op = [-1] * nv  # that cas
+        self.kept = [False] * nv
 
     def desc(self, i: int) -> str:
         """An operation as the reports name it: ``[invocation index] what``."""
         return f"[{self.calls[i].call}] {self.model.describe(self.calls[i].input)}"
 
     def run(self) -> list[int]:
-        values = self._observe()
-        chains = self._chains(values)
-        for chain in chains:
-            self._summarise(chain)
-        first, rest = chains[0], chains[1:]
+        self._observe()
+        heads = self._chains()
+        first, rest = heads[0], heads[1:]
         self._after_initial(first, rest)
-        last_first = self._order(rest)
-        order = [first, *reversed(last_first)]
-        return [
-            i
-            for chain in order
-            for v in chain.values
-            for i in ([] if v.producer == _INIT else [v.producer]) + v.reads
-        ]
+        order = [first, *reversed(self._order(rest))]
+        out: list[int] = []
+        for chain in order:
+            v = chain.head
+            while v != -1:
+                if self.prod[v] != _INIT:
+                    out.append(self.prod[v])
+                out += self.reads[v]
+                v = self.succ[v]
+        return out
 
     # step 1: who observes what; which unknown-outcome producers happened
-    def _observe(self) -> dict[Hashable, _Value]:
-        calls = self.calls
-        reads: dict[Hashable, list[int]] = {}
-        cas_ok: list[int] = []
+    def _observe(self) -> None:
+        calls, ids, prod = self.calls, self.ids, self.prod
+        hi, hi_op, a, a_op, reads = self.hi, self.hi_op, self.a, self.a_op, self.reads
+        cas: list[tuple[int, int, int]] = []  # (position, from, to) of cas that happened
+        info_cas: dict[int, int] = {}  # value -> position of the unknown cas producing it
+        observed = [False] * len(prod)
         for i, c in enumerate(calls):
-            f, _, out = c.input
+            f, arg, out = c.input
             if f in _READS:
-                if out is not UNKNOWN:
-                    reads.setdefault(out, []).append(i)
-            elif f == "cas" and c.ret != math.inf:
-                cas_ok.append(i)
-        # An unknown-outcome producer happened iff a kept operation observes its
-        # value; a kept cas observes the value it read.
-        happened: set[int] = set(cas_ok)
-        observed = list(reads) + [calls[i].input[1][0] for i in cas_ok]
-        seen: set[Hashable] = set()
-        while observed:
-            v = observed.pop()
-            if v in seen:
+                if out is UNKNOWN:
+                    continue
+                v = ids.get(out, -1)
+                if v == -1:  # calls are in invocation order: the earliest such read
+                    raise _InvalidError(
+                        [i], f"{self.desc(i)} observed {out!r}, which no operation wrote"
+                    )
+                reads[v].append(i)
+                observed[v] = True
+                if c.ret < hi[v]:
+                    hi[v], hi_op[v] = c.ret, i
+                if c.call > a[v]:
+                    a[v], a_op[v] = c.call, i
+            elif f == "cas":
+                frm = ids.get(arg[0], -1)
+                if c.ret == math.inf:
+                    info_cas[ids[arg[1]]] = i
+                elif frm == -1:
+                    raise _InvalidError(
+                        [i], f"{self.desc(i)} observed {arg[0]!r}, which no operation wrote"
+                    )
+                else:
+                    cas.append((i, frm, ids[arg[1]]))
+                    observed[frm] = True
+        # An unknown-outcome cas happened iff a kept op observes its value; it then
+        # observed the value it took.
+        stack = [v for v in info_cas if observed[v]]
+        while stack:
+            i = info_cas[stack.pop()]
+            frm = ids.get(calls[i].input[1][0], -1)
+            if frm == -1:
+                raise _InvalidError(
+                    [i], f"{self.desc(i)} took {calls[i].input[1][0]!r}, which no operation wrote"
+                )
+            cas.append((i, frm, ids[calls[i].input[1][1]]))
+            if not observed[frm]:
+                observed[frm] = True
+                if frm in info_cas:
+                    stack.append(frm)
+        kept = self.kept
+        for v, p in enumerate(prod):
+            if p == _INIT:
+                kept[v] = True
                 continue
-            seen.add(v)
-            p = self.producers.get(v)
-            if p is None:
-                # Read (or read by a cas) and never written: the earliest such op.
-                who = min(reads.get(v, []) + [i for i in happened if calls[i].input[1][0] == v])
+            c = calls[p]
+            if c.ret == math.inf and not observed[v]:
+                continue  # unknown outcome, unobserved: as if it never happened
+            kept[v] = True
+            self.lo[v] = c.call
+            if c.ret < hi[v]:
+                hi[v], hi_op[v] = c.ret, p
+        for i, frm, to in sorted(cas):
+            if self.succ_op[frm] != -1:
+                j = self.succ_op[frm]
                 raise _InvalidError(
-                    [who], f"{self.desc(who)} observed {v!r}, which no operation wrote"
+                    [j, i],
+                    f"{self.desc(j)} and {self.desc(i)} both took effect on "
+                    f"{self.values[frm]!r}: only one can follow it",
                 )
-            if p != _INIT and calls[p].input[0] == "cas" and p not in happened:
-                happened.add(p)
-                observed.append(calls[p].input[1][0])
-        values: dict[Hashable, _Value] = {}
-        for v, p in self.producers.items():
-            if p == _INIT or calls[p].ret != math.inf or v in seen:
-                values[v] = self._value(v, p, reads.get(v, []))
-        for i in sorted(happened):
-            frm = calls[i].input[1][0]
-            x = values[frm]
-            if x.succ != -1:
-                raise _InvalidError(
-                    [x.succ, i],
-                    f"{self.desc(x.succ)} and {self.desc(i)} both took effect on {frm!r}: "
-                    "only one can follow it",
-                )
-            x.succ = i
+            self.succ[frm], self.succ_op[frm] = to, i
             t = calls[i].call
-            if t > x.a:
-                x.a, x.a_op = t, i
-        return values
+            if t > a[frm]:
+                a[frm], a_op[frm] = t, i
 
-    def _value(self, v: Hashable, p: int, reads: list[int]) -> _Value:
-        calls = self.calls
-        value = _Value(v, p, reads=reads)
-        if p != _INIT:  # the initial value is in place from the start
-            value.lo, value.lo_op = calls[p].call, p
-            value.hi, value.hi_op = calls[p].ret, p
-        for r in reads:
-            c = calls[r]
-            if c.ret < value.hi:
-                value.hi, value.hi_op = c.ret, r
-            if c.call > value.a:
-                value.a, value.a_op = c.call, r
-        return value
-
-    # step 2-3: chains
-    def _chains(self, values: dict[Hashable, _Value]) -> list[_Chain]:
-        """The chains, the initial value's first."""
-        calls = self.calls
+    # steps 2-3: chains
+    def _chains(self) -> list[_Chain]:
+        """The chains, the initial value's first, each checked alone and summed up."""
+        calls, prod, kept = self.calls, self.prod, self.kept
         chains: list[_Chain] = []
         placed = 0
-        heads = [values[self.init]] + [
-            v
-            for v in values.values()
-            if v.producer != _INIT and calls[v.producer].input[0] != "cas"
-        ]
-        for head in heads:
-            chain = [head]
-            while chain[-1].succ != -1:
-                chain.append(values[calls[chain[-1].succ].input[1][1]])
-            placed += len(chain)
-            chains.append(_Chain(chain))
-        if placed < len(values):
+        for v, p in enumerate(prod):
+            if kept[v] and (p == _INIT or calls[p].input[0] != "cas"):
+                chain = self._summarise(v)
+                placed += chain.length
+                chains.append(chain)
+        if placed < sum(kept):
             # Values no write leads to: their cas form cycles (each value has one
             # producer and at most one successor). Show one cycle.
-            inside = {id(v) for c in chains for v in c.values}
-            start = next(v for v in values.values() if id(v) not in inside)
+            inside = [False] * len(prod)
+            for chain in chains:
+                v = chain.head
+                while v != -1:
+                    inside[v] = True
+                    v = self.succ[v]
+            start = next(v for v in range(len(prod)) if kept[v] and not inside[v])
             cycle, v = [], start
             while True:
-                cycle.append(v.producer)
-                v = values[calls[v.producer].input[1][0]]
-                if v is start:
+                cycle.append(self.succ_op[v])
+                v = self.succ[v]
+                if v == start:
                     break
-            cycle.reverse()
             names = ", ".join(self.desc(i) for i in cycle[:4])
             raise _InvalidError(
                 cycle,
@@ -352,25 +360,33 @@ class _Decision:
             )
         return chains
 
-    def _summarise(self, chain: _Chain) -> None:
-        """Check the chain alone; its deadline D and release K."""
+    def _summarise(self, head: int) -> _Chain:
+        """Check the chain from ``head`` alone; its deadline D and release K."""
+        lo, hi, hi_op, a, a_op, prod = self.lo, self.hi, self.hi_op, self.a, self.a_op, self.prod
+        chain = _Chain(head)
         floor, floor_op = -math.inf, _INIT  # max of lo(v0..vi) and a(v0..v(i-1))
-        for v in chain.values:
-            if v.lo > floor:
-                floor, floor_op = v.lo, v.lo_op
-            if floor >= v.hi:
+        v = head
+        while v != -1:
+            chain.length += 1
+            if lo[v] > floor:
+                floor, floor_op = lo[v], prod[v]
+            if floor >= hi[v]:
                 raise _InvalidError(
-                    [v.hi_op, floor_op],
-                    f"{v.value!r} must be in place before {self.desc(v.hi_op)} completed "
-                    f"[{int(v.hi)}], but not before {self.desc(floor_op)} was invoked, later",
+                    [hi_op[v], floor_op],
+                    f"{self.values[v]!r} must be in place before {self.desc(hi_op[v])} "
+                    f"completed [{int(hi[v])}], but not before {self.desc(floor_op)} was "
+                    "invoked, later",
                 )
-            if v.hi < chain.d:
-                chain.d, chain.d_value = v.hi, v
-            for t, op in ((v.lo, v.lo_op), (v.a, v.a_op)):
-                if t > chain.k:
-                    chain.k, chain.k_op, chain.k_value = t, op, v
-            if v.a > floor:
-                floor, floor_op = v.a, v.a_op
+            if hi[v] < chain.d:
+                chain.d, chain.d_value = hi[v], v
+            if lo[v] > chain.k:
+                chain.k, chain.k_op, chain.k_value = lo[v], prod[v], v
+            if a[v] > chain.k:
+                chain.k, chain.k_op, chain.k_value = a[v], a_op[v], v
+            if a[v] > floor:
+                floor, floor_op = a[v], a_op[v]
+            v = self.succ[v]
+        return chain
 
     # step 4: the order of chains
     def _after_initial(self, first: _Chain, rest: list[_Chain]) -> None:
@@ -379,7 +395,7 @@ class _Decision:
         j = min(rest, key=lambda c: c.d)
         if j.d <= first.k:
             raise _InvalidError(
-                [self._d_op(j), first.k_op],
+                [self.hi_op[j.d_value], first.k_op],
                 f"{self._must(j)}, but {self._still(first)}",
             )
 
@@ -420,29 +436,23 @@ class _Decision:
         return out
 
     def _cycle(self, k: _Chain, k2: _Chain) -> None:
-        # Each must come before the other: k ends after k2 must have started, and
-        # k2 ends after k must have started.
+        # Each must come before the other: k must start before k2 is over, and
+        # k2 must start before k is over.
         assert k.d <= k2.k, "the greedy failed without a 2-cycle"
         assert k2.d <= k.k, "the greedy failed without a 2-cycle"
         raise _InvalidError(
-            [self._d_op(k), k2.k_op, self._d_op(k2), k.k_op],
+            [self.hi_op[k.d_value], k2.k_op, self.hi_op[k2.d_value], k.k_op],
             f"{self._must(k)}, but {self._still(k2)}; and {self._must(k2)}, but {self._still(k)}",
         )
-
-    def _d_op(self, chain: _Chain) -> int:
-        assert chain.d_value is not None
-        return chain.d_value.hi_op
 
     def _must(self, chain: _Chain) -> str:
         """Why the chain must have started by its deadline."""
         v = chain.d_value
-        assert v is not None
-        return f"{v.value!r} must be in place before {self.desc(v.hi_op)} completed"
+        return f"{self.values[v]!r} must be in place before {self.desc(self.hi_op[v])} completed"
 
     def _still(self, chain: _Chain) -> str:
         """Why the chain is not over until after its release."""
         v, op = chain.k_value, chain.k_op
-        assert v is not None
-        if op == v.producer:
-            return f"{self.desc(op)} was invoked later, to write {v.value!r}"
-        return f"{self.desc(op)} was invoked later and still saw {v.value!r}"
+        if op == self.prod[v]:
+            return f"{self.desc(op)} was invoked later, to write {self.values[v]!r}"
+        return f"{self.desc(op)} was invoked later and still saw {self.values[v]!r}"
