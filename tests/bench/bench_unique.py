@@ -49,8 +49,8 @@ def write_histories(directory: Path, quick: bool = False) -> list[tuple[str, int
     """The benchmark's files in ``directory``: (label, operations, path, valid), each
     shape valid and with one stale read planted. Seeded: the same files every time."""
     out = []
-    for n, (label, ops, clients, keys) in enumerate(SHAPES):
-        ops = ops // 10 if quick else ops
+    for n, (label, size, clients, keys) in enumerate(SHAPES):
+        ops = size // 10 if quick else size
         rng = random.Random(23 + n)
         events = register_history(rng, ops, clients, keys, "kv", crash=0.0)
         planted = plant(rng, events, "stale-read", "kv", keys)
