@@ -51,6 +51,7 @@ naming the first key whose writes are not unique (its reason is one line);
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import time
@@ -125,6 +126,20 @@ def check(
     started = time.monotonic()
     m = MODELS[model] if isinstance(model, str) else model
     init = _initial(m)
+    # The check allocates a few objects per operation and no cycles: the
+    # collector would only rescan the history, again and again (a third of the time).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _check(m, init, operations, budget, started)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _check(
+    m: Model, init: Hashable, operations: Iterable[Operation], budget: float | None, started: float
+) -> wgl.CheckResult:
     parts = sorted(
         wgl.partition(m, operations).items(), key=lambda kv: kv[1][0].call if kv[1] else 0
     )
@@ -227,7 +242,7 @@ class _Decision:
         self.hi_op = [_INIT] * nv  # ... of this op
         self.a = [-math.inf] * nv  # current until after this invocation ...
         self.a_op = [_INIT] * nv  # ... of this op
-        self.reads: list[list[int]] = [[] for _ in range(nv)]
+        self.reads: dict[int, list[int]] = {}  # value -> positions of its ok reads
         self.succ = [-1] * nv  # the value a successful cas made of it
         self.succ_op = [-1] * nv  # that cas
         self.kept = [False] * nv
@@ -248,7 +263,7 @@ class _Decision:
             while v != -1:
                 if self.prod[v] != _INIT:
                     out.append(self.prod[v])
-                out += self.reads[v]
+                out += self.reads.get(v, ())
                 v = self.succ[v]
         return out
 
@@ -269,8 +284,12 @@ class _Decision:
                     raise _InvalidError(
                         [i], f"{self.desc(i)} observed {out!r}, which no operation wrote"
                     )
-                reads[v].append(i)
-                observed[v] = True
+                seen = reads.get(v)
+                if seen is None:
+                    reads[v] = [i]
+                    observed[v] = True
+                else:
+                    seen.append(i)
                 if c.ret < hi[v]:
                     hi[v], hi_op[v] = c.ret, i
                 if c.call > a[v]:
