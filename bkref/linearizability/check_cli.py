@@ -19,6 +19,7 @@ a history without operations (unless --allow-empty).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -247,8 +248,16 @@ def _check_search_file(  # noqa: PLR0917
     progress: _Progress,
     durability: Durability | None,
 ) -> tuple[dict[str, Any], list[Section]]:
-    lines = list(_tap(_read(path, fmt, not args.no_validate, model), durability))
-    operations: list[Operation] = pair(lines)
+    # Reading allocates millions of small objects and no cycles: without the
+    # collector's rescans of what is already read it takes a tenth less time.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        lines = list(_tap(_read(path, fmt, not args.no_validate, model), durability))
+        operations: list[Operation] = pair(lines)
+    finally:
+        if collecting:
+            gc.enable()
     result: wgl.CheckResult | None = None
     engine = "search"
     if args.engine in ("auto", "unique") and model in unique.SUPPORTED:
