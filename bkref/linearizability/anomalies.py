@@ -269,3 +269,6 @@ NO_LINEARIZATION: Final = Message(
     "nonlinearizable",
     "key {key}: {blocked} cannot take effect after the longest linearizable prefix",
 )
+# The unique-writes engine (linearizability.unique) proves it: ``reason`` names the
+# operations and what each shows.
+NO_LINEARIZATION_PROOF: Final = Message("nonlinearizable", "key {key}: {reason}")

@@ -165,14 +165,19 @@ def _kv_prepare(op: Operation) -> Prepared | None:
     if op.f not in ("get", "put", "append"):
         raise HistoryError(f"index {op.call}: a key-value store has no operation {op.f!r}")
     inp = op.input
-    if not isinstance(inp, Mapping) or "key" not in inp:
+    # type() first: the ABC check is slow, and this runs once per operation.
+    if not (type(inp) is dict or isinstance(inp, Mapping)) or "key" not in inp:
         raise HistoryError(f"index {op.call}: kv value must be {{'key': k, 'value': v}}")
-    if op.status == "fail":
+    status = op.status
+    if status == "fail":
         return None
-    key = freeze(inp["key"])
-    known = op.status == "ok"
+    k = inp["key"]
+    key = k if type(k) is str else freeze(k)
+    known = status == "ok"
     if op.f == "get":
-        out = op.output.get("value") if known and isinstance(op.output, Mapping) else UNKNOWN
+        output = op.output
+        mapping = known and (type(output) is dict or isinstance(output, Mapping))
+        out = output.get("value") if mapping else UNKNOWN
         return key, ("get", None, "" if out is None else out), known
     arg = inp.get("value")
     if not isinstance(arg, str):

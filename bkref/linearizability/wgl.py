@@ -79,6 +79,10 @@ class PartitionResult:
     explored: int = 0  # configurations cached
     seconds: float = 0.0
     note: str = ""  # why the verdict is unknown
+    # Engines that prove a verdict of invalid (unique.py): the operations that show
+    # it (positions in ``calls``) and why, in words.
+    proof: tuple[int, ...] = ()
+    reason: str = ""
 
     @property
     def window(self) -> tuple[int, float] | None:

@@ -131,7 +131,8 @@ def test_out_of_budget_is_unknown_exit_2(tmp_path: Path) -> None:
     ]
     path = tmp_path / "h.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    assert main([str(path), "--model", "register", "--budget", "0.2"]) == 2
+    # The search: the unique-writes engine would see at once that -1 was never written.
+    assert main([str(path), "--model", "register", "--engine", "search", "--budget", "0.2"]) == 2
 
 
 def test_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

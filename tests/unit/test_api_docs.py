@@ -17,6 +17,7 @@ def test_the_page_has_examples_for_each_area() -> None:
         "bkref.linearizability.history",
         "bkref.linearizability.ledger_checker",
         "bkref.linearizability.wgl",
+        "bkref.linearizability.unique",
         "bkref.linearizability.durability",
         "bkref.linearizability.generate",
         "bkref.spec.checker",
