@@ -118,11 +118,12 @@ def test_the_engine_and_the_search_agree_on_small_histories() -> None:
     assert counts["invalid"] > 800
 
 
-@pytest.mark.parametrize("kind", PLANTS)
-@pytest.mark.parametrize("model", GENERATED)
+@pytest.mark.parametrize(
+    ("kind", "model"),
+    # A lost cas needs a model with cas.
+    [(k, m) for k in PLANTS for m in GENERATED if k != "lost-cas" or m == "cas-register"],
+)
 def test_a_planted_anomaly_is_found_and_its_proof_names_it(kind: str, model: str) -> None:
-    if kind == "lost-cas" and model != "cas-register":
-        pytest.skip("only a cas register has cas")
     found = 0
     for seed in range(40):
         rng = random.Random(seed)
