@@ -21,7 +21,7 @@ from bkref.tracecheck.project import Run, project
 from bkref.tracecheck.replay import Verdict, search
 
 PROGRESS_EVERY = 10.0
-LEDGER_SHARE = 30.0  # seconds a ledger may search while the budget has that much left
+LEDGER_SHARE = 10.0  # seconds a ledger may search while the budget has that much left
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=300.0,
         help="seconds for the whole check (default 300); a ledger may search for its share "
-        "of what is left, or 30 s if more; ledgers left undecided are unknown",
+        "of what is left, or 10 s if more; ledgers left undecided are unknown",
     )
     c.add_argument("--ledger", type=int, action="append", default=[], help="check only these")
     c.add_argument("--json", type=Path, default=None, help="also write the verdicts here")

@@ -655,6 +655,9 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
             stack.append(sr.expand(after, t, frontier))
     except _Definite as d:  # no order of the other events could allow this step
         sr.deepest = (sr.depth(d.cur), d.cur, d.s, [(d.ev, d.why)])
+        definite = True
+    else:
+        definite = False
     v.seconds, v.configurations = time.monotonic() - start, len(seen)
     assert sr.deepest is not None
     depth, cur, s, refused = sr.deepest
@@ -666,7 +669,9 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
         v.event, v.reason = "the rest of the trace", sr.stuck(cur)
     v.state = _show_state(lt, s)
     v.offered = [p.format_label(label) for label, _t in p.next_states(lt.cfg, s)][:40]
-    if lt.caveat:  # never cry wolf where the model and the run part ways
+    # Never cry wolf where the model and the run part ways, unless no order of the other
+    # nodes' steps could matter (a definite refusal: a bookie's own answers and replay).
+    if lt.caveat and not definite:
         v.verdict = "unknown"
         v.reason = f"{lt.caveat}; no order found explains {v.event}: {v.reason}"
     return v
