@@ -105,18 +105,28 @@ def _ledger_rows(quick: bool) -> list[str]:
     return rows
 
 
-def _peer_rows(quick: bool) -> list[str]:
+JEPSEN = "jepsen etcd logs (cas-register)"
+
+
+def peer_groups(quick: bool) -> tuple[dict[str, bool], dict[str, list[str]]]:
+    """The peer suite's expected verdicts, and its files by table row: the Jepsen logs
+    as one row, each kv history alone (quick: 10 Jepsen logs, no c50 histories)."""
     with open(PEER / "verdicts.tsv", encoding="utf-8") as f:
         verdicts = {name: flag == "true" for name, flag in list(csv.reader(f, delimiter="\t"))[1:]}
-    groups: dict[str, list[str]] = {"jepsen etcd logs (cas-register)": []}
+    groups: dict[str, list[str]] = {JEPSEN: []}
     for name in verdicts:
         if name.startswith("jepsen/"):
-            groups["jepsen etcd logs (cas-register)"].append(name)
+            groups[JEPSEN].append(name)
         else:
             groups[name] = [name]
     if quick:
-        groups["jepsen etcd logs (cas-register)"] = groups["jepsen etcd logs (cas-register)"][:10]
+        groups[JEPSEN] = groups[JEPSEN][:10]
         groups = {k: v for k, v in groups.items() if "c50" not in k}
+    return verdicts, groups
+
+
+def _peer_rows(quick: bool) -> list[str]:
+    verdicts, groups = peer_groups(quick)
     rows = [
         "| peer history | files | operations | expected verdicts met | seconds (1 job) "
         "| seconds (2 jobs) |",

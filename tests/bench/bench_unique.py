@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import random
@@ -18,9 +17,9 @@ from bkref.linearizability.history import pair
 from bkref.linearizability.history_files import write_jsonl
 from bkref.linearizability.peer import read_edn_kv, read_jepsen_log
 from bkref.linearizability.registers import plant, register_history
+from tests.bench.bench_checkers import PEER, peer_groups
 
 TITLE = "Unique-writes engine"
-PEER = Path(__file__).resolve().parents[1] / "data" / "peer-histories"
 BUDGET = 60  # seconds for the search, as Porcupine's harness has
 RUNS = 3  # best of: the machine is shared
 
@@ -113,14 +112,7 @@ def _file_rows(quick: bool) -> list[str]:
 
 def _peer_rows(quick: bool) -> list[str]:
     """auto (which finds no peer history for the engine, and searches) against search."""
-    with open(PEER / "verdicts.tsv", encoding="utf-8") as f:
-        verdicts = {name: flag == "true" for name, flag in list(csv.reader(f, delimiter="\t"))[1:]}
-    groups: dict[str, list[str]] = {"jepsen etcd logs (cas-register)": []}
-    for name in verdicts:
-        if name.startswith("jepsen/"):
-            groups["jepsen etcd logs (cas-register)"].append(name)
-        elif not (quick and "c50" in name):
-            groups[name] = [name]
+    verdicts, groups = peer_groups(quick)
     rows = [
         "| peer history | files | auto chose | expected verdicts (auto) | auto (s) | search (s) |",
         "|---|---:|---|---:|---:|---:|",
