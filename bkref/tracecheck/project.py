@@ -121,6 +121,9 @@ class LedgerTrace:
     # Bookie id -> entries that copies which then failed left on it: no metadata names
     # them there and the spec's copy never made them (it is whole or not at all).
     stray: dict[str, set[int]] = field(default_factory=dict)
+    # Bookies copies were sent to: a copied entry carries the LAC it was written with,
+    # which raises the target's LAC; the spec's copy leaves the LAC as it was.
+    copied_to: set[str] = field(default_factory=set)
     steps: int = 0
 
     def bookie(self, bookie_id: str) -> int:
@@ -360,6 +363,14 @@ def project(run: Run, ledger: int) -> LedgerTrace:
         for a in x["sends"]:
             key = (n, str(a["bookie"]), int(a["rid"]))
             sends[key] = Send(key, "add", str(a["bookie"]), int(a["entry"]), -1, False, "stray")
+            # Stored, or maybe stored: a target that crashed may have made it durable
+            # without logging its answer.
+            lt.stray.setdefault(str(a["bookie"]), set()).add(int(a["entry"]))
+        lt.copied_to.add(str(x["bookie"]))
+    for lane in lanes:
+        for ev in lane:
+            if ev.line.action == COPY:
+                lt.copied_to.add(str(ev.line["bookie"]))
 
     # A registration matters only after a mark of the bookie as lost (it is back then).
     marked_lost: dict[str, int] = {}
@@ -398,8 +409,6 @@ def project(run: Run, ledger: int) -> LedgerTrace:
                 return lt
             if asked.sender in ("copy", "stray"):  # a worker's copy: no message of the spec
                 asked.status = str(x["status"])
-                if asked.sender == "stray" and asked.status == "OK":
-                    lt.stray.setdefault(bookie_id, set()).add(asked.entry)
                 continue
             ev = Event("handle", x, request=asked)
             asked.handled = ev

@@ -124,6 +124,8 @@ class Replay:
     def __init__(self, lt: LedgerTrace) -> None:
         assert lt.cfg is not None
         self.lt, self.cfg = lt, lt.cfg
+        # Whether any auditor marked the ledger (a worker's lock needs a task).
+        self.marked = any(ev.line.action in MARKS for lane in lt.lanes for ev in lane)
         # Adds no bookie logged an answer to, by (spec bookie, entry).
         self.unanswered: dict[tuple[int, int], list[Send]] = {}
         for lane in lt.lanes:
@@ -177,7 +179,9 @@ class Replay:
             sent = [x for x in self.unanswered.get((b, e), []) if not f or x.sender != "writer"]
             if not sent:
                 raise NotAllowedError(
-                    f"b{b} came back with e{e}, which no client sent it", definite=True
+                    f"b{b} came back with e{e}, which no client sent it",
+                    # A worker's copy (a step of another lane) may yet have brought it.
+                    definite=str(ev.line["bookie"]) not in self.lt.copied_to,
                 )
             synced |= 1 << e
             b_lac = max(b_lac, sent[0].lac)
@@ -185,6 +189,8 @@ class Replay:
             raise NotAllowedError(
                 f"b{b} came back unfenced; the spec's bookie keeps its fence", definite=True
             )
+        if str(ev.line["bookie"]) in self.lt.copied_to and lac >= b_lac:
+            b_lac = lac  # raised by copied entries' LACs, which the spec's copy leaves out
         if lac != b_lac:
             raise NotAllowedError(
                 f"b{b} came back with LAC {lac}; the spec's bookie has {b_lac}", definite=True
@@ -344,6 +350,11 @@ class Replay:
                     definite=True,  # what it copied is its own earlier step
                 )
         t = getattr(p, name)(cfg, s, *args)
+        if t is None and name == "worker_acquires_ledger_lock" and not self.marked:
+            raise NotAllowedError(
+                "a worker took the lock of a ledger no auditor marked: it has no task",
+                definite=True,  # no mark anywhere in the trace: no order makes a task
+            )
         if t is None:
             raise NotAllowedError(f"the spec does not enable {name} for worker w{w} here")
         if name == CAS:
@@ -669,6 +680,15 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
         v.event, v.reason = "the rest of the trace", sr.stuck(cur)
     v.state = _show_state(lt, s)
     v.offered = [p.format_label(label) for label, _t in p.next_states(lt.cfg, s)][:40]
+    # A worker decides on a view it read before (the ledger, the live bookies), the spec's
+    # worker on the state of the moment: a bookie back since, a copy already made. A
+    # worker step no order explains is that gap, not a finding, unless it is definite.
+    if not definite and refused and refused[0][0].line.action.startswith(("worker_", "auditor_")):
+        v.verdict = "unknown"
+        v.reason = (
+            "an AutoRecovery step decided on a view read earlier (the spec's worker sees the "
+            f"state of the moment); no order found explains {v.event}: {v.reason}"
+        )
     # Never cry wolf where the model and the run part ways, unless no order of the other
     # nodes' steps could matter (a definite refusal: a bookie's own answers and replay).
     if lt.caveat and not definite:

@@ -234,7 +234,9 @@ def test_recovery_without_fence_is_caught_and_the_same_seed_is_valid_without_it(
             seed=seed, duration=6.0, faults=(), bookies=3, workload=SMALL, plant=plant, trace=True
         )
         result = _run(tmp_path / f"seed-{seed}", spec, netns=False)
-        if not result.valid:
+        # The trace check finds the unfenced read in every planted run; the history
+        # checks need a writer that raced the recovery, which the load decides.
+        if caught(result, plant[0]) if plant else not result.valid:
             break
     if plant:
         assert result.valid is False
