@@ -283,16 +283,15 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     mine = {
         n: lines if n in run.bookies else _steps(lines, ledger) for n, lines in lines_of.items()
     }
-    failed = [
-        (n, x)
-        for n, v in mine.items()
-        for x in v
-        if x.action == COPY and x.get("outcome") != "copied" and n not in run.bookies
+    copies = [
+        (n, x) for n, v in mine.items() if n not in run.bookies for x in v if x.action == COPY
     ]
+    lt.copied_to = {str(x["bookie"]) for _, x in copies}
+    failed = [(n, x) for n, x in copies if x.get("outcome") != "copied"]
     for n, v in mine.items():
         if n not in run.bookies:
             mine[n] = _autorecovery_steps(v)
-    why = _autorecovery_unknown(run, mine)
+    why = _autorecovery_unknown(mine)
     if why:
         lt.unknown = why
         return lt
@@ -366,11 +365,6 @@ def project(run: Run, ledger: int) -> LedgerTrace:
             # Stored, or maybe stored: a target that crashed may have made it durable
             # without logging its answer.
             lt.stray.setdefault(str(a["bookie"]), set()).add(int(a["entry"]))
-        lt.copied_to.add(str(x["bookie"]))
-    for lane in lanes:
-        for ev in lane:
-            if ev.line.action == COPY:
-                lt.copied_to.add(str(ev.line["bookie"]))
 
     # A registration matters only after a mark of the bookie as lost (it is back then).
     marked_lost: dict[str, int] = {}
@@ -511,7 +505,7 @@ def _autorecovery_steps(lines: list[Line]) -> list[Line]:
     return out
 
 
-def _autorecovery_unknown(run: Run, mine: dict[str, list[Line]]) -> str:
+def _autorecovery_unknown(mine: dict[str, list[Line]]) -> str:
     """Why AutoRecovery's steps of the ledger cannot be replayed, or "" if they can."""
     for lines in mine.values():
         own = {str(x["bookie"]) for x in lines if x.action == LOCK and x.get("bookie")}

@@ -200,8 +200,8 @@ class Replay:
     def _register(self, ev: Event, s: State) -> State:
         """A bookie registered in ZooKeeper. One the spec has down was marked lost by the
         auditor while its session had expired (a pause, a partition from ZooKeeper):
-        for the spec it crashed then and restarts now, with what it had (it answered
-        nothing in between, or the ledger would be unknown: ``project``)."""
+        for the spec it crashed then and restarts now, with what it had (where it
+        answered in between, the ledger has a ``caveat``: see ``project._cut_off``)."""
         b = self.lt.bookies.index(str(ev.line["bookie"]))
         if s.b_up[b] == p.UP:
             return s

@@ -90,8 +90,6 @@ class ReplicationWorker:
     ) -> None:
         # ``tracer``: the spec steps of its attempts (``worker_*``), for trace validation.
         self.tracer = tracer
-        self._completed = False  # the attempt under way deleted its task (and so its lock)
-        self._attempting: int | None = None  # the ledger of the attempt under way
         self.bk, self.urm, self.node_id, self.local, self.config = (
             bk,
             urm,
@@ -162,13 +160,14 @@ class ReplicationWorker:
                 self.stats.lock_busy += 1
                 self.core.on_lock(lid, False, None, self._now_ms())
                 continue
+            started = completed = False  # an attempt (a task under the lock); its delete
             try:
                 # Another worker may have completed it between our listing and our lock.
                 current = await asyncio.to_thread(self.urm.get, lid)
                 self.core.on_lock(lid, True, current, self._now_ms())
                 if current is None:
                     continue
-                self._attempting = lid
+                started = True
                 if self.tracer is not None:
                     self.tracer.step(
                         "worker_acquires_ledger_lock",
@@ -178,8 +177,10 @@ class ReplicationWorker:
                         version=current[1],
                     )
                 attempted += 1
-                await self._attempt(*current)
+                completed = await self._attempt(*current)
             finally:
+                if self.tracer is not None and started and not completed:
+                    self.tracer.step("worker_releases_lock", ledger=lid, worker=self.node_id)
                 await self._end_attempt(lid)
         return attempted
 
@@ -192,9 +193,6 @@ class ReplicationWorker:
         drops whatever else an error left queued."""
         self._queue.clear()
         self.core.take_actions()
-        if self.tracer is not None and not self._completed and self._attempting == lid:
-            self.tracer.step("worker_releases_lock", ledger=lid, worker=self.node_id)
-        self._completed, self._attempting = False, None
         await self._unlock(lid)
         self.core.on_unlocked(self._now_ms())
 
@@ -205,7 +203,8 @@ class ReplicationWorker:
         except KazooException as e:
             log.warning("worker %s: ledger %d: unlock failed (%r)", self.node_id, lid, e)
 
-    async def _attempt(self, task: Task, version: int) -> None:
+    async def _attempt(self, task: Task, version: int) -> bool:
+        """Repair ``task``; True when its task was deleted (the lock with it)."""
         try:
             done = await asyncio.wait_for(self.repair(task, version), REPAIR_TIMEOUT)
         except (RepairError, BKError, KazooException, TimeoutError) as e:
@@ -215,13 +214,14 @@ class ReplicationWorker:
             log.exception("worker %s: ledger %d: repair failed", self.node_id, task.ledger_id)
             done = self._failed(repr(e))
         if done is None:  # deferred: grace period running, or nothing this worker can do
-            return
+            return False
         if not done:
             action = self._next()
             if not isinstance(action, RecordFailure):
                 raise LocalProtocolError(f"worker {self.node_id}: {action} after a failure")
             self.stats.failures += 1
             await asyncio.to_thread(self.urm.record_failure, action.ledger_id, action.version)
+        return done
 
     def _failed(self, why: str) -> bool:
         self._queue.clear()
@@ -267,7 +267,6 @@ class ReplicationWorker:
                     )
             elif isinstance(action, CompleteTask):
                 deleted = await asyncio.to_thread(self.urm.complete, lid, action.version)
-                self._completed = True
                 if self.tracer is not None:
                     self.tracer.step(
                         "worker_deletes_task",
