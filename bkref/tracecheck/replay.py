@@ -649,6 +649,8 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
                     v.reason += (
                         f"; deepest refusal after {sr.deepest[0]} steps: {ev.describe()}: {why}"
                     )
+                if lt.caveat:  # what may be why no order was found in time
+                    v.reason = f"{lt.caveat}; {v.reason}"
                 v.seconds, v.configurations = time.monotonic() - start, len(seen)
                 return v
             nxt = next(stack[-1], None)
