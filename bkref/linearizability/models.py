@@ -161,28 +161,35 @@ CAS_REGISTER: Final = Model(
 # Value of every kv operation: {"key": k, "value": v}. Input: (f, argument, output).
 
 
+_KV_FS: Final = frozenset({"get", "put", "append"})
+
+
 def _kv_prepare(op: Operation) -> Prepared | None:
-    if op.f not in ("get", "put", "append"):
-        raise HistoryError(f"index {op.call}: a key-value store has no operation {op.f!r}")
-    inp = op.input
-    # type() first: the ABC check is slow, and this runs once per operation.
+    # The invocation and completion taken once: Operation's properties cost a call
+    # each, and this runs once per operation.
+    invoke, complete = op
+    f = invoke.f
+    if f not in _KV_FS:
+        raise HistoryError(f"index {invoke.index}: a key-value store has no operation {f!r}")
+    inp = invoke.value
+    # type() first: the ABC check is slow.
     if not (type(inp) is dict or isinstance(inp, Mapping)) or "key" not in inp:
-        raise HistoryError(f"index {op.call}: kv value must be {{'key': k, 'value': v}}")
-    status = op.status
-    if status == "fail":
-        return None
+        raise HistoryError(f"index {invoke.index}: kv value must be {{'key': k, 'value': v}}")
+    done = None if complete is None else complete.type
+    if done is not None and done not in {"ok", "info"}:
+        return None  # failed: it did not happen
+    known = done == "ok"
     k = inp["key"]
     key = k if type(k) is str else freeze(k)
-    known = status == "ok"
-    if op.f == "get":
-        output = op.output
+    if f == "get":
+        output: JSON = complete.value if known and complete is not None else None
         mapping = known and (type(output) is dict or isinstance(output, Mapping))
         out = output.get("value") if mapping else UNKNOWN
         return key, ("get", None, "" if out is None else out), known
     arg = inp.get("value")
     if not isinstance(arg, str):
-        raise HistoryError(f"index {op.call}: {op.f} needs a string value, got {arg!r}")
-    return key, (op.f, arg, None), known
+        raise HistoryError(f"index {invoke.index}: {f} needs a string value, got {arg!r}")
+    return key, (f, arg, None), known
 
 
 def _kv_init(_inputs: Sequence[Any]) -> AbstractSet[Any]:

@@ -118,6 +118,44 @@ def test_the_engine_and_the_search_agree_on_small_histories() -> None:
     assert counts["invalid"] > 800
 
 
+def test_the_array_witness_holds_exactly_when_the_key_is_linearizable() -> None:
+    """For keys without cas the engine first guesses an order in a few array passes
+    (``_witness``). The guess must hold whenever the full decision finds the key
+    linearizable (else valid keys would take the slow path), and never otherwise."""
+    counts = {"found": 0, "none": 0}
+    cases = [_case(seed)[:2] for seed in range(3000)]
+    for seed in range(300):  # longer histories: many chains to merge
+        rng = random.Random(seed)
+        model = rng.choice(("register", "kv"))
+        events = register_history(rng, 150, rng.randint(2, 12), 1, model, crash=0.1)
+        if seed % 2:
+            events = _mutated(rng, events, model)
+        cases.append((model, pair(to_ops(events))))
+    for model, ops in cases:
+        m = MODELS[model]
+        init = unique._initial(m)
+        for key, calls in wgl.partition(m, ops).items():
+            if any(c.input[0] == "cas" for c in calls):
+                continue
+            producers = unique._values(key, calls, init)
+            guess = unique._witness(calls, producers)
+            try:
+                order: list[int] | None = unique._Decision(m, calls, init, producers).run()
+            except unique._InvalidError:
+                order = None
+            assert (guess is None) == (order is None), (model, calls)
+            if guess is not None and order is not None:
+                counts["found"] += 1
+                for lin in (guess, order):
+                    _assert_linearization(
+                        model, wgl.PartitionResult(key, "valid", tuple(calls), tuple(lin))
+                    )
+            else:
+                counts["none"] += 1
+    assert counts["found"] > 1000
+    assert counts["none"] > 600
+
+
 @pytest.mark.parametrize(
     ("kind", "model"),
     # A lost cas needs a model with cas.
