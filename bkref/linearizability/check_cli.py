@@ -8,8 +8,9 @@ Engines: ``fast`` is the ledger checker (ledger model); ``unique`` decides
 register, cas-register and kv histories whose writes are unique without search
 (:mod:`bkref.linearizability.unique`); ``search`` is the Wing-Gong search
 (:mod:`bkref.linearizability.wgl`), for any model. ``auto`` picks fast for
-ledgers, and for the other models unique when every key's writes are unique,
-else the search for the whole history.
+ledgers, and for the other models unique for each key whose writes are
+unique and the search for the others (the report's engine: unique, search or
+unique+search; each key's says which decided it).
 
 Exit status: 0 linearizable, 1 not linearizable, 2 unknown (out of time) or
 bad input: a file that cannot be read or parsed, an argument out of range, or
@@ -62,8 +63,8 @@ def _parser() -> argparse.ArgumentParser:
             "or with --engine search by the generic Wing-Gong search over spec.ledger_model.\n"
             "Registers and kv stores whose writes are unique (each write writes a value\n"
             "never written before, nor the initial value) are decided without search\n"
-            "(--engine unique, O(n log n)); --engine auto uses it when every key's writes\n"
-            "are unique and otherwise searches the whole history (--engine search).\n"
+            "(--engine unique, O(n log n)); --engine auto uses it for every key whose writes\n"
+            "are unique and searches the others (--engine search searches every key).\n"
             "Ledger histories are also checked for durability: every acknowledged entry\n"
             "read back after the ledger's last recovery. A ledger never recovered, or not\n"
             "read back in full, is not judged (durability unknown, with the reason): that\n"
@@ -90,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="fast: the ledger checker; search: generic WGL search; unique: no search, for "
         "register/cas-register/kv histories whose writes are unique (auto: fast for ledgers, "
-        "else unique when every key's writes are unique, else search)",
+        "else unique for each key whose writes are unique and search for the others)",
     )
     p.add_argument("--html", type=Path, metavar="OUT", help="write an HTML timeline to OUT")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -258,18 +259,25 @@ def _check_search_file(  # noqa: PLR0917
     finally:
         if collecting:
             gc.enable()
-    result: wgl.CheckResult | None = None
-    engine = "search"
     if args.engine in ("auto", "unique") and model in unique.SUPPORTED:
+        # auto: the keys whose writes are unique without search, the others by it.
         try:
-            result, engine = unique.check(model, operations, budget=args.budget), "unique"
+            result = unique.check(
+                model,
+                operations,
+                budget=args.budget,
+                search_others=args.engine == "auto",
+                jobs=args.jobs,
+                progress=progress.keys,
+            )
         except unique.NotApplicable as e:
-            if args.engine == "unique":
-                raise HistoryError(str(e)) from None
-    if result is None:
+            raise HistoryError(str(e)) from None
+    else:
         result = wgl.check(
             model, operations, budget=args.budget, jobs=args.jobs, progress=progress.keys
         )
+    engines = {p.engine for p in result.partitions} or {"search"}
+    engine = "+".join(sorted(engines, reverse=True))  # unique, search or unique+search
     m = MODELS[model]
     parts = []
     for p in result.partitions:
@@ -277,6 +285,7 @@ def _check_search_file(  # noqa: PLR0917
             "key": _jsonable(p.key),
             "verdict": p.verdict,
             "operations": len(p.calls),
+            "engine": p.engine,
         }
         if p.verdict == "invalid" and p.blocked is not None:
             blocked = p.calls[p.blocked]

@@ -52,8 +52,9 @@ passes; only where it fails (or there is cas) does the step-by-step decision run
 which finds the proof.
 
 :func:`check` decides a whole history, or raises :class:`NotApplicable`
-naming the first key whose writes are not unique (its reason is one line);
-``bkref check --engine auto`` then checks the whole history by the search.
+naming the first key whose writes are not unique (its reason is one line); with
+``search_others`` (``bkref check --engine auto``) it hands such keys to the search
+instead, and each key's result says which engine decided it.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ import gc
 import heapq
 import math
 import time
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -125,15 +126,21 @@ def applies(model: Model | str, operations: Iterable[Operation]) -> str | None:
 
 
 def check(
-    model: Model | str, operations: Iterable[Operation], *, budget: float | None = None
+    model: Model | str,
+    operations: Iterable[Operation],
+    *,
+    budget: float | None = None,
+    search_others: bool = False,
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> wgl.CheckResult:
     """Decide linearizability as :func:`wgl.check` does, without search.
 
-    Raises :class:`NotApplicable` (before deciding any key) when a key's writes are not
-    unique or the model is not a register or key-value store. Past ``budget`` seconds
-    the keys not yet decided are unknown. One process: forked workers would touch, and
-    so copy, every page of the history they decide (measured: a child took as long for
-    half the keys as this process for all of them)."""
+    Raises :class:`NotApplicable` (before deciding any key) when the model is not a
+    register or key-value store, or when a key's writes are not unique unless
+    ``search_others``: then such keys go to :func:`wgl.search_parts` (with ``jobs`` and
+    ``progress``) after the others are decided. Past ``budget`` seconds the keys not yet
+    decided are unknown."""
     started = time.monotonic()
     m = MODELS[model] if isinstance(model, str) else model
     init = _initial(m)
@@ -142,31 +149,38 @@ def check(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _check(m, init, operations, budget, started)
+        parts = sorted(
+            wgl.partition(m, operations).items(), key=lambda kv: kv[1][0].call if kv[1] else 0
+        )
+        deadline = math.inf if budget is None else started + budget
+        results: dict[int, wgl.PartitionResult] = {}
+        others: list[int] = []  # keys whose writes are not unique
+        producers: dict[int, dict[Hashable, int]] = {}
+        for n, (key, calls) in enumerate(parts):
+            try:
+                producers[n] = _values(key, calls, init)
+            except NotApplicable:
+                if not search_others:
+                    raise
+                others.append(n)
+        for n, values in producers.items():
+            key, calls = parts[n]
+            if time.monotonic() > deadline:
+                results[n] = wgl.PartitionResult(
+                    key, "unknown", tuple(calls), note="out of time", engine="unique"
+                )
+            else:
+                results[n] = _decide(m, key, calls, init, values)
     finally:
         if collecting:
             gc.enable()
-
-
-def _check(
-    m: Model, init: Hashable, operations: Iterable[Operation], budget: float | None, started: float
-) -> wgl.CheckResult:
-    parts = sorted(
-        wgl.partition(m, operations).items(), key=lambda kv: kv[1][0].call if kv[1] else 0
-    )
-    prepared = [(key, calls, _values(key, calls, init)) for key, calls in parts]
-    deadline = math.inf if budget is None else started + budget
-    results = []
-    for key, calls, values in prepared:
-        if time.monotonic() > deadline:
-            results.append(wgl.PartitionResult(key, "unknown", tuple(calls), note="out of time"))
-            continue
-        results.append(_decide(m, key, calls, init, values))
-    verdicts = {r.verdict for r in results}
-    verdict: wgl.Verdict = (
-        "invalid" if "invalid" in verdicts else "unknown" if "unknown" in verdicts else "valid"
-    )
-    return wgl.CheckResult(m.name, verdict, results, time.monotonic() - started)
+    if others:
+        searched = wgl.search_parts(
+            m, [parts[n] for n in others], deadline, jobs=jobs, progress=progress
+        )
+        results.update(zip(others, searched, strict=True))
+    ordered = [results[n] for n in range(len(parts))]
+    return wgl.CheckResult(m.name, wgl.overall(ordered), ordered, time.monotonic() - started)
 
 
 # ---------------------------------------------------------------- step 1: producers
@@ -227,9 +241,15 @@ def _decide(
             seconds=time.monotonic() - started,
             proof=bad.proof,
             reason=bad.reason,
+            engine="unique",
         )
     return wgl.PartitionResult(
-        key, "valid", tuple(calls), tuple(order), seconds=time.monotonic() - started
+        key,
+        "valid",
+        tuple(calls),
+        tuple(order),
+        seconds=time.monotonic() - started,
+        engine="unique",
     )
 
 

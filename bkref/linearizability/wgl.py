@@ -83,6 +83,7 @@ class PartitionResult:
     # it (positions in ``calls``) and why, in words.
     proof: tuple[int, ...] = ()
     reason: str = ""
+    engine: Literal["search", "unique"] = "search"  # what decided it
 
     @property
     def window(self) -> tuple[int, float] | None:
@@ -470,42 +471,57 @@ def check(
     m = MODELS[model] if isinstance(model, str) else model
     deadline = math.inf if budget is None else time.monotonic() + budget
     parts = sorted(partition(m, operations).items(), key=lambda kv: kv[1][0].call if kv[1] else 0)
+    results = search_parts(
+        m,
+        parts,
+        deadline,
+        jobs=jobs,
+        exhaustive=exhaustive,
+        progress=progress,
+        parallel_min_ops=parallel_min_ops,
+    )
+    return CheckResult(m.name, overall(results), results, _since(started))
+
+
+def overall(results: Iterable[PartitionResult]) -> Verdict:
+    """A history's verdict from its keys': invalid if one is, else unknown if one is."""
+    verdicts = {r.verdict for r in results}
+    return "invalid" if "invalid" in verdicts else "unknown" if "unknown" in verdicts else "valid"
+
+
+def search_parts(
+    m: Model,
+    parts: Sequence[tuple[Hashable, Sequence[Call]]],
+    deadline: float,
+    *,
+    jobs: int | None = None,
+    exhaustive: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    parallel_min_ops: float = PARALLEL_MIN_OPS,
+) -> list[PartitionResult]:
+    """The search of :func:`check` over partitions already made (in its order)."""
     jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     total = sum(len(c) for _, c in parts)
     parallel = jobs > 1 and len(parts) > 1 and MODELS.get(m.name) is m
     if parallel and total >= parallel_min_ops:
-        results = _in_workers(m.name, parts, deadline, exhaustive, jobs)
-    else:
-        # In this process first: most histories are decided before workers
-        # would have started. Keys still open after PARALLEL_AFTER are hard
-        # ones; if there are several, workers search them again from the start.
-        active = {i: _search_steps(m, calls, key) for i, (key, calls) in enumerate(parts)}
-        done: dict[int, PartitionResult] = {}
-        pause = time.monotonic() + PARALLEL_AFTER if parallel else math.inf
-        why = _rounds(
-            active,
-            done,
-            len(parts),
-            deadline,
-            exhaustive=exhaustive,
-            progress=progress,
-            pause=pause,
-        )
-        if not why and len(active) > 1:
-            hard = list(active)
-            again = _in_workers(m.name, [parts[i] for i in hard], deadline, exhaustive, jobs)
-            done.update(zip(hard, again, strict=True))
-            active.clear()
-        elif not why:
-            why = _rounds(
-                active, done, len(parts), deadline, exhaustive=exhaustive, progress=progress
-            )
-        for i in active:
-            key, calls = parts[i]
-            done[i] = _cut_short(key, calls, why)
-        results = [done[i] for i in range(len(parts))]
-    verdicts = {r.verdict for r in results}
-    verdict: Verdict = (
-        "invalid" if "invalid" in verdicts else "unknown" if "unknown" in verdicts else "valid"
+        return _in_workers(m.name, parts, deadline, exhaustive, jobs)
+    # In this process first: most histories are decided before workers
+    # would have started. Keys still open after PARALLEL_AFTER are hard
+    # ones; if there are several, workers search them again from the start.
+    active = {i: _search_steps(m, calls, key) for i, (key, calls) in enumerate(parts)}
+    done: dict[int, PartitionResult] = {}
+    pause = time.monotonic() + PARALLEL_AFTER if parallel else math.inf
+    why = _rounds(
+        active, done, len(parts), deadline, exhaustive=exhaustive, progress=progress, pause=pause
     )
-    return CheckResult(m.name, verdict, results, _since(started))
+    if not why and len(active) > 1:
+        hard = list(active)
+        again = _in_workers(m.name, [parts[i] for i in hard], deadline, exhaustive, jobs)
+        done.update(zip(hard, again, strict=True))
+        active.clear()
+    elif not why:
+        why = _rounds(active, done, len(parts), deadline, exhaustive=exhaustive, progress=progress)
+    for i in active:
+        key, calls = parts[i]
+        done[i] = _cut_short(key, calls, why)
+    return [done[i] for i in range(len(parts))]

@@ -470,6 +470,52 @@ def test_auto_falls_back_to_the_search_with_its_verdicts(
     assert checked >= 30
 
 
+def _repeat_a_write(events: list[Event], key: str) -> list[Event]:
+    """The last put of ``key`` writes what its first put wrote (invocation and completion)."""
+    puts = [i for i, e in enumerate(events) if e[1:3] == ("invoke", "put") and e[4]["key"] == key]
+    out = list(events)
+    if len(puts) < 2:
+        return out
+    value = {"key": key, "value": events[puts[0]][4]["value"]}
+    p, _, f, led, _ = out[puts[-1]]
+    out[puts[-1]] = (p, "invoke", f, led, value)
+    for j in range(puts[-1] + 1, len(out)):
+        if out[j][0] == p:
+            out[j] = (p, out[j][1], f, led, value)
+            break
+    return out
+
+
+def test_auto_searches_only_the_keys_whose_writes_repeat(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One key repeats a value, the other does not: auto decides the second without
+    search and searches the first, and the verdict is the search's on the whole history."""
+    verdicts = {"valid": 0, "invalid": 0}
+    for seed in range(40):
+        rng = random.Random(seed)
+        events = _repeat_a_write(register_history(rng, 60, 4, 2, "kv"), "k0")
+        if seed % 2:
+            events = _mutated(rng, events, "kv")
+        ops = pair(to_ops(events))
+        if {p.key for p in unique.check("kv", ops, search_others=True).partitions} != {"k0", "k1"}:
+            continue
+        with pytest.raises(unique.NotApplicable, match=r"^key 'k0': value "):
+            unique.check("kv", ops)
+        expected = wgl.check("kv", ops, jobs=1).verdict
+        code = main([str(_file(tmp_path, events)), "--model", "kv", "--json", "--jobs", "1"])
+        report = _report(capsys)
+        assert report["engine"] == "unique+search"
+        parts = report["partitions"]
+        assert isinstance(parts, list)
+        assert {p["key"]: p["engine"] for p in parts} == {"k0": "search", "k1": "unique"}
+        assert report["verdict"] == expected
+        assert code == {"valid": 0, "invalid": 1}[expected]
+        verdicts[expected] += 1
+    assert verdicts["valid"] >= 5
+    assert verdicts["invalid"] >= 5
+
+
 def _peer() -> list[tuple[str, bool]]:
     with open(PEER / "verdicts.tsv", encoding="utf-8") as f:
         return [(name, flag == "true") for name, flag in list(csv.reader(f, delimiter="\t"))[1:]]
