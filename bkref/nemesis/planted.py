@@ -90,8 +90,32 @@ def _campaign(plant: str, seed: int, args: argparse.Namespace, out: Path) -> tup
         *(["--trace"] if args.trace else []),
     ]
     t0 = time.monotonic()
-    done = subprocess.run(cmd, check=False)
-    return done.returncode, time.monotonic() - t0
+    code = run_to_end(cmd)
+    return code, time.monotonic() - t0
+
+
+def run_to_end(cmd: list[str]) -> int:
+    """Run ``cmd`` and wait for its end, through Ctrl-C; then raise KeyboardInterrupt if
+    there was one. The terminal's Ctrl-C reaches the campaign too, which tears its cluster
+    down before it exits; subprocess.run would SIGKILL it a quarter of a second into
+    that, orphaning the cluster's processes (and a second signal would cut it short)."""
+    child = subprocess.Popen(cmd)
+    interrupted = False
+    while True:
+        try:
+            code = child.wait()
+        except KeyboardInterrupt:
+            if not interrupted:
+                print(
+                    "planted: interrupted; waiting for the campaign to tear its cluster down",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            interrupted = True
+            continue
+        if interrupted:
+            raise KeyboardInterrupt
+        return code
 
 
 def _trace_verdict(out: Path) -> str:
@@ -108,30 +132,7 @@ def _trace_verdict(out: Path) -> str:
     return f"caught: ledger {first['ledger']}: {first['message']}"[:400]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m bkref.nemesis.planted",
-        description=(
-            "Run campaigns with each planted bug switched on (bkref/impl/core/planted.py) until "
-            "the checks catch it or --runs campaigns came out valid. Exit 0: every bug "
-            "was caught; 1: one was missed; 2: a campaign could not run."
-        ),
-    )
-    p.add_argument(
-        "--plant", action="append", choices=CAMPAIGN_PLANTS, help="only these (repeatable)"
-    )
-    p.add_argument("--runs", type=int, default=3, help="campaigns per bug at most (default 3)")
-    p.add_argument("--time", type=float, default=60.0, help="seconds per campaign (default 60)")
-    p.add_argument("--seed", type=int, default=1, help="seed of the first campaign (default 1)")
-    p.add_argument("--out", type=Path, default=Path("out/planted"), help="default out/planted")
-    p.add_argument(
-        "--trace",
-        action="store_true",
-        help="record traces and say whether the trace check caught each bug too",
-    )
-    args = p.parse_args(argv)
-    plants = args.plant or list(CAMPAIGN_PLANTS)
-    outcomes: list[Outcome] = []
+def _run_all(plants: list[str], args: argparse.Namespace, outcomes: list[Outcome]) -> None:
     for plant in plants:
         ex = EXERCISES[plant]
         print(f"== {plant}: faults {ex.faults} ({ex.why})", flush=True)
@@ -161,6 +162,37 @@ def main(argv: list[str] | None = None) -> int:
                 outcome.error = f"campaign with seed {seed} exited {code}"
                 break
         outcomes.append(outcome)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bkref.nemesis.planted",
+        description=(
+            "Run campaigns with each planted bug switched on (bkref/impl/core/planted.py) until "
+            "the checks catch it or --runs campaigns came out valid. Exit 0: every bug "
+            "was caught; 1: one was missed; 2: a campaign could not run."
+        ),
+    )
+    p.add_argument(
+        "--plant", action="append", choices=CAMPAIGN_PLANTS, help="only these (repeatable)"
+    )
+    p.add_argument("--runs", type=int, default=3, help="campaigns per bug at most (default 3)")
+    p.add_argument("--time", type=float, default=60.0, help="seconds per campaign (default 60)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the first campaign (default 1)")
+    p.add_argument("--out", type=Path, default=Path("out/planted"), help="default out/planted")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="record traces and say whether the trace check caught each bug too",
+    )
+    args = p.parse_args(argv)
+    plants = args.plant or list(CAMPAIGN_PLANTS)
+    outcomes: list[Outcome] = []
+    try:
+        _run_all(plants, args, outcomes)
+    except KeyboardInterrupt:
+        print("planted: interrupted; no bug's result is final", file=sys.stderr)
+        return 130
     args.out.mkdir(parents=True, exist_ok=True)
     summary = [asdict(o) for o in outcomes]
     (args.out / "planted.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -356,3 +358,57 @@ def test_the_same_expiry_campaign_without_the_open_segment_plant_is_valid(tmp_pa
     result = _run(tmp_path, spec, netns=True)
     assert result.faults.get("expire", 0) >= 1
     assert result.valid is True, {k: c["anomalies"][:3] for k, c in result.checks.items()}
+
+
+_TEARDOWN = """
+import pathlib, signal, sys, time
+
+def tear_down(signum, frame):
+    time.sleep(1.0)  # longer than subprocess.run's quarter second before its SIGKILL
+    pathlib.Path(sys.argv[1]).write_text("torn down")
+    sys.exit(0)
+
+signal.signal(signal.SIGINT, tear_down)
+pathlib.Path(sys.argv[2]).write_text("ready")
+time.sleep(60)
+"""
+
+_PARENT = """
+import sys
+from bkref.nemesis.planted import run_to_end
+try:
+    run_to_end(sys.argv[1:])
+except KeyboardInterrupt:
+    sys.exit(130)
+sys.exit(0)
+"""
+
+
+def test_ctrl_c_waits_for_the_campaign_to_tear_its_cluster_down(tmp_path: Path) -> None:
+    """A Ctrl-C reaches `make planted` and its campaign alike (one foreground process
+    group); the campaign tears its cluster down, and planted must wait for that, not
+    kill it, then stop. The stand-in campaign takes a second to tear down."""
+    torn, ready = tmp_path / "torn", tmp_path / "ready"
+    child = [sys.executable, "-c", _TEARDOWN, str(torn), str(ready)]
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, *child],
+        start_new_session=True,  # its own process group, as a terminal's job is
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for _ in range(200):
+            if ready.exists():
+                break
+            parent.poll()
+            assert parent.returncode is None, parent.stderr
+            time.sleep(0.05)
+        assert ready.exists()
+        os.killpg(parent.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+        _, err = parent.communicate(timeout=30)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+    assert parent.returncode == 130
+    assert torn.read_text() == "torn down"
+    assert "waiting for the campaign to tear its cluster down" in err
