@@ -343,6 +343,13 @@ class Replay:
         if name == CAS:
             pending = s.wk[w][3]
             idx, lost = int(line["segment"]), lt.bookies.index(str(line["lost"]))
+            if not self._copied_before(ev):
+                raise NotAllowedError(
+                    f"the worker wrote itself in place of b{lost} in segment {idx} without "
+                    "copying that fragment first (no copy of it since it took the lock or "
+                    "last wrote the metadata)",
+                    definite=True,  # its own steps, whatever the other nodes did
+                )
             if pending is not None and pending[0] >= 0 and pending[:2] != (idx, lost):
                 raise NotAllowedError(
                     f"the spec's worker w{w} copied segment {pending[0]} of b{pending[1]}; "
@@ -373,6 +380,20 @@ class Replay:
                     f"{'deleted it' if line['deleted'] else 'did not'}"
                 )
         return t
+
+    def _copied_before(self, ev: Event) -> bool:
+        """Whether the worker's own lane copied the fragment ``ev`` (its metadata write)
+        names since it took the lock or last wrote: BookKeeper's replicator, like the
+        spec's worker, writes a new replica only after copying to it."""
+        line = ev.line
+        for x in reversed(self.lt.lanes[ev.lane][: ev.pos]):
+            if x.line.action in ("worker_acquires_ledger_lock", CAS):
+                return False
+            if x.line.action == COPY and all(
+                str(x.line[k]) == str(line[k]) for k in ("segment", "lost", "bookie")
+            ):
+                return True
+        return False
 
     def _check_outcome(self, name: str, outcome: str, last: object, s: State, t: State) -> None:
         """The spec's outcome of a metadata write must be the one the trace logged."""

@@ -104,6 +104,40 @@ def test_a_metadata_write_that_replaces_another_bookie_is_a_violation(
     assert "worker_updates_segment_ensemble" in v.event
 
 
+def test_a_metadata_write_without_its_copy_is_a_violation(
+    repaired: Repaired, tmp_path: Path
+) -> None:
+    """The planted bug repair-without-copy: the worker records the new replica without
+    copying the fragment to it. The copy is the worker's own step, so no order of the
+    other nodes' steps can stand in for it: a violation, not the unknown of a worker
+    that decided on an earlier view."""
+
+    unsent: set[tuple[str, int]] = set()  # (the worker's address, request id) of its adds
+
+    def change(lines: Lines) -> Lines:
+        local = {x["bookie"]: x["local"] for x in lines if x["action"] == "connected"}
+        kept = []
+        for x in lines:
+            if x["action"] == "worker_copies_fragment" and x.get("ledger") == repaired.closed:
+                unsent.update((local[a["bookie"]], a["rid"]) for a in x["sends"])
+            else:
+                kept.append(x)
+        return kept
+
+    traces = _changed(repaired, tmp_path, change)
+    assert unsent
+    for f in traces.glob("trace-127.*.jsonl"):  # the target took no adds: none was sent
+        lines = [json.loads(x) for x in f.read_text().splitlines()]
+        kept = [x for x in lines if (x.get("peer"), x.get("rid")) not in unsent]
+        for i, x in enumerate(kept):
+            x["seq"] = i
+        f.write_text("".join(json.dumps(x) + "\n" for x in kept))
+    v = _verdict(traces, repaired.closed)
+    assert v.verdict == "violation", v.render()
+    assert "worker_updates_segment_ensemble" in v.event
+    assert "without copying that fragment first" in v.reason
+
+
 def test_a_bookie_marked_lost_that_went_on_is_never_a_violation(
     repaired: Repaired, tmp_path: Path
 ) -> None:
