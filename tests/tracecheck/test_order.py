@@ -1,0 +1,93 @@
+"""A bookie's steps are ordered only where they conflict: the needs ``project`` finds
+through indexes are the pairwise conflicts, up to what an earlier need already orders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bkref.tracecheck import project as projection
+from bkref.tracecheck.load import Line, read_dir
+from bkref.tracecheck.project import Event, Run, Send, conflict, project
+from tests.tracecheck.conftest import Recorded, Repaired
+
+
+def _pairwise(taken: list[Event]) -> None:
+    for i, ev in enumerate(taken):
+        ev.needs = [x for x in taken[:i] if conflict(x, ev)]
+
+
+def _implied(ev: Event, memo: dict[int, set[int]]) -> set[int]:
+    """Every step that must come before ``ev`` by its needs, transitively."""
+    if id(ev) not in memo:
+        memo[id(ev)] = set()
+        for n in ev.needs:
+            memo[id(ev)] |= {id(n), *_implied(n, memo)}
+    return memo[id(ev)]
+
+
+def _assert_same(fast: list[Event], slow: list[Event]) -> int:
+    """``fast``'s needs are among ``slow``'s (the same steps), and imply all of them."""
+    twin = {id(b): a for a, b in zip(fast, slow, strict=True)}
+    memo: dict[int, set[int]] = {}
+    for a, b in zip(fast, slow, strict=True):
+        pairwise = {id(twin[id(n)]) for n in b.needs}
+        assert {id(n) for n in a.needs} <= pairwise, a.describe()
+        assert pairwise <= _implied(a, memo), a.describe()
+    return sum(1 for b in slow if b.needs)
+
+
+def _step(n: int, action: str, entry: int = -1, *, fence: bool = False, sender: str = "") -> Event:
+    line = Line("127.0.0.1:3181", n, n, action, {"bookie": "127.0.0.1:3181"})
+    if action == "bookie_restarts":
+        return Event("restart", line)
+    send = Send(("c", "127.0.0.1:3181", n), "add", "127.0.0.1:3181", entry, -1, fence, sender)
+    return Event("handle", line, request=send)
+
+
+def test_a_restart_orders_what_came_before_it() -> None:
+    """Steps after a restart need it, and through it everything before it."""
+
+    def bookie() -> list[Event]:
+        return [
+            _step(0, "bookie_handles_add", 0, sender="writer"),
+            _step(1, "bookie_handles_fencing_lac_read"),
+            _step(2, "bookie_handles_add", 1, sender="writer"),
+            _step(3, "bookie_restarts"),
+            _step(4, "bookie_handles_add", 1, sender="writer"),
+            _step(5, "bookie_handles_recovery_read", 1, fence=True, sender="rc"),
+            _step(6, "bookie_handles_add", 2, sender="rc"),
+            _step(7, "bookie_handles_recovery_read", 2, sender="rc"),
+        ]
+
+    fast, slow = bookie(), bookie()
+    projection._order_conflicts(fast)
+    _pairwise(slow)
+    assert _assert_same(fast, slow) == 7  # all but the first
+    assert [n.line.seq for n in fast[4].needs] == [3]  # not the fencing read before it
+    assert [n.line.seq for n in fast[7].needs] == [3, 6]
+
+
+def _same_order(traces: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    run = Run(read_dir(traces))
+    compared = 0
+    for ledger in run.ledgers():
+        fast = project(run, ledger)
+        with monkeypatch.context() as m:
+            m.setattr(projection, "_order_conflicts", _pairwise)
+            slow = project(run, ledger)
+        assert fast.unknown == slow.unknown
+        compared += _assert_same(
+            [a for lane in fast.lanes for a in lane], [b for lane in slow.lanes for b in lane]
+        )
+    return compared
+
+
+@pytest.mark.zookeeper
+def test_recorded_runs_keep_every_pairwise_conflict(
+    recorded: Recorded, repaired: Repaired, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fences, recovery reads, restarts (recorded) and AutoRecovery's copies (repaired)."""
+    assert _same_order(recorded.traces, monkeypatch) > 20
+    assert _same_order(repaired.traces, monkeypatch) > 20
