@@ -280,10 +280,8 @@ def _witness(calls: Sequence[wgl.Call], producers: dict[Hashable, int]) -> list[
         return None
     call = np.array(call_t, np.float64)
     ret = np.array(ret_t, np.float64)
-    prod = np.full(nv, -1, np.int64)  # producer position; -1 for the initial value
-    prod[1:] = list(producers.values())[1:]
     write = np.zeros(n, np.bool_)
-    write[prod[1:]] = True
+    write[list(producers.values())[1:]] = True  # every producer but the initial value's
     read = ~write & (vid >= 0)
     rv = vid[read]
     observed = np.zeros(nv, np.bool_)

@@ -186,7 +186,7 @@ def _order_conflicts(taken: list[Event]) -> None:
             adds.append(ev)
             adds_at[req.entry].append(ev)
         elif ev.line.action == "bookie_handles_fencing_lac_read":
-            candidates = list(adds)
+            candidates = adds
             lac_fences.append(ev)
         else:
             candidates = [*adds_at[req.entry], *(adds if req.fence else ())]

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from bkref.spec import protocol as p
 from bkref.spec.protocol import Msg, State
+from bkref.tracecheck.load import Line
 from bkref.tracecheck.project import CAS, COPY, MARKS, TAKEN, Event, LedgerTrace, Send
 
 # A position in every lane: the next event of each lane of several events (clients),
@@ -134,6 +135,20 @@ class Replay:
                     if x.kind == "add" and x.handled is None:
                         key = (lt.bookies.index(x.bookie), x.entry)
                         self.unanswered.setdefault(key, []).append(x)
+        # Per worker metadata write, the worker's last copy since it took the lock or
+        # last wrote (None if there is none): BookKeeper's replicator, like the spec's
+        # worker, writes a new replica only after copying the fragment to it.
+        self.copy_before: dict[int, Line | None] = {}
+        for lane in lt.lanes:
+            copy: Line | None = None
+            for ev in lane:
+                if ev.line.action == COPY:
+                    copy = ev.line
+                elif ev.line.action == CAS:
+                    self.copy_before[id(ev)] = copy
+                    copy = None
+                elif ev.line.action == "worker_acquires_ledger_lock":
+                    copy = None
 
     # ------------------------------------------------------------ moves
 
@@ -341,20 +356,23 @@ class Replay:
             return t
         args = (w, wl) if name == "worker_acquires_ledger_lock" else (w,)
         if name == CAS:
-            pending = s.wk[w][3]
+            # What the worker copied is its own earlier step: whatever the other nodes
+            # did, a write that does not follow a copy of its fragment is refused.
             idx, lost = int(line["segment"]), lt.bookies.index(str(line["lost"]))
-            if not self._copied_before(ev):
+            copy = self.copy_before[id(ev)]
+            if copy is None:
                 raise NotAllowedError(
                     f"the worker wrote itself in place of b{lost} in segment {idx} without "
                     "copying that fragment first (no copy of it since it took the lock or "
                     "last wrote the metadata)",
-                    definite=True,  # its own steps, whatever the other nodes did
+                    definite=True,
                 )
-            if pending is not None and pending[0] >= 0 and pending[:2] != (idx, lost):
+            if (int(copy["segment"]), str(copy["lost"])) != (idx, str(line["lost"])):
                 raise NotAllowedError(
-                    f"the spec's worker w{w} copied segment {pending[0]} of b{pending[1]}; "
-                    f"the trace's write replaces b{lost} in segment {idx}",
-                    definite=True,  # what it copied is its own earlier step
+                    f"the worker copied segment {copy['segment']} of "
+                    f"b{lt.bookies.index(str(copy['lost']))}; its write replaces b{lost} in "
+                    f"segment {idx}",
+                    definite=True,
                 )
         t = getattr(p, name)(cfg, s, *args)
         if t is None and name == "worker_acquires_ledger_lock" and not self.marked:
@@ -380,20 +398,6 @@ class Replay:
                     f"{'deleted it' if line['deleted'] else 'did not'}"
                 )
         return t
-
-    def _copied_before(self, ev: Event) -> bool:
-        """Whether the worker's own lane copied the fragment ``ev`` (its metadata write)
-        names since it took the lock or last wrote: BookKeeper's replicator, like the
-        spec's worker, writes a new replica only after copying to it."""
-        line = ev.line
-        for x in reversed(self.lt.lanes[ev.lane][: ev.pos]):
-            if x.line.action in ("worker_acquires_ledger_lock", CAS):
-                return False
-            if x.line.action == COPY and all(
-                str(x.line[k]) == str(line[k]) for k in ("segment", "lost", "bookie")
-            ):
-                return True
-        return False
 
     def _check_outcome(self, name: str, outcome: str, last: object, s: State, t: State) -> None:
         """The spec's outcome of a metadata write must be the one the trace logged."""
