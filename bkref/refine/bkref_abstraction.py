@@ -19,9 +19,9 @@ Variable by variable (what is read, from where):
   ZooKeeper's restarts at a re-create: ``bkref.refine.observe`` compares only whether
   a worker's version is the current one.
 - ``meta_lock``: the lock znode's owner (``lock_holder``), as a worker index.
-- ``meta_rereplicated``: (segment, new bookie) of every worker CAS that landed,
-  recorded by the harness as it lands (the spec's ghost: history, read only by
-  the invariant ``NoReplicationLosesAckedEntries``).
+- ``meta_rereplicated``: (segment, new bookie, replaced bookie) of every worker CAS
+  that landed, recorded by the harness as it lands (the spec's ghost: history, read
+  only by the invariants ``NoReplicationLosesAckedEntries`` and ``NoLostMetadataUpdate``).
 - ``meta_autorecovery``: whether the ``disable`` znode is absent.
 - ``meta_auditor``: (epoch, holder): the lowest live election vote whose node
   knows it leads is the holder (-1: none); epochs are the votes that ever led,
@@ -29,6 +29,9 @@ Variable by variable (what is read, from where):
 - ``b_up``: the harness's record (UP while the storage is open, DOWN after a
   crash, REFUSED when the cookie check refused a restart on a wiped disk); with
   AutoRecovery the registration znode exists exactly while UP.
+- ``b_signed[b][e]``: the LAC in the header of the writer's ledger's entry ``e`` as
+  bookie ``b`` stores it (read back from its storage, or from what survived its
+  crash); -2 where it stores none.
 - ``b_ledgers[b][l]`` = (synced, unsynced, fenced, LAC): while up, the entries
   in the bookie's index (``BookieStorage.index``; every one was journaled and
   fsynced before the bookie replied), the core's fenced flag and piggybacked
@@ -77,6 +80,7 @@ from bkref.impl.core.repair_run import CasReplica
 from bkref.impl.core.replication import CompleteTask, WorkerPhase
 from bkref.impl.core.writer import WriterState
 from bkref.impl.meta.store import NoSuchLedgerError
+from bkref.refine.bkref_bookie import signed_lac
 from bkref.refine.driver import ImplementationError
 from bkref.spec import protocol as sp
 from bkref.spec.protocol import State
@@ -147,7 +151,7 @@ def abstract(d: BkrefDriver) -> State:
         version.append(zk_version + 1)
 
     # --- bookies
-    up, ledgers = [], []
+    up, ledgers, signed = [], [], []
     for node in d.bookies:
         up.append(node.up)
         per_ledger = []
@@ -166,6 +170,19 @@ def abstract(d: BkrefDriver) -> State:
                 )
             per_ledger.append(per)
         ledgers.append(tuple(per_ledger))
+        # The writer's ledger's entries, each with the LAC it is signed with.
+        mine = [-2] * cfg.entries
+        wlid = lids[-1] if cfg.writer else -1
+        if wlid >= 0 and node.up == sp.UP:
+            assert node.storage is not None
+            ix = node.storage.index.ledgers.get(wlid)
+            for e in ix.entries if ix is not None else ():
+                mine[e] = signed_lac(node.storage, wlid, e)
+        elif wlid >= 0 and node.up == sp.DOWN:
+            for (lid, e), lac in node.signed_on_disk.items():
+                if lid == wlid:
+                    mine[e] = lac
+        signed.append(tuple(mine))
 
     # --- writer
     w = d.writer
@@ -256,6 +273,7 @@ def abstract(d: BkrefDriver) -> State:
         meta_version=tuple(version),
         b_up=tuple(up),
         b_ledgers=tuple(ledgers),
+        b_signed=tuple(signed),
         w_status=w_status,
         w_version=w_version,
         w_segments=w_segs,

@@ -118,9 +118,9 @@ class AutoRecoveryActors:
         self.urm.ensure_layout()
         self.now = HOUR_MS
         self.epochs: dict[int, int] = {}  # a vote's sequence number -> the spec's epoch
-        # (segment, bookie index) each ledger's repairs filled: the spec's ghost
+        # (segment, filled, replaced bookie index) of each repair: the spec's ghost
         # meta_rereplicated, recorded as the worker's CAS lands (history, not state).
-        self.rereplicated: dict[int, set[tuple[int, int]]] = {}
+        self.rereplicated: dict[int, set[tuple[int, int, int]]] = {}
         worker_config = WorkerConfig(grace_period_ms=0, backoff_ms=HOUR_MS // 2)
         auditor_config = AuditorConfig(
             lost_bookie_recovery_delay=0,
@@ -396,10 +396,18 @@ class AutoRecoveryActors:
             except MetadataConflictError as e:
                 if e.current is None:
                     raise ImplementationError(f"ledger {act.ledger_id} vanished") from e
+                # The spec's CAS re-reads and retries in one step: the retry the core asks
+                # for next (in this turn) is the step, not this conflict.
                 core.on_cas_conflict(e.current, e.version)
+                return None
             else:
-                filled = self.rereplicated.setdefault(d.spec_ledger(act.ledger_id), set())
-                filled.add((act.segment, d.index[act.target]))
+                ledger = d.spec_ledger(act.ledger_id)
+                seg, target = act.segment, d.index[act.target]
+                # As the spec's ghost: a bookie filled back in is no longer a replaced one.
+                self.rereplicated[ledger] = {
+                    (i, f, -1 if (i, r) == (seg, target) else r)
+                    for i, f, r in self.rereplicated.get(ledger, set())
+                } | {(seg, target, d.index[act.bookie])}
                 core.on_cas(version)
             return (("worker_updates_segment_ensemble", (w,)),)
         if isinstance(act, Verified):

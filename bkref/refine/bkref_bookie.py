@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bkref.impl.bookie.cookie import CookieMismatchError, verify_or_create
 from bkref.impl.core.bookie import BookieCore, JournalRecord
+from bkref.impl.core.digest import peek_header
 from bkref.impl.core.frames import Request, Response
 from bkref.impl.meta.store import ZkMetadataStore
 from bkref.impl.storage.bookie_storage import BookieStorage, StorageConfig
@@ -43,6 +44,8 @@ class Bookie:
     core: BookieCore | None = None
     # What survived the last crash, read back from disk: ledger -> (entries, fenced, LAC).
     on_disk: dict[int, tuple[frozenset[int], bool, int]] = field(default_factory=dict)
+    # And each surviving entry's signed LAC (the spec's b_signed): (ledger, entry) -> LAC.
+    signed_on_disk: dict[tuple[int, int], int] = field(default_factory=dict)
 
     def _storage(self) -> BookieStorage:
         return BookieStorage(
@@ -60,7 +63,7 @@ class Bookie:
         try:
             verify_or_create(store, self.name, str(dirs[0]), [str(dirs[1])])
         except CookieMismatchError:
-            self.up, self.on_disk = sp.REFUSED, {}
+            self.up, self.on_disk, self.signed_on_disk = sp.REFUSED, {}, {}
             return False
         self.storage = self._storage()
         self.core = BookieCore(self.storage.ledger_infos())
@@ -71,7 +74,7 @@ class Bookie:
         """The disk is replaced by an empty one (the bookie is down)."""
         assert self.storage is None
         shutil.rmtree(self.directory)
-        self.disk, self.on_disk = CrashDisk(), {}
+        self.disk, self.on_disk, self.signed_on_disk = CrashDisk(), {}, {}
 
     def persist(self, records: tuple[JournalRecord, ...]) -> None:
         """Journal ``records`` and wait until they are durable (the reply waits for it)."""
@@ -119,6 +122,19 @@ class Bookie:
                 lid: (frozenset(ix.entries), ix.fenced, ix.lac)
                 for lid, ix in survivor.index.ledgers.items()
             }
+            self.signed_on_disk = {
+                (lid, e): signed_lac(survivor, lid, e)
+                for lid, ix in survivor.index.ledgers.items()
+                for e in ix.entries
+            }
         finally:
             survivor.close()
         self.up = sp.DOWN
+
+
+def signed_lac(storage: BookieStorage, ledger_id: int, entry_id: int) -> int:
+    """The LAC a stored entry is signed with (its header's), as the spec's ``b_signed``."""
+    body = storage.read_entry(ledger_id, entry_id)
+    if body is None:
+        raise ImplementationError(f"ledger {ledger_id} entry {entry_id} is indexed but unreadable")
+    return peek_header(body).lac

@@ -335,7 +335,7 @@ class BkrefDriver:
         return self._resends(before, "writer", "writer_resends_add")
 
     def _writer_resends_add(self, e: int, b: int) -> tuple[Label, ...]:
-        raise CannotTakeStepError("the writer re-sends only once its ensemble change landed (D1)")
+        raise CannotTakeStepError("the writer re-sends only as its ensemble change lands")
 
     def _writer_closes_ledger(self) -> tuple[Label, ...]:
         w = self._writer()
@@ -476,8 +476,8 @@ class BkrefDriver:
         rc = self._recovery()
         if self.recovery_close is not None:
             # bkref's recovery computes its close when the last write-back reaches ack
-            # quorum; a replacement after that would change its local segments but not
-            # the close it already asked for. The spec's close takes it in (D21, open).
+            # quorum, and the spec offers no replacement after that (D21, settled in
+            # recovery_client_changes_ensemble): reaching here is a disagreement to count.
             raise CannotTakeStepError("recovery already asked to close (D21)")
         name = self.bookies[failed].name
         waiting = [
@@ -509,9 +509,12 @@ class BkrefDriver:
         if self.recovery_close is None:
             raise CannotTakeStepError("the recovery client has not asked to close")
         rc = self._recovery()
-        cas, self.recovery_close = self.recovery_close, None
-        self._cas(cas, rc.on_metadata_written, rc.on_metadata_conflict)
-        self._recovery_actions()
+        # A close that conflicts with a worker's swap is retried on the new version at once:
+        # the spec's close merges in the same step.
+        while self.recovery_close is not None:
+            cas, self.recovery_close = self.recovery_close, None
+            self._cas(cas, rc.on_metadata_written, rc.on_metadata_conflict)
+            self._recovery_actions()
         return ()
 
     def _recovery_actions(self) -> None:

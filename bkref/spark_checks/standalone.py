@@ -78,6 +78,19 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
+def group_members(pgids: list[int]) -> list[int]:
+    """PIDs of the live processes (zombies are dead) in any of these process groups."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited while we looked
+            continue
+        if fields[0] != "Z" and int(fields[2]) in pgids:
+            found.append(int(stat.parent.name))
+    return found
+
+
 @dataclass
 class StandaloneCluster:
     """One master and one worker under ``directory``; see the module docstring."""
@@ -189,10 +202,21 @@ class StandaloneCluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-        # an executor survives its worker's SIGKILL in the worker's group: sweep the groups
-        for p in self.processes.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
+        # an executor survives its worker's SIGKILL in the worker's group: sweep the groups,
+        # then wait until they are empty (a SIGKILL is delivered, not yet acted on, when
+        # killpg returns): stop() returns only once nothing it started runs.
+        groups = [p.pid for p in self.processes.values()]
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while left := group_members(groups):
+            for pgid in groups:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"Spark processes {sorted(left)} still run {STOP_TIMEOUT:.0f} s after "
+                    "SIGKILL (uninterruptible sleep?); look at them with ps and end them by PID"
+                )
+            time.sleep(0.05)
 
     def __enter__(self) -> StandaloneCluster:
         return self.start()

@@ -28,8 +28,8 @@ MUTANTS: dict[str, str] = {
         "ledger is closed before an acknowledged entry (BOOKKEEPER-581)"
     ),
     "acks-before-ensemble-change-lands": (
-        "the writer confirms entries acknowledged by the new ensemble before the "
-        "ensemble-change metadata write lands (BOOKKEEPER-1591)"
+        "the writer sends pending entries to the new ensemble and confirms those it "
+        "acknowledges before the ensemble-change metadata write lands (BOOKKEEPER-1591)"
     ),
     "acks-from-replaced-bookie-count": (
         "the writer counts acks by write-set index, so the replaced bookie's acks still "
@@ -67,6 +67,18 @@ MUTANTS: dict[str, str] = {
         "the replication worker finds a lost bookie of an open ledger's last segment "
         "only through entries it can read there, so a lost bookie that got none yet is "
         "missed and the task dropped; the ledger is closed naming it (BOOKKEEPER-742)"
+    ),
+    "ensemble-change-undoes-swap": (
+        "the writer's ensemble change, retried after a version conflict with a replication "
+        "worker's swap of an earlier segment, writes its own stale view of the earlier "
+        "segments: the lost bookie is back in the segment the worker repaired "
+        "(BOOKKEEPER-667, fixed by merging every ensemble but the last from the store)"
+    ),
+    "recovery-close-undoes-swap": (
+        "a recovery's close, retried after a version conflict with a replication worker's "
+        "swap of an earlier segment, writes its own stale view of the segments: the lost "
+        "bookie is back in the segment the worker repaired (BOOKKEEPER-584, fixed by "
+        "taking the stored ensembles on close)"
     ),
     "worker-skips-ledger-lock": (
         "a replication worker takes a ledger without checking that another worker "
@@ -108,6 +120,9 @@ class Config:
     two_segments: bool = False
     # With writer_ledger_created: e0 is already on its write set and confirmed.
     first_entry_confirmed: bool = False
+    # The writer may close its ledger (False: a long-lived writer that only stops when fenced,
+    # which keeps it adding, and its ensemble changes racing, in every behaviour).
+    writer_closes: bool = True
     recovery_client: bool = True  # a client may open the writer's ledger with recovery
     # Recovery clients of the writer's ledger, racing each other (with recovery_client, or
     # when a worker asks for recovery: AutoRecovery configs have one).
@@ -169,6 +184,8 @@ class Config:
             if self.recovery_client:
                 n = self.recovery_clients
                 parts.append("a recovery client" if n == 1 else f"{n} recovery clients")
+        if self.writer and not self.writer_closes:
+            parts.append("the writer never closes")
         if self.writer and self.first_entry_confirmed:
             parts.append("e0 already confirmed")
         if self.two_segments:

@@ -61,6 +61,25 @@ _C = Config(
     workers=1,
 )
 
+# AutoRecovery on the writer's open ledger, whose first segment is closed: the worker's swap
+# there races the writer's ensemble change and an application's recovery, which must merge it.
+_MERGE = replace(
+    _C,
+    name="c-merge",
+    ensemble=2,
+    write_quorum=2,
+    ack_quorum=2,
+    entries=2,
+    two_segments=True,
+    recovery_client=True,
+    closed_ledgers=0,
+    restarts=False,
+    description="AutoRecovery on the writer's open ledger of two segments, one crash "
+    "without restart, an application's recovery beside the worker: the worker's swap of "
+    "the closed first segment races the writer's ensemble change and the recovery's "
+    "close, each of which must keep the swap",
+)
+
 CONFIGS: dict[str, Config] = {
     c.name: c
     for c in (
@@ -166,10 +185,32 @@ CONFIGS: dict[str, Config] = {
             closed_ledgers=0,
             crashes=2,
             restarts=False,
+            # An application's recovery beside the worker's: its ensemble change can name a
+            # bookie that crashes before the close lands (the recovery / auditor race with an
+            # effect). 112,233 states (15,886 with the worker's recovery only).
+            recovery_client=True,
             description="AutoRecovery meets the writer's open ledger, two crashes without "
-            "restarts: every pair of metadata writers races on the ledger; a new bookie "
-            "crashes before its ensemble change lands (the periodic bookie check finds it); "
-            "both copies of an entry are lost while a worker repairs it",
+            "restarts, an application's recovery beside the worker's: every pair of metadata "
+            "writers races on the ledger; a new bookie crashes before the ensemble change or "
+            "the close that names it lands (the periodic bookie check finds it); both copies "
+            "of an entry are lost while a worker repairs it",
+        ),
+        _MERGE,
+        replace(
+            _C,
+            name="c-open-check",
+            bookies=5,
+            entries=2,
+            first_entry_confirmed=False,
+            closed_ledgers=0,
+            crashes=0,
+            losses=1,
+            periodic_check=True,
+            description="the periodic check of an open ledger: an add lost on its way to one "
+            "bookie of the write set (E=Wq=3, Aq=2) is confirmed without it and the writer "
+            "replaces that bookie after the LAC, so a closed segment of the open ledger misses "
+            "the entry on a live bookie; the check marks it and the worker moves the replica "
+            "while the writer goes on",
         ),
     )
 }
@@ -313,6 +354,19 @@ MUTANT_CONFIGS: dict[str, Config] = {
         description="an open ledger striped E=3 > Wq=2 with e0 confirmed (the third "
         "bookie holds nothing), one bookie crash, auditor and a worker",
     ),
+    "ensemble-change-undoes-swap": replace(
+        _MERGE,
+        name="m-merge-writer",
+        recovery_client=False,
+        writer_closes=False,
+        losses=1,
+        description="config c-merge without the application's recovery, the writer never "
+        "closing, and a message loss: the worker's swap of the closed first segment (a "
+        "crash there) races the writer's ensemble change (an add lost in the last), as "
+        "bkref's worker copies a closed segment only while the last one names no lost "
+        "bookie",
+    ),
+    "recovery-close-undoes-swap": _MERGE,
     "worker-skips-ledger-lock": _TWO_WORKERS,
     "auditor-without-election": _TWO_WORKERS,
     "auditor-acts-after-session-loss": replace(

@@ -41,17 +41,20 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from bkref.spec import protocol
 from bkref.spec.checker import check
 from bkref.spec.config import Config
 from bkref.spec.protocol import (
     ACTIONS,
+    IN_RECOVERY,
     OPEN,
     RC_FENCING,
     RC_WRITING,
+    W_CLOSED,
     W_OPEN,
+    Label,
     Recovery,
     State,
     Step,
@@ -220,6 +223,64 @@ def races(cfg: Config, s: State, action: str, t: State) -> Iterable[tuple[str, s
                 yield who, other
 
 
+def _latest_metadata_writer(cfg: Config, s: State, ledger: int) -> str | None:
+    """Whose CAS wrote ``ledger``'s metadata at its current version (the writer's ledger)."""
+    v = s.meta_version[ledger]
+    if ledger != cfg.writer_ledger:
+        return None
+    if s.w_status in (W_OPEN, W_CLOSED) and s.w_version == v:
+        return "writer"
+    if any(r.phase >= RC_FENCING and r.version == v for r in map(Recovery._make, s.rc)):
+        return "recovery_client"
+    return None
+
+
+def effects(cfg: Config, s: State, label: Label, t: State) -> Iterable[tuple[str, str]]:
+    """(winner, loser) for a step ``s -> t`` in which the loser of a race writes, and what
+    it writes differs from what its own stale read alone would give: the race changed data.
+
+    - the writer's ensemble change keeps the earlier segments a worker swapped since its
+      read (its view of them differs from the store's), or, the ledger no longer OPEN,
+      the writer's change or close gives way to a recovery (it withdraws);
+    - a recovery's close keeps the earlier segments a worker swapped since it began;
+    - a worker's swap lands on newer metadata than its copy read, keeping the writer's
+      or a recovery's change (whoever wrote the current version);
+    - a worker's versioned task delete fails: the auditor marked the task since its read;
+    - a writer's, recovery's or worker's CAS names a bookie that was down before it
+      landed: the auditor's last audit read older metadata and missed it (``au_missed``).
+    """
+    name, args = label
+    who = actor(name)
+    if who is None or (not cfg.writer and who in ("writer", "recovery_client")):
+        return
+    wl = cfg.writer_ledger
+    if name in ("writer_completes_ensemble_change", "writer_closes_ledger"):
+        if s.meta_status[wl] != OPEN:
+            yield "recovery_client", "writer"
+        elif name == "writer_completes_ensemble_change":
+            n = len(s.w_segments)
+            if s.meta_segments[wl][: n - 1] != s.w_segments[: n - 1]:
+                yield "worker", "writer"
+    elif name == "recovery_client_closes_ledger":
+        r = Recovery._make(s.rc[cast(int, args[0])])
+        if s.meta_status[wl] == IN_RECOVERY and (
+            s.meta_segments[wl][: r.base] != r.segments[: r.base]
+        ):
+            yield "worker", "recovery_client"
+    elif name == "worker_updates_segment_ensemble":
+        _b, ledger, _tv, pending = s.wk[cast(int, args[0])]
+        if pending is not None and t.meta_version[ledger] != s.meta_version[ledger]:
+            winner = _latest_metadata_writer(cfg, s, ledger)
+            if pending[2] != s.meta_version[ledger] and winner is not None:
+                yield winner, "worker"
+    elif name == "worker_deletes_task":
+        _b, ledger, tv, _p = s.wk[cast(int, args[0])]
+        if s.meta_task[ledger][0] != tv:
+            yield "auditor", "worker"
+    if t.au_missed & ~s.au_missed and who != "auditor":
+        yield who, "auditor"
+
+
 class ViolationError(Exception):
     """A config's check found an invariant violated: coverage of a wrong spec means nothing."""
 
@@ -236,6 +297,7 @@ class ConfigCoverage:
     fired: Counter[str] = field(default_factory=Counter)  # transitions taken
     reached: frozenset[int] = frozenset()  # lines of the branches reached
     races: Counter[tuple[str, str]] = field(default_factory=Counter)  # (writer, holder) steps
+    effects: Counter[tuple[str, str]] = field(default_factory=Counter)  # (winner, loser) steps
 
 
 def measure(cfg: Config, *, max_states: int | None = None) -> ConfigCoverage:
@@ -249,8 +311,9 @@ def measure(cfg: Config, *, max_states: int | None = None) -> ConfigCoverage:
         names = [label[0] for label, _t in out]
         cov.fired.update(names)
         cov.enabled.update(set(names))
-        for (name, _args), t in out:
-            cov.races.update(races(c, s, name, t))
+        for label, t in out:
+            cov.races.update(races(c, s, label[0], t))
+            cov.effects.update(effects(c, s, label, t))
         return out
 
     started = time.monotonic()
@@ -294,6 +357,20 @@ class Report:
         """Pairs of metadata writers that no config has racing on one ledger."""
         return [p for p in RACES if not self.raced_by(p)]
 
+    def effect_by(self, pair: tuple[str, str]) -> dict[str, int]:
+        """Per config, the steps in which the race of ``pair`` changed what the loser wrote."""
+        a, b = pair
+        out = {}
+        for c in self.configs:
+            n = c.effects[(a, b)] + c.effects[(b, a)]
+            if n:
+                out[c.config] = n
+        return out
+
+    def without_effect(self) -> list[tuple[str, str]]:
+        """Pairs of metadata writers whose race changes data in no config."""
+        return [p for p in RACES if not self.effect_by(p)]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "configs": [
@@ -333,11 +410,19 @@ class Report:
                         ]
                         for x, y in (p, p[::-1])
                     },
+                    "with_effect_in": self.effect_by(p),
+                    "effect_directions": {
+                        f"{y} keeps what {x} wrote": [
+                            c.config for c in self.configs if c.effects[(x, y)]
+                        ]
+                        for x, y in (p, p[::-1])
+                    },
                 }
                 for p in RACES
             ],
             "unexplained": len(self.unexplained()),
             "unraced": len(self.unraced()),
+            "without_effect": len(self.without_effect()),
         }
 
     def write_text(self, out: TextIO) -> None:
@@ -361,6 +446,11 @@ class Report:
         for p in RACES:
             by = self.raced_by(p)
             cells = ", ".join(f"{n} {k:,}" for n, k in by.items()) or "UNREACHED"
+            out.write(f"  {p[0]} / {p[1]}: {cells}\n")
+        out.write("races with an effect: the loser's write differs from its own view\n")
+        for p in RACES:
+            by = self.effect_by(p)
+            cells = ", ".join(f"{n} {k:,}" for n, k in by.items()) or "NO EFFECT"
             out.write(f"  {p[0]} / {p[1]}: {cells}\n")
 
 
@@ -398,11 +488,17 @@ def write_markdown(r: Report, out: TextIO) -> None:
         w(f"| `{b.action}` | {b.kind} | `{text}` | {cell} |\n")
     w("\n## Races\n\nTwo metadata writers race on a ledger when one writes its metadata ")
     w("or task while the other holds a read of it that its next write depends on. Steps ")
-    w("in which that happens, per config.\n\n| actors | configs (steps) |\n|---|---|\n")
+    w("in which that happens, per config; and the steps in which the race had an effect: ")
+    w("the loser's write differs from what its own stale read alone would give (see ")
+    w("`effects` in `bkref/spec/coverage.py`). A race without an effect cannot catch a ")
+    w("merge bug.\n\n| actors | raced in: configs (steps) | with an effect in |\n")
+    w("|---|---|---|\n")
     for p in RACES:
         raced = r.raced_by(p)
         cell = ", ".join(f"`{n}` ({k:,})" for n, k in raced.items()) or "**UNREACHED**"
-        w(f"| {p[0]} / {p[1]} | {cell} |\n")
+        eff = r.effect_by(p)
+        cell2 = ", ".join(f"`{n}` ({k:,})" for n, k in eff.items()) or "**NO EFFECT**"
+        w(f"| {p[0]} / {p[1]} | {cell} | {cell2} |\n")
 
 
 def report(

@@ -17,6 +17,7 @@ from bkref.spec.protocol import (
     RC_CLOSED,
     REFUSED,
     UP,
+    W_CLOSED,
     W_NONE,
     Recovery,
     State,
@@ -278,7 +279,7 @@ def NoReplicationLosesAckedEntries(cfg: Config, s: State) -> bool:
             acked = s.w_lac
         else:
             continue
-        for idx, b in filled:
+        for idx, b, _replaced in filled:
             if b not in segs[idx][1]:
                 continue
             end = segs[idx + 1][0] - 1 if idx + 1 < len(segs) else acked
@@ -290,6 +291,32 @@ def NoReplicationLosesAckedEntries(cfg: Config, s: State) -> bool:
                 ):
                     return False
     return True
+
+
+def NoLostMetadataUpdate(cfg: Config, s: State) -> bool:
+    """No metadata CAS undid what an earlier one wrote: every CAS kept the other writers' changes.
+
+    Three writers rewrite a ledger's metadata concurrently (the writer's ensemble
+    change, a recovery's close, a replication worker's swap), each by a CAS from
+    its own read and, on a version conflict, by merging its change into the
+    store's newer metadata. A merge that writes its own stale view instead
+    loses the other's update: a bookie a worker swapped out of a segment is
+    back in it, or a ledger a client closed is open again or closed at another
+    entry. A violation is that lost update, seen at the CAS that made it, not
+    degraded redundancy that the next audit quietly repairs.
+    """
+    for ledger, swaps in enumerate(s.meta_rereplicated):
+        segs = s.meta_segments[ledger]
+        for idx, _filled, replaced in swaps:
+            if replaced >= 0 and replaced in segs[idx][1]:
+                return False
+    if not cfg.writer:
+        return True
+    wl = cfg.writer_ledger
+    closes = [r.last for r in map(Recovery._make, s.rc) if r.phase == RC_CLOSED]
+    if s.w_status == W_CLOSED:
+        closes.append(s.w_lac)
+    return all(s.meta_status[wl] == CLOSED and s.meta_last[wl] == last for last in closes)
 
 
 def AtMostOneWorkerHoldsLedgerLock(cfg: Config, s: State) -> bool:
@@ -327,6 +354,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     OnlyValidFragments,
     AllClosedLedgersRepairedWhenQuiescent,
     NoReplicationLosesAckedEntries,
+    NoLostMetadataUpdate,
     AtMostOneWorkerHoldsLedgerLock,
     OneAuditorPerElectionEpoch,
 )

@@ -152,12 +152,19 @@ class State(NamedTuple):
     meta_version: tuple[int, ...]  # ledger metadata version, bumped by every CAS
     meta_task: tuple[tuple[int, int], ...]  # under-replication task: (version, lost bookies mask)
     meta_lock: tuple[int, ...]  # worker holding the ledger's replication lock, -1: none
-    meta_rereplicated: tuple[tuple[tuple[int, int], ...], ...]  # (segment, bookie) a worker filled
+    # Ghost (history): each worker swap that landed, (segment, bookie it filled, bookie it
+    # replaced); the replaced one is -1 once a later swap filled it back in.
+    meta_rereplicated: tuple[tuple[tuple[int, int, int], ...], ...]
     meta_autorecovery: int  # 1 enabled, 0 disabled by the operator
     meta_auditor: tuple[int, int]  # (election epoch, node holding the leader znode or -1)
     # --- bookies, one slot per bookie
     b_up: tuple[int, ...]  # DOWN / UP / REFUSED (wiped disk, cookie mismatch)
     b_ledgers: tuple[tuple[LedgerOnBookie, ...], ...]  # per ledger: synced, unsynced, fenced, LAC
+    # Per bookie, per entry of the writer's ledger: the LAC its stored copy is signed with
+    # (the one piggybacked on the add that stored it; -2: none stored). A worker's copy
+    # carries it to the new replica, whose LAC follows it, as a bookie's LAC follows every
+    # entry it stores (BookKeeper's ledger storage reads it from the entry's header).
+    b_signed: tuple[tuple[int, ...], ...]
     # --- the writer of the last ledger
     w_status: int  # NONE / OPEN / CLOSED / WITHDRAWN (fenced or lost the CAS)
     w_version: int  # metadata version the writer last wrote or read
@@ -407,6 +414,7 @@ def initial_state(cfg: Config) -> State:
             for p in write_set_positions(e, cfg.ensemble, cfg.write_quorum):
                 m, u, f, lac = per_bookie[first_ens[p]][ledger]
                 per_bookie[first_ens[p]][ledger] = (m | bit(e), u, f, max(lac, e - 1))
+    signed = [[-2] * cfg.entries for _ in range(cfg.bookies)]
     w_status, w_segments = W_NONE, cast(Segments, ())
     w_next, w_lac, w_acks = 0, -1, (0,) * cfg.entries
     if cfg.writer and cfg.two_segments:
@@ -419,6 +427,7 @@ def initial_state(cfg: Config) -> State:
         written = 0
         for p in write_set_positions(0, cfg.ensemble, cfg.write_quorum):
             per_bookie[first_ens[p]][wl] = (1, 0, 0, -1)
+            signed[first_ens[p]][0] = -1
             written |= bit(first_ens[p])
         w_next, w_lac, w_acks = 1, 0, (written,) + (0,) * (cfg.entries - 1)
         last.append(-1)
@@ -432,6 +441,7 @@ def initial_state(cfg: Config) -> State:
                 written = 0
                 for p in write_set_positions(0, cfg.ensemble, cfg.write_quorum):
                     per_bookie[first_ens[p]][wl] = (1, 0, 0, -1)
+                    signed[first_ens[p]][0] = -1
                     written |= bit(first_ens[p])
                 w_next, w_lac, w_acks = 1, 0, (written,) + (0,) * (cfg.entries - 1)
         else:
@@ -457,6 +467,7 @@ def initial_state(cfg: Config) -> State:
         meta_auditor=(1, 0) if workers else (0, -1),
         b_up=(UP,) * cfg.bookies,
         b_ledgers=tuple(tuple(x) for x in per_bookie),
+        b_signed=tuple(tuple(x) for x in signed),
         w_status=w_status,
         w_version=(2 if cfg.two_segments else 1) if w_status == W_OPEN else 0,
         w_segments=w_segments,
@@ -615,11 +626,16 @@ def writer_changes_ensemble(cfg: Config, s: State, failed: int, new: int) -> Sta
         return None
     first = s.w_lac + 1
     change = with_segment_change(s.w_segments, first, failed, new)
+    # The new bookie gets every unconfirmed entry once the change lands, even one sent to it
+    # before under another index (BookKeeper re-sends by index: unsetSuccessAndSendWriteRequest).
+    sent = _without_acks_of(_without_acks_of(s.w_sent, failed, first), new, first)
     if ACKS_BY_INDEX in cfg.mutants:
         # unreachable: only the mutant acks-from-replaced-bookie-count keeps the failed
         # bookie's acks until after the CAS, and coverage checks the correct spec.
-        return s._replace(w_change=change)
-    return s._replace(w_change=change, w_acks=_without_acks_of(s.w_acks, failed, first))
+        return s._replace(w_change=change, w_sent=sent)
+    return s._replace(
+        w_change=change, w_acks=_without_acks_of(s.w_acks, failed, first), w_sent=sent
+    )
 
 
 def _without_acks_of(acks: tuple[int, ...], b: int, first: int) -> tuple[int, ...]:
@@ -631,17 +647,22 @@ def writer_resends_add(cfg: Config, s: State, e: int, b: int) -> State | None:
     """The writer sends a pending entry to a bookie that joined its write set.
 
     Key points: after an ensemble change, unconfirmed entries go to the
-    replacement bookie. BookKeeper sends them once the change's CAS has
-    landed; the spec also lets them go while it is in flight (their acks are
-    held until it lands), which is what BOOKKEEPER-1591 got wrong. The
-    resend carries the LAC of the entry's first send, not the writer's
-    current one: the entry was signed once, and BookKeeper's PendingAddOp
-    re-sends the same buffer (with more than one add in flight the two
-    LACs differ).
+    replacement bookie once the change's CAS has landed, as BookKeeper's do
+    (``LedgerHandle.ensembleChangeLoop`` calls ``unsetSuccessAndSendWriteRequest``
+    after the metadata update succeeds; apache/bookkeeper 9590a97f), and
+    bkref's. The mutant ``acks-before-ensemble-change-lands`` sends them while
+    it is in flight and counts their acks (BOOKKEEPER-1591). The resend
+    carries the LAC of the entry's first send, not the writer's current
+    one: the entry was signed once, and BookKeeper's PendingAddOp re-sends
+    the same buffer (with more than one add in flight the two LACs differ).
     """
     if s.w_status != W_OPEN or not s.w_lac < e < s.w_next:
         # unreachable: next_states offers it only for w_lac < e < w_next while the writer is
         # OPEN.
+        return None
+    if s.w_change is not None and "acks-before-ensemble-change-lands" not in cfg.mutants:
+        # unreachable: next_states offers it while a change is in flight only under the mutant
+        # acks-before-ensemble-change-lands, and coverage checks the correct spec.
         return None
     ws = write_set(cfg, _writer_view(s), e)
     if not ws & bit(b) or s.w_sent[e] & bit(b):
@@ -670,6 +691,8 @@ def writer_completes_ensemble_change(cfg: Config, s: State) -> State | None:
         return s._replace(w_status=W_WITHDRAWN, w_change=None)
     n = len(s.w_segments)
     merged = s.meta_segments[wl][: n - 1] + s.w_change[n - 1 :]
+    if "ensemble-change-undoes-swap" in cfg.mutants:
+        merged = s.w_change  # its own view of the earlier segments too (not a merge)
     version = s.meta_version[wl] + 1
     s2 = with_segments(cfg, s, wl, merged)._replace(
         meta_version=set_at(s.meta_version, wl, version),
@@ -757,7 +780,13 @@ def bookie_handles_add(cfg: Config, s: State, m: Msg, reply_lost: int) -> State 
         else:
             synced |= bit(e)
         stored = (synced, unsynced, fenced, max(b_lac, lac))
-        t = _handled(s, m, reply_lost, b_ledgers=set_ledger_on(s, b, wl, stored))
+        t = _handled(
+            s,
+            m,
+            reply_lost,
+            b_ledgers=set_ledger_on(s, b, wl, stored),
+            b_signed=set_at(s.b_signed, b, set_at(s.b_signed[b], e, lac)),
+        )
     if t is None:
         # unreachable: ``_handled`` refuses only a lost reply with no loss left, and next_states
         # offers a lost reply only while a loss is left.
@@ -839,9 +868,14 @@ def bookie_crashes(cfg: Config, s: State, b: int) -> State | None:
         return None
     keep = 0 if "fence-lost-on-restart" in cfg.mutants else 1
     ledgers = tuple((sy, 0, f & keep, lac) for sy, _u, f, lac in s.b_ledgers[b])
+    signed = s.b_signed[b]
+    if cfg.writer and s.b_ledgers[b][cfg.writer_ledger][1]:  # unsynced entries are gone
+        synced = s.b_ledgers[b][cfg.writer_ledger][0]
+        signed = tuple(x if synced >> e & 1 else -2 for e, x in enumerate(signed))
     return s._replace(
         b_up=set_at(s.b_up, b, DOWN),
         b_ledgers=set_at(s.b_ledgers, b, ledgers),
+        b_signed=set_at(s.b_signed, b, signed),
         au_stale=1 if cfg.autorecovery else 0,
         msgs=_drop_messages_of(s.msgs, b),
         budget=set_at(s.budget, B_CRASH, s.budget[B_CRASH] - 1),
@@ -872,6 +906,7 @@ def bookie_restarts_with_wiped_disk(cfg: Config, s: State, b: int) -> State | No
     return s._replace(
         b_up=set_at(s.b_up, b, up),
         b_ledgers=set_at(s.b_ledgers, b, empty),
+        b_signed=set_at(s.b_signed, b, (-2,) * len(s.b_signed[b])),
         au_stale=1 if cfg.autorecovery and up == UP else s.au_stale,
         budget=set_at(s.budget, B_WIPE, s.budget[B_WIPE] - 1),
     )
@@ -1109,11 +1144,22 @@ def recovery_client_changes_ensemble(
     Key points: the new segment starts after the recovery client's own
     confirmed prefix (never before the recovery start); the change is only
     written to the store with the close, so a failed recovery leaves no trace.
+    Once every write-back is at ack quorum the close is decided, and a later
+    timeout changes nothing: BookKeeper's LedgerRecoveryOp starts
+    ``closeRecovered`` from the last write-back's ``addComplete``, and a
+    failure handled after that reaches the close only if its metadata
+    transform has not run yet (``ReadOnlyLedgerHandle.handleBookieFailure``
+    records ``newEnsemblesFromRecovery``; apache/bookkeeper 9590a97f); the
+    spec takes the order where it has, as bkref's recovery does (its close is
+    computed at that moment).
     """
     r = recovery_of(s, c)
     if r.phase not in (RC_READING, RC_WRITING):
         # unreachable: next_states offers it only while the recovery client is READING or
         # WRITING.
+        return None
+    if r.phase == RC_WRITING and r.lac >= r.last:
+        # unreachable: next_states offers it only before every write-back is at ack quorum.
         return None
     last_ens = r.segments[-1][1]
     if failed not in last_ens or new in last_ens or s.b_up[new] != UP:
@@ -1177,6 +1223,8 @@ def recovery_client_closes_ledger(cfg: Config, s: State, c: int) -> State | None
             return s._replace(rc=with_recovery(s, c, r._replace(phase=RC_CLOSED)))
         return s._replace(rc=with_recovery(s, c, r._replace(phase=RC_FAILED)))
     segs = s.meta_segments[wl][: r.base] + r.segments[r.base :]
+    if "recovery-close-undoes-swap" in cfg.mutants:
+        segs = r.segments  # its own view of the earlier segments too (not a merge)
     version = s.meta_version[wl] + 1
     return with_segments(cfg, s, wl, segs)._replace(
         meta_status=set_at(s.meta_status, wl, CLOSED),
@@ -1238,23 +1286,35 @@ def auditor_runs_periodic_bookie_check(cfg: Config, s: State) -> State | None:
 
 
 def auditor_checks_ledger_replicas(cfg: Config, s: State, ledger: int) -> State | None:
-    """The auditor's periodic check of a closed ledger: it marks live bookies that miss entries.
+    """The auditor's periodic check of a ledger's closed segments, the ledger open or
+    closed: it marks live bookies that miss entries.
 
     Key points: the seed's open question "periodically check ledgers are
     available"; only with ``cfg.periodic_check``, by the elected auditor with
     AutoRecovery enabled. It reads from each live bookie of each segment the
     entries of its write sets; a bookie lacking one, or not answering (lost),
-    is added to the ledger's task (ENTRIES_MISSING) with a new version. A replica lost without a
-    bookie loss (an add that never arrived before the close) is found only
-    this way. Bookies already listed are not marked again.
+    is added to the ledger's task (ENTRIES_MISSING) with a new version. A
+    replica lost without a bookie loss (an add that never arrived) is found
+    only this way. Bookies already listed are not marked again. An open
+    ledger's closed segments are checked too, as BookKeeper's are
+    (``AuditorCheckAllLedgersTask.checkAllLedgers`` opens every ledger without
+    recovery and ``LedgerChecker.checkLedger`` builds a fragment of every
+    segment before the last; apache/bookkeeper 9590a97f), and the worker
+    repairs them while the writer goes on, racing its ensemble change and a
+    recovery's close. Not modelled: BookKeeper also checks the open last
+    segment up to the LAC the check reads (``LedgerChecker.checkLedger``); a
+    bookie found missing an entry there makes the worker fence the ledger
+    after the grace period. bkref's ``LedgerCheck`` skips that segment too.
     """
     if not cfg.periodic_check or auditor_node(s) < 0 or not s.meta_autorecovery:
         return None
-    if s.meta_status[ledger] != CLOSED:
+    if s.meta_status[ledger] == NONE:
         return None
     version, lost = s.meta_task[ledger]
     missing = 0
     for idx, (_f, ens) in enumerate(s.meta_segments[ledger]):
+        if not segment_is_closed(s, ledger, idx):
+            continue  # the open last segment: see the docstring
         for b in ens:
             if s.b_up[b] != UP or missing_entries(cfg, s, ledger, idx, b):
                 missing |= bit(b)  # a lost bookie cannot answer the check's reads either
@@ -1414,19 +1474,36 @@ def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int, lost: int = 
         return None
     segs = s.meta_segments[ledger]
     copied = 0
+    synced, unsynced, fenced, lac = ledger_on(s, bookie, ledger)
+    mine = list(s.b_signed[bookie])
     for e in range(segs[idx][0], segment_end(s, cfg, ledger, idx) + 1):
         ws = write_set(cfg, segs, e)
         if not ws & bit(lost):
             continue
-        if any(s.b_up[x] == UP and _stored(s, x, ledger) & bit(e) for x in bookies_of(ws)):
+        sources = [x for x in bookies_of(ws) if s.b_up[x] == UP and _stored(s, x, ledger) & bit(e)]
+        if sources:
             copied |= bit(e)
+            signed = _signed_lac(cfg, s, ledger, e, sources)
+            lac = max(lac, signed)
+            if ledger == cfg.writer_ledger:
+                mine[e] = signed
         elif segment_is_closed(s, ledger, idx):
             return None  # a committed entry has no live copy: cannot repair now
-    synced, unsynced, fenced, lac = ledger_on(s, bookie, ledger)
     return s._replace(
         b_ledgers=set_ledger_on(s, bookie, ledger, (synced | copied, unsynced, fenced, lac)),
+        b_signed=set_at(s.b_signed, bookie, tuple(mine)),
         wk=set_at(s.wk, w, (bookie, ledger, tv, (idx, lost, s.meta_version[ledger]))),
     )
+
+
+def _signed_lac(cfg: Config, s: State, ledger: int, e: int, sources: list[int]) -> int:
+    """The LAC the copy of ``e`` a worker reads is signed with: the highest among its live
+    sources' copies (they differ only when a recovery's write-back and the writer's add
+    were signed with different LACs; the spec takes the highest, a choice of source). The
+    closed ledgers' entries were written in order, each signed with the one before."""
+    if ledger != cfg.writer_ledger:
+        return e - 1
+    return max(s.b_signed[x][e] for x in sources)
 
 
 def worker_updates_segment_ensemble(cfg: Config, s: State, w: int) -> State | None:
@@ -1453,7 +1530,17 @@ def worker_updates_segment_ensemble(cfg: Config, s: State, w: int) -> State | No
         # mutant worker-skips-ledger-lock, whose check stops at the double lock first).
         return s._replace(wk=wk)
     new_segs = set_at(segs, idx, (first, tuple(bookie if b == lost else b for b in ens)))
-    rerepl = tuple(sorted({*s.meta_rereplicated[ledger], (idx, bookie)}))
+    rerepl = tuple(
+        sorted(
+            {
+                *(
+                    (i, f, -1 if (i, r) == (idx, bookie) else r)
+                    for i, f, r in s.meta_rereplicated[ledger]
+                ),
+                (idx, bookie, lost),
+            }
+        )
+    )
     return with_segments(cfg, s, ledger, new_segs)._replace(
         meta_version=set_at(s.meta_version, ledger, s.meta_version[ledger] + 1),
         meta_rereplicated=set_at(s.meta_rereplicated, ledger, rerepl),
@@ -1468,12 +1555,26 @@ def worker_fences_open_ledger(cfg: Config, s: State, w: int) -> State | None:
     closed by the recovery client) and keeps the lock until the ledger is
     closed, as BookKeeper's worker does; it then goes on with the same task
     (the segment, closed now, is copied like any other).
+
+    A ledger already in recovery (an application's) may be fenced whatever
+    segment needs repair, or its closed segments copied first: the spec allows
+    both. BookKeeper's worker treats a fragment of an unclosed ledger as open
+    unless the LAC it reads reaches the last segment's first entry - 1
+    (``LedgerFragment.isClosed``), and then defers and, after the grace
+    period, opens the ledger with recovery (``ReplicationWorker.rereplicate``,
+    ``deferLedgerLockRelease``; the recovery of an IN_RECOVERY ledger writes
+    no metadata; apache/bookkeeper 9590a97f); bkref's worker leaves any ledger
+    in recovery to its recovery until the grace period ends. With one recovery
+    client, that client's recovery stands for the worker's (``a-recoveries``
+    races two).
     """
     bookie, ledger, tv, _pending = s.wk[w]
     if ledger != cfg.writer_ledger or not _worker_ready(s, w):
         return None
     last = len(s.meta_segments[ledger]) - 1
-    if s.meta_status[ledger] != OPEN or _segment_needs_repair(cfg, s, ledger, last) < 0:
+    if s.meta_status[ledger] == IN_RECOVERY:
+        pass  # see the docstring
+    elif s.meta_status[ledger] != OPEN or _segment_needs_repair(cfg, s, ledger, last) < 0:
         return None
     return s._replace(rc_requested=1, wk=set_at(s.wk, w, (bookie, ledger, tv, RECOVERING)))
 
@@ -1526,21 +1627,44 @@ def worker_deletes_task(cfg: Config, s: State, w: int) -> State | None:
 
 
 def worker_releases_lock(cfg: Config, s: State, w: int) -> State | None:
-    """The worker cannot repair the ledger now (no target, no source): it lets the lock go."""
+    """The worker cannot repair the ledger now (no target, no source), or waits for its
+    open last segment to close: it lets the lock go.
+
+    Key points: a live bookie the task lists as missing entries (the periodic
+    check's ENTRIES_MISSING) that is also in the open last segment still takes
+    the writer's adds; bkref's worker leaves such a ledger until it is closed,
+    and the spec allows that beside marking it replicated. BookKeeper's worker
+    re-checks the open segment up to the LAC it reads and marks the ledger
+    replicated if nothing is missing (``ReplicationWorker.rereplicate``;
+    apache/bookkeeper 9590a97f). A lost bookie there is no reason to wait: the
+    worker fences the ledger (after the grace period). Likewise a worker whose own bookie the task
+    lists may decline to copy to it (bkref's placement never targets a bookie
+    known to miss entries; BookKeeper's worker copies to its local bookie
+    regardless): the spec allows both.
+    """
     bookie, ledger, _tv, _pending = s.wk[w]
     if not _worker_ready(s, w):
         return None
+    declines = bool(s.meta_task[ledger][1] & bit(bookie))  # see the docstring
     for idx in range(len(s.meta_segments[ledger])):
-        if worker_copies_fragment(cfg, s, w, idx) is not None:
+        if not declines and worker_copies_fragment(cfg, s, w, idx) is not None:
             return None
-    if (
-        worker_verifies_ledger_replicated(cfg, s, w) is not None
-        or worker_fences_open_ledger(cfg, s, w) is not None
+    if not _waits_for_close(s, ledger) and (
+        worker_fences_open_ledger(cfg, s, w) is not None
+        or worker_verifies_ledger_replicated(cfg, s, w) is not None
     ):
         return None
     return s._replace(
         meta_lock=set_at(s.meta_lock, ledger, -1), wk=set_at(s.wk, w, (bookie, -1, 0, None))
     )
+
+
+def _waits_for_close(s: State, ledger: int) -> bool:
+    """The ledger is not closed and its last segment names a live bookie its task lists."""
+    if s.meta_status[ledger] == CLOSED:
+        return False
+    listed = s.meta_task[ledger][1]
+    return any(listed & bit(b) and s.b_up[b] == UP for b in s.meta_segments[ledger][-1][1])
 
 
 # ================================================================== OPERATOR ACTIONS
@@ -1746,12 +1870,14 @@ def next_states(cfg: Config, s: State) -> list[Step]:
             if s.w_next < cfg.entries and s.w_next - s.w_lac <= cfg.pipeline:
                 emit(writer_sends_add)
             if s.w_change is None:
-                emit(writer_closes_ledger)
+                if cfg.writer_closes:
+                    emit(writer_closes_ledger)
             else:
                 emit(writer_completes_ensemble_change)
-            for e in range(s.w_lac + 1, s.w_next):
-                for b in _writer_view(s)[-1][1]:
-                    emit(writer_resends_add, e, b)
+            if s.w_change is None or "acks-before-ensemble-change-lands" in cfg.mutants:
+                for e in range(s.w_lac + 1, s.w_next):
+                    for b in _writer_view(s)[-1][1]:
+                        emit(writer_resends_add, e, b)
             if s.w_change is None:
                 last_ens = s.w_segments[-1][1]
                 for failed in last_ens:
@@ -1775,7 +1901,8 @@ def next_states(cfg: Config, s: State) -> list[Step]:
                 if phase == RC_WRITING:
                     emit(recovery_client_closes_ledger, c)
                 last_ens = r.segments[-1][1]
-                for failed in last_ens:
+                decided = phase == RC_WRITING and r.lac >= r.last  # the close is decided
+                for failed in () if decided else last_ens:
                     if _rc_timed_out(cfg, s, c, r, failed):
                         for new in range(n):
                             if up[new] == UP and new not in last_ens:

@@ -45,10 +45,12 @@ def rename(s: State, perm: tuple[int, ...]) -> State:
         meta_segments=tuple(_remap_segments(segs, perm) for segs in s.meta_segments),
         meta_task=tuple((v, mm(lost, perm)) for v, lost in s.meta_task),
         meta_rereplicated=tuple(
-            tuple(sorted((i, perm[b]) for i, b in rr)) for rr in s.meta_rereplicated
+            tuple(sorted((i, perm[b], perm[r] if r >= 0 else -1) for i, b, r in rr))
+            for rr in s.meta_rereplicated
         ),
         b_up=tuple(s.b_up[inv[i]] for i in range(n)),
         b_ledgers=tuple(s.b_ledgers[inv[i]] for i in range(n)),
+        b_signed=tuple(s.b_signed[inv[i]] for i in range(n)),
         w_segments=_remap_segments(s.w_segments, perm),
         w_change=None if s.w_change is None else _remap_segments(s.w_change, perm),
         w_acks=tuple(mm(x, perm) for x in s.w_acks),
@@ -82,6 +84,7 @@ def _unreferenced_key(s: State, b: int) -> tuple[object, ...]:
     return (
         s.b_up[b],
         s.b_ledgers[b],
+        s.b_signed[b],
         tuple(bool(x & bb) for x in s.w_acks),
         tuple(bool(x & bb) for x in s.w_sent),
         tuple(
@@ -95,6 +98,7 @@ def _unreferenced_key(s: State, b: int) -> tuple[object, ...]:
         ),
         tuple(bool(lost & bb) for _v, lost in s.meta_task),
         tuple(sorted((k, e, a, r) for k, x, e, a, r in s.msgs if x == b)),
+        tuple(tuple(i for i, _f, r in rr if r == b) for rr in s.meta_rereplicated),
     )
 
 

@@ -59,6 +59,10 @@ def describe(s: State) -> dict[str, str]:
             if unsynced:
                 text += f" unsynced {_entries(unsynced)}"
             text += f" lac {lac}" + (" fenced" if fenced else "")
+            if ledger == len(per) - 1 and any(x >= -1 for x in s.b_signed[b]):
+                text += " signed " + ",".join(
+                    f"e{e}:{x}" for e, x in enumerate(s.b_signed[b]) if x >= -1
+                )
             out[f"b{b}[L{ledger}]"] = text
     out["writer.status"] = W_NAMES[s.w_status]
     out["writer.segments"] = _segments(s.w_segments)

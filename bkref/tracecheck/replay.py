@@ -190,6 +190,7 @@ class Replay:
         stray = sum(1 << e for e in self.lt.stray.get(str(ev.line["bookie"]), ()))
         # An entry the bookie made durable but crashed before answering: its request was
         # taken with the reply lost, not lost (the search lost it when it was sent).
+        signed = list(t.b_signed[b])
         for e in _bits(mask & ~synced & ~stray):
             sent = [x for x in self.unanswered.get((b, e), []) if not f or x.sender != "writer"]
             if not sent:
@@ -200,6 +201,7 @@ class Replay:
                 )
             synced |= 1 << e
             b_lac = max(b_lac, sent[0].lac)
+            signed[e] = sent[0].lac
         if f and not fenced:
             raise NotAllowedError(
                 f"b{b} came back unfenced; the spec's bookie keeps its fence", definite=True
@@ -210,7 +212,10 @@ class Replay:
             raise NotAllowedError(
                 f"b{b} came back with LAC {lac}; the spec's bookie has {b_lac}", definite=True
             )
-        return t._replace(b_ledgers=p.set_ledger_on(t, b, wl, (synced, unsynced, f, b_lac)))
+        return t._replace(
+            b_ledgers=p.set_ledger_on(t, b, wl, (synced, unsynced, f, b_lac)),
+            b_signed=p.set_at(t.b_signed, b, tuple(signed)),
+        )
 
     def _register(self, ev: Event, s: State) -> State:
         """A bookie registered in ZooKeeper. One the spec has down was marked lost by the

@@ -361,6 +361,29 @@ def test_a_lost_bookie_the_task_does_not_name_is_repaired_too() -> None:
     assert (copy.fragment.bookie, copy.target) == (A, D)
 
 
+def test_a_lost_bookie_in_the_open_segment_after_the_copies_is_fenced_not_waited_for() -> None:
+    # Found by `bkref refine --config m-merge-writer`: the writer's ensemble change named a
+    # bookie that was lost before the change landed. The worker copied the closed segment
+    # (the open one named no lost bookie at its first look); at its check after the copies
+    # the open segment names A: it fences the ledger (BookKeeper's worker does so after the
+    # grace period) where it used to let the lock go and wait for a close nobody makes.
+    md = _md((Segment(0, (A, B, C)), Segment(4, (B, C, E))))
+    core = _locked(config=WorkerConfig(grace_period_ms=0))
+    core.on_ledger(md, 10, 0, live=LIVE, candidates=RACKS)
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
+    assert copy.fragment.segment == 0
+    core.on_copied(4, 400)
+    [cas] = core.take_actions()
+    assert isinstance(cas, CasReplica)
+    core.on_cas(11)
+    assert core.take_actions() == [ReadLedger(1, live=True)]
+    changed = cas.metadata.with_segment(6, (B, A, E))  # the writer's change, landed
+    core.on_ledger(changed, 12, 0, live=LIVE)
+    assert core.take_actions() == [StartRecovery(1, b"pw", (A,))]
+    assert core.phase is WorkerPhase.RECOVERING
+
+
 def test_a_bookie_lost_during_the_copies_keeps_the_task() -> None:
     core = _locked()
     core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)

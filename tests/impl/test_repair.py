@@ -115,6 +115,18 @@ def test_replace_replica_only_where_the_segment_still_names_the_bookie() -> None
     assert is_repaired(done, {A: Reason.ENTRIES_MISSING})
 
 
+def test_a_replica_missing_entries_in_an_empty_segment_only_is_repaired() -> None:
+    # Found by `bkref refine --config c-open-check`: the ledger closed before its second
+    # segment got an entry; the periodic check listed D (it missed an entry of segment 0),
+    # segment 0 was repaired, and the empty segment 1 still names D. Nothing is left to
+    # copy, so the task is done; waiting for D to leave segment 1 kept it forever.
+    md = ledger_md((Segment(0, (A, B, E)), Segment(5, (A, C, D))), closed_at=4)
+    assert segment_range(md, 1) == (5, 4)  # empty
+    assert is_repaired(md, {D: Reason.ENTRIES_MISSING})
+    assert not is_repaired(md, {D: Reason.LOST})  # a lost bookie still moves out of it
+    assert not is_repaired(md, {E: Reason.ENTRIES_MISSING})  # segment 0 has entries
+
+
 def test_most_at_risk_first_with_failures_deprioritised_and_old_tasks_promoted() -> None:
     s = Scheduling(deprioritize_after_failures=5, promote_after_ms=1000)
     now = 10_000

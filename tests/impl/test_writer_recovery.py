@@ -535,3 +535,58 @@ def test_a_write_back_resent_to_a_replacement_carries_the_lac_it_was_first_signe
     assert first == {1: 0, 2: 0}, "both found before any write-back was acknowledged"
     assert ("b3", 2, 0) in sent, "the resend to b3 carries entry 2's first LAC, not 1"
     assert store.metadata.last_entry == 2
+
+
+def test_a_recovery_close_keeps_a_worker_swap_of_an_earlier_segment() -> None:
+    """Found by `bkref refine --config c-merge`: a replication worker swapped a lost bookie
+    of the closed first segment while recovery was closing; recovery failed ("metadata
+    changed under recovery") where BookKeeper's closeRecovered re-reads and closes on the
+    new version with the worker's segment kept (BOOKKEEPER-584)."""
+    cluster, _store, digest = _setup(2, 2, 2, 5)
+    two = LedgerMetadata(
+        2,
+        2,
+        2,
+        (Segment(0, ("b0", "b1")), Segment(1, ("b0", "b2"))),
+        DigestType.CRC32C,
+        password_hash(PW),
+    )
+    store = MetaStore(two, 1)
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+    wd = Driver(cluster, store, w, "w")
+    w.add(b"e0")
+    w.add(b"e1")
+    wd.pump()
+    _run(cluster, {"w": wd}, None)
+    assert [c.entry_id for c in wd.completed] == [0, 1]
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    rd = Driver(cluster, store, r, "r")
+    rd.deferred = []
+    r.start()
+    rd.pump()
+    (mark,) = [a for _d, a in rd.deferred]
+    rd.deferred.clear()
+    rd.land(mark)
+    _run(cluster, {"r": rd}, None)
+    (close,) = [a for _d, a in rd.deferred]
+    assert close.metadata.is_closed
+    # The worker's CAS lands first: b3 replaces b1 in segment 0.
+    swapped = LedgerMetadata(
+        2,
+        2,
+        2,
+        (Segment(0, ("b0", "b3")), store.metadata.segments[1]),
+        DigestType.CRC32C,
+        password_hash(PW),
+        state=LedgerState.IN_RECOVERY,
+    )
+    assert store.cas(WriteMetadata(swapped, store.version, "worker swap"))
+    rd.deferred = None
+    rd.land(close)
+    (done,) = rd.finished
+    assert isinstance(done, RecoveryCompleted)
+    assert done.ok, done.message
+    md = store.metadata
+    assert md.state is LedgerState.CLOSED
+    assert md.last_entry == 1
+    assert md.segments == (Segment(0, ("b0", "b3")), Segment(1, ("b0", "b2")))

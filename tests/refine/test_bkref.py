@@ -50,6 +50,9 @@ CAUGHT_IN = {
     "repair-open-segment-without-fence": "m-open-segment",
     # The spec's mutant of the same name: an ack of the replaced bookie confirms e0.
     "acks-from-replaced-bookie-count": "m-4651",
+    # The spec's mutant of the same name: the writer's retry puts the lost bookie back in
+    # the segment a worker repaired (NoLostMetadataUpdate, in bkref's own state).
+    "ensemble-change-undoes-swap": "m-merge-writer",
 }
 
 

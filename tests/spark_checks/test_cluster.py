@@ -24,7 +24,7 @@ import pytest
 
 from bkref.linearizability.history import Op
 from bkref.linearizability.history_files import write_jsonl
-from bkref.spark_checks.standalone import HOST, ClusterError, StandaloneCluster
+from bkref.spark_checks.standalone import HOST, ClusterError, StandaloneCluster, group_members
 from tests.spark_checks.test_generic import register_history
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -32,19 +32,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 BKREF = str(Path(sys.executable).with_name("bkref"))
 PARTITIONS = "4"  # the cluster's default (200) costs minutes on histories this small
 CHECK_TIMEOUT = 600  # seconds for one spark-check on a loaded 2-core machine
-
-
-def _process_groups(pgids: list[int]) -> list[int]:
-    """PIDs of live processes in any of these process groups."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:  # exited while we looked
-            continue
-        if fields[0] != "Z" and int(fields[2]) in pgids:
-            found.append(int(stat.parent.name))
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -169,9 +156,9 @@ def test_the_generic_search_runs_in_the_executors_python_from_the_shipped_zip(
 def test_stopping_the_cluster_leaves_no_process(cluster: StandaloneCluster) -> None:
     groups = cluster.pids()
     assert len(groups) == 2
-    assert _process_groups(groups)  # the master and worker JVMs, before
+    assert group_members(groups)  # the master and worker JVMs, before
     cluster.stop()
-    assert _process_groups(groups) == []
+    assert group_members(groups) == []
     assert all(p.poll() is not None for p in cluster.processes.values())
 
 
@@ -180,4 +167,4 @@ def test_a_worker_not_up_by_the_deadline_is_an_error_naming_its_log(tmp_path: Pa
     with pytest.raises(ClusterError, match=r"no Spark worker registered .* see .*worker\.log"):
         c.start()
     assert len(c.pids()) == 2
-    assert _process_groups(c.pids()) == []  # start stopped what it had started
+    assert group_members(c.pids()) == []  # start stopped what it had started

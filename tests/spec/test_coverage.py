@@ -9,11 +9,12 @@ import pytest
 
 from bkref.spec.checker import check
 from bkref.spec.cli import main
-from bkref.spec.configs import NAMED
-from bkref.spec.coverage import RACES, _reason, branches, measure, races, report
+from bkref.spec.configs import NAMED, mutant_config
+from bkref.spec.coverage import RACES, _reason, branches, effects, measure, races, report
 from bkref.spec.protocol import (
     ACTIONS,
     initial_state,
+    next_states,
     recovery_client_starts_recovery,
     writer_sends_add,
 )
@@ -139,6 +140,38 @@ def test_config_c_race_has_every_pair_of_metadata_writers_racing() -> None:
     assert any(r.reached_by(b) == ["c-race"] for b in periodic if b.kind == "path")
 
 
+def test_a_merge_that_keeps_a_worker_swap_is_an_effect_and_one_over_a_fresh_view_is_not() -> None:
+    # The mutant's counterexample ends with the writer's CAS over the worker's swap.
+    r = check(mutant_config("ensemble-change-undoes-swap"))
+    before = r.trace[-2].state
+    cfg = NAMED["c-merge"]
+    label = ("writer_completes_ensemble_change", ())
+    (t,) = [t for (name, _a), t in next_states(cfg, before) if name == label[0]]
+    assert list(effects(cfg, before, label, t)) == [("worker", "writer")]
+    # The same CAS by a writer whose view already has the swap changes nothing it would not.
+    wl = cfg.writer_ledger
+    fresh = before._replace(w_segments=before.meta_segments[wl])
+    (t,) = [t for (name, _a), t in next_states(cfg, fresh) if name == label[0]]
+    assert list(effects(cfg, fresh, label, t)) == []
+
+
+def test_configs_c_race_and_c_merge_give_every_race_an_effect() -> None:
+    r = report([NAMED["c-race"], NAMED["c-merge"]])
+    assert r.without_effect() == []
+    assert set(r.effect_by(("writer", "worker"))) == {"c-merge"}
+    assert set(r.effect_by(("recovery_client", "worker"))) == {"c-merge"}
+    data = r.to_json()
+    assert data["without_effect"] == 0
+    row = next(x for x in data["races"] if x["actors"] == ["writer", "worker"])
+    assert row["effect_directions"]["writer keeps what worker wrote"] == ["c-merge"]
+
+
+def test_without_autorecovery_no_race_but_the_recovery_s_has_an_effect() -> None:
+    r = report([NAMED["a-short"]])
+    assert len(r.without_effect()) == len(RACES) - 1
+    assert set(r.effect_by(("writer", "recovery_client"))) == {"a-short"}
+
+
 def test_the_coverage_page_lists_every_branch_and_race_of_the_spec_as_it_is() -> None:
     # docs/coverage.md is written by `make spec-check` (minutes); this keeps it from going
     # stale: every return statement of today's spec, in order, and every race, reached.
@@ -153,5 +186,6 @@ def test_the_coverage_page_lists_every_branch_and_race_of_the_spec_as_it_is() ->
         "docs/coverage.md is stale: run `make spec-check`"
     )
     assert "UNREACHED" not in page
+    assert "NO EFFECT" not in page
     for a, b in RACES:
         assert f"| {a} / {b} | `" in page

@@ -26,6 +26,8 @@ CAUGHT_BY = {
     "fence-lost-on-restart": "NoDivergenceBetweenClientAndMetaData",
     "wiped-bookie-rejoins": "NoDivergenceBetweenClientAndMetaData",
     "open-segment-without-entries-skipped": "AllClosedLedgersRepairedWhenQuiescent",
+    "ensemble-change-undoes-swap": "NoLostMetadataUpdate",
+    "recovery-close-undoes-swap": "NoLostMetadataUpdate",
     "worker-skips-ledger-lock": "AtMostOneWorkerHoldsLedgerLock",
     "auditor-without-election": "OneAuditorPerElectionEpoch",
     "auditor-acts-after-session-loss": "OneAuditorPerElectionEpoch",

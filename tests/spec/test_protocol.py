@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from bkref.spec.config import Config
-from bkref.spec.invariants import INVARIANTS, AllClosedLedgersRepairedWhenQuiescent
+from bkref.spec.configs import NAMED
+from bkref.spec.invariants import (
+    INVARIANTS,
+    AllClosedLedgersRepairedWhenQuiescent,
+    NoLostMetadataUpdate,
+)
 from bkref.spec.protocol import (
     ADD,
     CLOSED,
@@ -258,3 +263,28 @@ def test_two_recoveries_a_resend_keeps_its_first_lac_and_the_loser_fails() -> No
     assert recovery_of(t, 0).phase == RC_FAILED
     assert t.meta_version == s.meta_version
     assert t.meta_last == s.meta_last
+
+
+def test_a_close_or_a_worker_swap_undone_is_a_lost_metadata_update() -> None:
+    cfg = NAMED["c-merge"]
+    s = initial_state(cfg)
+    assert NoLostMetadataUpdate(cfg, s)
+    closed = writer_closes_ledger(cfg, s)
+    assert closed is not None
+    assert NoLostMetadataUpdate(cfg, closed)
+    wl = cfg.writer_ledger
+    reopened = closed._replace(meta_status=(*closed.meta_status[:wl], OPEN))
+    assert not NoLostMetadataUpdate(cfg, reopened)
+    moved = closed._replace(meta_last=(*closed.meta_last[:wl], closed.meta_last[wl] - 1))
+    assert not NoLostMetadataUpdate(cfg, moved)
+    # A worker swapped b0 out of segment 0 for b3: b0 back there is the lost update;
+    # b0 filled back in by a later swap (replaced marked -1) is not.
+    segs = s.meta_segments[wl]
+    swapped = s._replace(
+        meta_segments=(((0, (3, *segs[0][1][1:])), segs[1]),),
+        meta_rereplicated=(((0, 3, 0),),),
+    )
+    assert NoLostMetadataUpdate(cfg, swapped)
+    undone = swapped._replace(meta_segments=(segs,))
+    assert not NoLostMetadataUpdate(cfg, undone)
+    assert NoLostMetadataUpdate(cfg, undone._replace(meta_rereplicated=(((0, 3, -1),),)))

@@ -52,6 +52,15 @@ error (a typo must not silently test the correct code).
   (``bkref refine --config m-4651 --plant acks-from-replaced-bookie-count``).
   The spec's mutant of the same name re-creates it.
 
+- ``ensemble-change-undoes-swap``: the writer's ensemble change, retried after a
+  version conflict with a replication worker's swap of an earlier segment, writes
+  its own view of the earlier segments at the new version (BOOKKEEPER-667, before
+  ensembles were merged from the store): the lost bookie is back in the segment the
+  worker repaired. Nothing is lost at once (the next audit marks the ledger again),
+  so no campaign check sees it; the refinement machine does, at the CAS
+  (``bkref refine --config c-merge --plant ensemble-change-undoes-swap``). The
+  spec's mutant of the same name re-creates it.
+
 Only tests and campaigns (``bkref campaign --plant NAME``) switch them on; a
 campaign passes its ``--plant`` list to every bookie and writer process it
 starts, on each backend, and to the clients in its own process.
@@ -68,13 +77,19 @@ PLANTS = (
     "repair-open-segment-without-fence",
     "bookie-forgets-lac-on-replay",
     "acks-from-replaced-bookie-count",
+    "ensemble-change-undoes-swap",
 )
 # Planted bugs that no campaign check can see (``make planted`` skips them): one loses no
-# acknowledged entry and breaks no hand-written invariant; the other leaves an entry short
-# of copies only after a race that a campaign's timing almost never lines up, and loses it
-# only if the last copy goes too. The refinement machine, which compares the
-# implementation's whole state with the spec's step by step, catches both.
-REFINEMENT_ONLY = ("bookie-forgets-lac-on-replay", "acks-from-replaced-bookie-count")
+# acknowledged entry and breaks no hand-written invariant; one leaves an entry short of
+# copies only after a race that a campaign's timing almost never lines up, and loses it
+# only if the last copy goes too; one undoes a repair that the next audit redoes. The
+# refinement machine, which compares the implementation's whole state with the spec's
+# step by step, catches all three.
+REFINEMENT_ONLY = (
+    "bookie-forgets-lac-on-replay",
+    "acks-from-replaced-bookie-count",
+    "ensemble-change-undoes-swap",
+)
 # The planted bugs whose effect a campaign's checks must catch (``make planted``).
 CAMPAIGN_PLANTS = tuple(p for p in PLANTS if p not in REFINEMENT_ONLY)
 

@@ -177,7 +177,9 @@ class LedgerRecovery:
             self._finish(True, "")
 
     def on_metadata_conflict(self, current: LedgerMetadata, version: int) -> None:
-        """Someone else changed the metadata: a closed ledger means another recovery won."""
+        """Someone else changed the metadata: a closed ledger means another recovery won; a
+        ledger still in recovery at the close means a replication worker swapped a bookie
+        of an earlier segment: close again on its version, keeping its segments."""
         if current.is_closed:
             self.metadata, self.version = current, version
             self.last_entry, self.length = current.last_entry, current.length
@@ -190,6 +192,18 @@ class LedgerRecovery:
             self._lac_answers.clear()
             self._lac_failed.clear()
             self.start()
+        elif self.phase is RecoveryPhase.CLOSING and current.state is LedgerState.IN_RECOVERY:
+            # The segments before the one recovery read from are the store's (a worker's
+            # swap), the rest are this recovery's, as BookKeeper's closeRecovered applies
+            # its change to the metadata it re-reads (BOOKKEEPER-584). Failing here instead
+            # was found by `bkref refine --config c-merge`.
+            base = len(self._read_md.segments) - 1
+            merged = replace(
+                self.metadata, segments=current.segments[:base] + self.metadata.segments[base:]
+            )
+            self.metadata, self.version = merged, version
+            self._proposed = merged.closed(self.last_entry, self.length)
+            self._actions.append(WriteMetadata(self._proposed, version, "recovery close retry"))
         else:
             self._fail(f"metadata changed under recovery (now {current.state.value}); retry")
 

@@ -238,8 +238,19 @@ def order_tasks(tasks: Iterable[Task], now_ms: int, s: Scheduling) -> list[Task]
 
 def is_repaired(metadata: LedgerMetadata, replicas: Mapping[str, Reason]) -> bool:
     """Nothing left to do for this task: no segment names a bad bookie (lost, leaving,
-    or missing entries: each moves to a new bookie)."""
-    return not (metadata.bookies() & set(replicas))
+    or missing entries: each moves to a new bookie). A replica missing entries that only
+    segments without entries name (an empty last segment of a closed ledger) misses
+    nothing: there is nothing to copy, and waiting for it would keep the task forever
+    (found by ``bkref refine --config c-open-check``; the spec's worker, like
+    BookKeeper's checker, finds such a fragment replicated)."""
+    for i, seg in enumerate(metadata.segments):
+        first, last = segment_range(metadata, i)
+        empty = last is not None and last < first
+        for b in seg.ensemble:
+            reason = replicas.get(b)
+            if reason is not None and not (empty and reason is Reason.ENTRIES_MISSING):
+                return False
+    return True
 
 
 def needs_fencing(metadata: LedgerMetadata, bad: Collection[str]) -> bool:

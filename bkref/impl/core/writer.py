@@ -39,6 +39,7 @@ from bkref.impl.core.metadata import LedgerMetadata, LedgerState
 from bkref.impl.core.planted import active as planted
 
 PLANT_ACKS_BY_INDEX = "acks-from-replaced-bookie-count"
+PLANT_UNDO_SWAP = "ensemble-change-undoes-swap"
 
 
 class WriterState(enum.Enum):
@@ -94,6 +95,7 @@ class LedgerWriter:
         self.ticks = 0
         # PLANTED BUG switch (test-only, bkref/impl/core/planted.py).
         self._release_before_unset = planted(PLANT_ACKS_BY_INDEX, plants)
+        self._retry_on_own_view = planted(PLANT_UNDO_SWAP, plants)
 
     # ------------------------------------------------------------ outputs
 
@@ -308,6 +310,14 @@ class LedgerWriter:
         # Still open: a replication worker rewrote an earlier segment. Retry on its version,
         # keeping its ensembles for the segments before ours.
         self.version = version
+        if self._retry_on_own_view:
+            # PLANTED BUG: the retry writes this writer's own view of the earlier segments
+            # at the new version, undoing the worker's swap (BOOKKEEPER-667).
+            if self.state is WriterState.CHANGING_ENSEMBLE and self._proposed is not None:
+                self._actions.append(
+                    WriteMetadata(self._proposed, version, "ensemble change retry")
+                )
+            return
         self.metadata = current.with_segment(
             self.metadata.last_segment.first_entry, self.metadata.last_segment.ensemble
         )

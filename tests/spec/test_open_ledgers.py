@@ -1,0 +1,126 @@
+"""AutoRecovery on open ledgers and the races that change data: the spec steps added for
+them, each shown on a reachable state of the config that exercises it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import cast
+
+import pytest
+
+from bkref.spec.checker import check
+from bkref.spec.config import Config
+from bkref.spec.configs import NAMED, mutant_config
+from bkref.spec.protocol import (
+    IN_RECOVERY,
+    OPEN,
+    RC_WRITING,
+    UP,
+    Label,
+    State,
+    next_states,
+    recovery_of,
+)
+
+Step = tuple[State, Label, State]
+
+
+def _steps(cfg: Config) -> Iterator[Step]:
+    """Every transition of the config's reachable state graph (up to a mutant's violation)."""
+    r = check(cfg, keep_graph=True)
+    assert r.graph is not None
+    assert r.violation is None or cfg.mutants
+    for s in r.graph.states:
+        for label, t in next_states(cfg, s):
+            yield s, label, t
+
+
+def _find(cfg: Config, pred: Callable[[Step], bool]) -> Step | None:
+    return next((st for st in _steps(cfg) if pred(st)), None)
+
+
+@pytest.fixture(scope="module")
+def open_check() -> list[Step]:
+    return list(_steps(NAMED["c-open-check"]))
+
+
+def test_the_periodic_check_marks_a_live_bookie_of_an_open_ledger_s_closed_segment(
+    open_check: list[Step],
+) -> None:
+    wl = NAMED["c-open-check"].writer_ledger
+    marks = [
+        (s, t)
+        for s, (name, _a), t in open_check
+        if name == "auditor_checks_ledger_replicas" and s.meta_status[wl] == OPEN
+    ]
+    assert marks
+    for s, t in marks:
+        new = t.meta_task[wl][1] & ~s.meta_task[wl][1]
+        segs = s.meta_segments[wl]
+        # only bookies of closed segments (not the open last one alone), all of them live
+        closed = {b for _f, ens in segs[:-1] for b in ens}
+        assert all(b in closed and s.b_up[b] == UP for b in range(8) if new >> b & 1)
+
+
+def test_a_worker_swaps_a_closed_segment_of_a_ledger_still_being_written(
+    open_check: list[Step],
+) -> None:
+    wl = NAMED["c-open-check"].writer_ledger
+    assert any(
+        name == "worker_updates_segment_ensemble"
+        and s.meta_status[wl] == OPEN
+        and t.meta_segments[wl][:-1] != s.meta_segments[wl][:-1]
+        for s, (name, _a), t in open_check
+    )
+
+
+def test_a_copy_carries_each_entry_s_signed_lac_to_the_new_replica(
+    open_check: list[Step],
+) -> None:
+    wl = NAMED["c-open-check"].writer_ledger
+    copies = [
+        (s, t, s.wk[cast(int, a[0])][0])
+        for s, (name, a), t in open_check
+        if name == "worker_copies_fragment"
+    ]
+    raised = [(s, t, b) for s, t, b in copies if t.b_ledgers[b][wl][3] > s.b_ledgers[b][wl][3]]
+    assert raised  # e1, signed with LAC 0, copied: the target's LAC goes from -1 to 0
+    for _s, t, target in raised:
+        held = t.b_ledgers[target][wl][0]
+        signed = [t.b_signed[target][e] for e in range(len(t.b_signed[target])) if held >> e & 1]
+        assert t.b_ledgers[target][wl][3] == max(signed)
+
+
+def test_the_writer_resends_only_once_its_ensemble_change_landed() -> None:
+    for name, mutants in (("m-1591", False), ("acks-before-ensemble-change-lands", True)):
+        cfg = mutant_config(name) if mutants else NAMED[name]
+        early = _find(
+            cfg, lambda st: st[1][0] == "writer_resends_add" and st[0].w_change is not None
+        )
+        # BookKeeper (and bkref) re-send after the CAS; only BOOKKEEPER-1591 sends before.
+        assert (early is not None) == mutants
+
+
+def test_a_recovery_changes_no_ensemble_once_its_close_is_decided() -> None:
+    cfg = NAMED["m-1591"]  # one entry, one message loss: a write-back may time out
+
+    def late_change(st: Step) -> bool:
+        s, (name, _a), _t = st
+        r = recovery_of(s, 0)
+        return (
+            name == "recovery_client_changes_ensemble"
+            and r.phase == RC_WRITING
+            and (r.lac >= r.last)
+        )
+
+    assert _find(cfg, late_change) is None
+    assert _find(cfg, lambda st: st[1][0] == "recovery_client_changes_ensemble") is not None
+
+
+def test_a_worker_may_fence_a_ledger_already_in_recovery_or_copy_its_closed_segments() -> None:
+    cfg = NAMED["c-merge"]
+    wl = cfg.writer_ledger
+    steps = list(_steps(cfg))
+    in_recovery = [(s, name) for s, (name, _a), _t in steps if s.meta_status[wl] == IN_RECOVERY]
+    assert any(name == "worker_fences_open_ledger" for _s, name in in_recovery)
+    assert any(name == "worker_copies_fragment" for _s, name in in_recovery)
