@@ -33,10 +33,11 @@ guard or an invariant reads and forgets the rest:
    down after the last audit. It decides only when the spec lets the periodic
    bookie check run (a reduction; bkref's check may run at any time) and when an
    invariant deems repair quiescent; the implementation's side of both is the
-   audit itself, whose marks are compared.
+   audit itself, whose marks are compared. The machine judges the invariants
+   of the implementation's state with the spec's ``au_missed``.
 
-Each removal keeps the guards' and invariants' verdicts, so a projected match
-is a match for every decision the spec makes.
+Each removal keeps the guards' and invariants' verdicts (``au_missed`` given
+back), so a projected match is a match for every decision the spec makes.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from __future__ import annotations
 import ast
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -345,10 +345,16 @@ class Report:
 
     def raced_by(self, pair: tuple[str, str]) -> dict[str, int]:
         """Per config, the steps in which one actor of ``pair`` made the other's read stale."""
+        return self._per_config(pair, lambda c: c.races)
+
+    def _per_config(
+        self, pair: tuple[str, str], counts: Callable[[ConfigCoverage], Counter[tuple[str, str]]]
+    ) -> dict[str, int]:
+        """Per config with any, the steps ``counts`` holds for ``pair`` in either direction."""
         a, b = pair
         out = {}
         for c in self.configs:
-            n = c.races[(a, b)] + c.races[(b, a)]
+            n = counts(c)[(a, b)] + counts(c)[(b, a)]
             if n:
                 out[c.config] = n
         return out
@@ -359,13 +365,7 @@ class Report:
 
     def effect_by(self, pair: tuple[str, str]) -> dict[str, int]:
         """Per config, the steps in which the race of ``pair`` changed what the loser wrote."""
-        a, b = pair
-        out = {}
-        for c in self.configs:
-            n = c.effects[(a, b)] + c.effects[(b, a)]
-            if n:
-                out[c.config] = n
-        return out
+        return self._per_config(pair, lambda c: c.effects)
 
     def without_effect(self) -> list[tuple[str, str]]:
         """Pairs of metadata writers whose race changes data in no config."""

@@ -1308,9 +1308,7 @@ def auditor_checks_ledger_replicas(cfg: Config, s: State, ledger: int) -> State 
     """
     if not cfg.periodic_check or auditor_node(s) < 0 or not s.meta_autorecovery:
         return None
-    if s.meta_status[ledger] == NONE:
-        return None
-    version, lost = s.meta_task[ledger]
+    version, lost = s.meta_task[ledger]  # a ledger not created yet has no segment to check
     missing = 0
     for idx, (_f, ens) in enumerate(s.meta_segments[ledger]):
         if not segment_is_closed(s, ledger, idx):

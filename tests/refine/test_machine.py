@@ -115,11 +115,13 @@ def _walk_states(cfg: Config, rng: random.Random, walks: int, depth: int) -> lis
 )
 def test_the_projection_keeps_every_invariant_verdict(cfg: Config) -> None:
     # project() removes only what no guard or invariant reads: each invariant says the
-    # same of a state and of its projection, on states where some are violated too.
+    # same of a state and of its projection, on states where some are violated too. The
+    # ghost au_missed is the exception (observe.py, point 7): the machine judges the
+    # implementation's state with the spec's, as here.
     for s in _walk_states(cfg, random.Random(7), walks=40, depth=30):
         p = project(cfg, s)
         for inv in INVARIANTS:
-            assert inv(cfg, s) == inv(cfg, p), inv.__name__
+            assert inv(cfg, s) == inv(cfg, p._replace(au_missed=s.au_missed)), inv.__name__
         assert project(cfg, p) == p
 
 
