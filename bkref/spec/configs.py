@@ -19,11 +19,11 @@ _A = Config(
     ensemble=3,
     write_quorum=3,
     ack_quorum=2,
-    # 1,110,060 distinct states (8,146,897 explored), depth 27: 169 s with one process at
-    # load 2 (1,420,437 before a recovery's resend kept the LAC of its first send;
-    # 1,371,783 before recovery read LC first; 918,134 before the writer ignored fenced
-    # answers that no longer concern it, took a recovery's close at its own LAC as its own,
-    # and could resend after the CAS).
+    # 1,040,171 distinct states, 135 s instrumented in make spec-check on 2026-11-28
+    # (1,110,060 before the writer re-sent only once its CAS landed; 1,420,437 before a
+    # recovery's resend kept the LAC of its first send; 1,371,783 before recovery read LC
+    # first; 918,134 before the writer ignored fenced answers that no longer concern it,
+    # took a recovery's close at its own LAC as its own, and could resend after the CAS).
     entries=2,
     losses=1,
 )
@@ -34,10 +34,10 @@ _B = Config(
     ensemble=4,
     write_quorum=3,
     ack_quorum=2,
-    # 1,954,765 distinct states (12,463,382 explored), depth 30: 177 s with --workers 2
-    # (2,395,920 before a recovery's resend kept the LAC of its first send; 2,369,273
-    # before recovery read LC first; 1,719,280 before the writer's answers and close
-    # followed BookKeeper).
+    # 1,295,121 distinct states, 144 s instrumented in make spec-check on 2026-11-28
+    # (1,954,765 before the writer re-sent only once its CAS landed; 2,395,920 before a
+    # recovery's resend kept the LAC of its first send; 2,369,273 before recovery read LC
+    # first; 1,719,280 before the writer's answers and close followed BookKeeper).
     entries=2,
     crashes=1,
     restarts=False,
