@@ -303,7 +303,7 @@ def _autorecovery(
         if owner is not None and owner not in names:
             raise ImplementationError(f"ledger {lid} is locked by {owner!r}, no worker")
         locks.append(names[owner] if owner is not None else -1)
-    rereplicated = tuple(tuple(sorted(ar.rereplicated.get(i, ()))) for i in range(len(lids)))
+    rereplicated = tuple(ar.rereplicated.get(i, ()) for i in range(len(lids)))
     leader = ar.urm.auditor()
     holder = -1
     leads = []

@@ -120,7 +120,7 @@ class AutoRecoveryActors:
         self.epochs: dict[int, int] = {}  # a vote's sequence number -> the spec's epoch
         # (segment, filled, replaced bookie index) of each repair: the spec's ghost
         # meta_rereplicated, recorded as the worker's CAS lands (history, not state).
-        self.rereplicated: dict[int, set[tuple[int, int, int]]] = {}
+        self.rereplicated: dict[int, tuple[tuple[int, int, int], ...]] = {}
         worker_config = WorkerConfig(grace_period_ms=0, backoff_ms=HOUR_MS // 2)
         auditor_config = AuditorConfig(
             lost_bookie_recovery_delay=0,
@@ -403,11 +403,9 @@ class AutoRecoveryActors:
             else:
                 ledger = d.spec_ledger(act.ledger_id)
                 seg, target = act.segment, d.index[act.target]
-                # As the spec's ghost: a bookie filled back in is no longer a replaced one.
-                self.rereplicated[ledger] = {
-                    (i, f, -1 if (i, r) == (seg, target) else r)
-                    for i, f, r in self.rereplicated.get(ledger, set())
-                } | {(seg, target, d.index[act.bookie])}
+                self.rereplicated[ledger] = sp.with_swap(
+                    self.rereplicated.get(ledger, ()), seg, target, d.index[act.bookie]
+                )
                 core.on_cas(version)
             return (("worker_updates_segment_ensemble", (w,)),)
         if isinstance(act, Verified):

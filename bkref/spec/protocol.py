@@ -1528,22 +1528,21 @@ def worker_updates_segment_ensemble(cfg: Config, s: State, w: int) -> State | No
         # mutant worker-skips-ledger-lock, whose check stops at the double lock first).
         return s._replace(wk=wk)
     new_segs = set_at(segs, idx, (first, tuple(bookie if b == lost else b for b in ens)))
-    rerepl = tuple(
-        sorted(
-            {
-                *(
-                    (i, f, -1 if (i, r) == (idx, bookie) else r)
-                    for i, f, r in s.meta_rereplicated[ledger]
-                ),
-                (idx, bookie, lost),
-            }
-        )
-    )
+    rerepl = with_swap(s.meta_rereplicated[ledger], idx, bookie, lost)
     return with_segments(cfg, s, ledger, new_segs)._replace(
         meta_version=set_at(s.meta_version, ledger, s.meta_version[ledger] + 1),
         meta_rereplicated=set_at(s.meta_rereplicated, ledger, rerepl),
         wk=wk,
     )
+
+
+def with_swap(
+    swaps: tuple[tuple[int, int, int], ...], idx: int, filled: int, replaced: int
+) -> tuple[tuple[int, int, int], ...]:
+    """The ghost ``meta_rereplicated`` of a ledger after a swap in segment ``idx``: the
+    swap recorded, and ``filled`` no longer a replaced bookie there (it is back in)."""
+    kept = {(i, f, -1 if (i, r) == (idx, filled) else r) for i, f, r in swaps}
+    return tuple(sorted(kept | {(idx, filled, replaced)}))
 
 
 def worker_fences_open_ledger(cfg: Config, s: State, w: int) -> State | None:
@@ -1570,9 +1569,10 @@ def worker_fences_open_ledger(cfg: Config, s: State, w: int) -> State | None:
     if ledger != cfg.writer_ledger or not _worker_ready(s, w):
         return None
     last = len(s.meta_segments[ledger]) - 1
-    if s.meta_status[ledger] == IN_RECOVERY:
-        pass  # see the docstring
-    elif s.meta_status[ledger] != OPEN or _segment_needs_repair(cfg, s, ledger, last) < 0:
+    status = s.meta_status[ledger]
+    if status != IN_RECOVERY and (
+        status != OPEN or _segment_needs_repair(cfg, s, ledger, last) < 0
+    ):
         return None
     return s._replace(rc_requested=1, wk=set_at(s.wk, w, (bookie, ledger, tv, RECOVERING)))
 
@@ -1635,10 +1635,10 @@ def worker_releases_lock(cfg: Config, s: State, w: int) -> State | None:
     re-checks the open segment up to the LAC it reads and marks the ledger
     replicated if nothing is missing (``ReplicationWorker.rereplicate``;
     apache/bookkeeper 9590a97f). A lost bookie there is no reason to wait: the
-    worker fences the ledger (after the grace period). Likewise a worker whose own bookie the task
-    lists may decline to copy to it (bkref's placement never targets a bookie
-    known to miss entries; BookKeeper's worker copies to its local bookie
-    regardless): the spec allows both.
+    worker fences the ledger (after the grace period). Likewise a worker whose
+    own bookie the task lists may decline to copy to it (bkref's placement never
+    targets a bookie known to miss entries; BookKeeper's worker copies to its
+    local bookie regardless): the spec allows both.
     """
     bookie, ledger, _tv, _pending = s.wk[w]
     if not _worker_ready(s, w):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bkref.tracecheck.load import TraceError, read_dir
 from bkref.tracecheck.project import Run, project
-from bkref.tracecheck.replay import Verdict, search
+from bkref.tracecheck.search import Verdict, search
 
 PROGRESS_EVERY = 10.0
 LEDGER_SHARE = 10.0  # seconds a ledger may search while the budget has that much left

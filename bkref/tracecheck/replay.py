@@ -1,12 +1,11 @@
-"""The search for a spec behaviour that explains one ledger's trace.
+"""One ledger's trace events as spec steps: the moves the search may take.
 
-A configuration is a position in every lane and a spec state. A move takes the next
-event of some lane whose causal needs are done and applies the spec action it names,
-with its arguments mapped to the spec's; the move exists only if the spec's action is
-enabled and its effect agrees with what the trace logged (the requests sent, the answer
-given, the outcome of a metadata write). The search is depth-first, tries the lanes'
-next events in the order of their real times (so a run replays straight through unless
-the spec needs another order), and remembers the configurations it has left behind.
+A move takes the next event of some lane whose causal needs are done and applies the
+spec action it names, with its arguments mapped to the spec's; the move exists only if
+the spec's action is enabled and its effect agrees with what the trace logged (the
+requests sent, the answer given, the outcome of a metadata write). A refusal says why,
+and whether another order of the events could allow it (``NotAllowedError.definite``);
+the search over orders is ``bkref.tracecheck.search``.
 
 Environment steps no node logs are taken where the trace implies them:
 
@@ -17,29 +16,16 @@ Environment steps no node logs are taken where the trace implies them:
   (``reply_lost``); an answer the client got may also be taken as lost, when the client
   ignored it (from a bookie replaced since);
 - a bookie's ``bookie_restarts`` is preceded by ``bookie_crashes``.
-
-Verdicts: ``explained`` (a behaviour replays every event), ``violation`` (no behaviour
-does: reported at the configuration that replayed the most events, with the event that
-no move allows, the spec's state there and the actions the spec offered), ``unknown``
-(the time budget ran out, or the projection could not be made).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from bkref.spec import protocol as p
 from bkref.spec.protocol import Msg, State
 from bkref.tracecheck.load import Line
 from bkref.tracecheck.project import CAS, COPY, MARKS, TAKEN, Event, LedgerTrace, Send
-
-# A position in every lane: the next event of each lane of several events (clients),
-# and, as the bits of an int, which one-event lanes (bookie steps) are done. A ledger
-# has a lane per bookie step: a tuple over them all, copied at every step, made long
-# ledgers quadratic.
-Cursors = tuple[tuple[int, ...], int]
 
 
 class NotAllowedError(Exception):
@@ -52,43 +38,6 @@ class NotAllowedError(Exception):
     def __init__(self, message: str, *, definite: bool = False) -> None:
         super().__init__(message)
         self.definite = definite
-
-
-class _Definite(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """Raised out of the search at a refusal no other order could avoid."""
-
-    def __init__(self, cur: Cursors, s: State, ev: Event, why: str) -> None:
-        super().__init__(why)
-        self.cur, self.s, self.ev, self.why = cur, s, ev, why
-
-
-@dataclass
-class Verdict:
-    ledger: int
-    verdict: str  # explained, violation, unknown
-    steps: int = 0  # events in the ledger's trace
-    replayed: int = 0  # events replayed on the deepest path
-    configurations: int = 0
-    seconds: float = 0.0
-    reason: str = ""  # unknown: why; violation: the refusal
-    event: str = ""  # violation: the event no spec behaviour allows
-    state: str = ""  # violation: the spec state before it
-    offered: list[str] = field(default_factory=list)  # violation: what the spec allowed
-
-    def render(self) -> str:
-        head = f"ledger {self.ledger}: {self.verdict}"
-        if self.verdict == "explained":
-            return f"{head} ({self.steps} steps, {self.configurations} configurations)"
-        if self.verdict == "unknown":
-            return f"{head}: {self.reason}"
-        lines = [
-            f"{head}: no behaviour of the spec explains {self.event}",
-            f"  why: {self.reason}",
-            f"  replayed {self.replayed} of {self.steps} steps before it; the spec state there:",
-            *("    " + x for x in self.state.splitlines()),
-            "  the spec allowed there: " + ("; ".join(self.offered) or "nothing"),
-        ]
-        return "\n".join(lines)
 
 
 def _msg(lt: LedgerTrace, s: Send) -> Msg:
@@ -211,7 +160,9 @@ class Replay:
                 f"b{b} came back unfenced; the spec's bookie keeps its fence", definite=True
             )
         if str(ev.line["bookie"]) in self.lt.copied_to and lac >= b_lac:
-            b_lac = lac  # raised by copied entries' LACs, which the spec's copy leaves out
+            # raised by copied entries' LACs: this order may have the worker's copy (its
+            # own lane's step) after the restart, so the spec's bookie has not taken it yet
+            b_lac = lac
         if lac != b_lac:
             raise NotAllowedError(
                 f"b{b} came back with LAC {lac}; the spec's bookie has {b_lac}", definite=True
@@ -491,268 +442,3 @@ def _entries(mask: int) -> str:
 
 def _bookies(mask: int) -> str:
     return "[" + ", ".join(f"b{b}" for b in _bits(mask)) + "]"
-
-
-HEARD, EARLY, LOST = "heard", "early", "lost"
-_PREFERENCE = {HEARD: 0, LOST: 1, EARLY: 2}
-
-
-def _when(move: tuple[Event, str]) -> tuple[int, int]:
-    """Moves are tried in the order of their real times (a heard answer at the client's
-    receipt of it), and an event heard before lost, lost before folded early."""
-    ev, how = move
-    t = ev.receipt.t if how != LOST and ev.receipt is not None else ev.t
-    return (t, _PREFERENCE[how])
-
-
-class _Search:
-    """Depth-first over configurations (lane positions, spec state), remembering the
-    configurations it has been to, and the deepest one (for the report).
-
-    Each configuration carries its *frontier*: the events that may be taken there. A
-    ledger has a lane per bookie step, so scanning every lane for its next event would
-    cost the number of events per step; an event only becomes takeable when its lane
-    reaches it, when a step it needs is taken, or (a bookie step heard at its receipt)
-    when the client's lane reaches the receipt, and the frontier follows exactly those.
-    """
-
-    def __init__(self, lt: LedgerTrace) -> None:
-        self.lt, self.lanes, self.replay = lt, lt.lanes, Replay(lt)
-        # The configuration that replayed the most events, and the moves refused there.
-        self.deepest: tuple[int, Cursors, State, list[tuple[Event, str]]] | None = None
-        self.dependents: dict[int, list[Event]] = {}
-        self.handle_of: dict[int, Event] = {}  # a receipt -> the bookie step it answers
-        # Lane -> its slot in the cursor tuple (lanes of several events), or -1 - its bit.
-        self.slot: list[int] = []
-        multi = single = 0
-        for lane in lt.lanes:
-            if len(lane) > 1:
-                self.slot.append(multi)
-                multi += 1
-            else:
-                self.slot.append(-1 - single)
-                single += 1
-        self.end: Cursors = (
-            tuple(len(lane) for lane in lt.lanes if len(lane) > 1),
-            (1 << single) - 1,
-        )
-        # Per event, its needs in one-event lanes as a mask of bits, and the others.
-        self.need_bits: dict[int, int] = {}
-        self.need_rest: dict[int, list[Event]] = {}
-        for lane in lt.lanes:
-            for ev in lane:
-                bits, rest = 0, []
-                for n in ev.needs:
-                    k = self.slot[n.lane]
-                    if k < 0:
-                        bits |= 1 << (-1 - k)
-                    else:
-                        rest.append(n)
-                self.need_bits[id(ev)], self.need_rest[id(ev)] = bits, rest
-        for lane in lt.lanes:
-            for ev in lane:
-                for n in ev.needs:
-                    self.dependents.setdefault(id(n), []).append(ev)
-                if ev.receipt is not None:
-                    self.handle_of[id(ev.receipt)] = ev
-
-    def at(self, lane: int, cur: Cursors) -> int:
-        """How many events of ``lane`` are done."""
-        k = self.slot[lane]
-        return cur[0][k] if k >= 0 else (cur[1] >> (-1 - k)) & 1
-
-    def advance(self, cur: Cursors, lanes: list[int]) -> Cursors:
-        tup, bits = list(cur[0]), cur[1]
-        for lane in lanes:
-            k = self.slot[lane]
-            if k >= 0:
-                tup[k] += 1
-            else:
-                bits |= 1 << (-1 - k)
-        return tuple(tup), bits
-
-    @staticmethod
-    def depth(cur: Cursors) -> int:
-        return sum(cur[0]) + cur[1].bit_count()
-
-    def done(self, ev: Event, cur: Cursors) -> bool:
-        return self.at(ev.lane, cur) > ev.pos
-
-    def ready(self, ev: Event, cur: Cursors) -> bool:
-        """Whether every step ``ev`` needs is done."""
-        bits = self.need_bits[id(ev)]
-        return cur[1] & bits == bits and all(self.done(n, cur) for n in self.need_rest[id(ev)])
-
-    def start(self) -> frozenset[Event]:
-        return frozenset(lane[0] for lane in self.lanes if lane)
-
-    def candidates(self, cur: Cursors, frontier: frozenset[Event]) -> list[tuple[Event, str]]:
-        """Each frontier event that is its lane's next and whose needs are done, with how
-        it is taken. A bookie's step whose answer the client took in goes with that
-        receipt when the client's lane is there (``heard``); before it (``early``) where
-        the bookie answered a later decision first; alone with its answer ``lost`` where
-        the trace allows a lost answer. A receipt alone follows a step taken early or
-        lost."""
-        out: list[tuple[Event, str]] = []
-        for ev in frontier:
-            if self.at(ev.lane, cur) != ev.pos or not self.ready(ev, cur):
-                continue
-            rc = ev.receipt
-            if ev.kind == "handle" and rc is not None:
-                if self.at(rc.lane, cur) == rc.pos:
-                    out.append((ev, HEARD))
-                elif ev.early_ok and self.at(rc.lane, cur) < rc.pos:
-                    out.append((ev, EARLY))
-            if ev.kind != "handle" or rc is None or ev.lost_ok:
-                out.append((ev, LOST))
-        return sorted(out, key=_when)
-
-    def _next_frontier(
-        self, frontier: frozenset[Event], cur: Cursors, taken: list[Event]
-    ) -> frozenset[Event]:
-        new = set(frontier) - set(taken)
-        for ev in taken:
-            lane = self.lanes[ev.lane]
-            if ev.pos + 1 < len(lane):
-                head = lane[ev.pos + 1]
-                new.add(head)
-                handle = self.handle_of.get(id(head))
-                if handle is not None:
-                    new.add(handle)  # the client is at its receipt: it may be heard now
-            new.update(self.dependents.get(id(ev), ()))
-        return frozenset(e for e in new if self.at(e.lane, cur) == e.pos)
-
-    def expand(
-        self, cur: Cursors, s: State, frontier: frozenset[Event]
-    ) -> Iterator[tuple[Cursors, State, frozenset[Event]]]:
-        refused: list[tuple[Event, str]] = []
-        for ev, how in self.candidates(cur, frontier):
-            taken = [ev]
-            if how == HEARD and ev.receipt is not None:
-                taken.append(ev.receipt)
-            after = self.advance(cur, [e.lane for e in taken])
-            try:
-                for t in self.replay.moves(ev, s, how != LOST):
-                    yield after, t, self._next_frontier(frontier, after, taken)
-            except NotAllowedError as e:
-                if e.definite:
-                    raise _Definite(cur, s, ev, str(e)) from e
-                refused.append((ev, str(e)))
-        depth = self.depth(cur)
-        if self.deepest is None or depth > self.deepest[0]:
-            self.deepest = (depth, cur, s, refused)
-
-    def stuck(self, cur: Cursors) -> str:
-        """What the events left wait for, when none can be taken."""
-        waits = []
-        for i, lane in enumerate(self.lanes):
-            if self.at(i, cur) < len(lane):
-                ev = lane[self.at(i, cur)]
-                need = [n for n in ev.needs if not self.done(n, cur)]
-                if ev.receipt is not None and not need:
-                    need = [ev.receipt]
-                waits.append(f"{ev.describe()} waits for {need[0].describe() if need else '?'}")
-        return "every event left waits for another: " + "; ".join(waits[:4])
-
-
-def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
-    """Decide whether some behaviour of the spec explains ``lt`` (within ``budget`` s)."""
-    v = Verdict(lt.ledger, "unknown", steps=lt.steps)
-    if lt.unknown:
-        v.reason = lt.unknown
-        return v
-    if lt.steps == 0:
-        v.verdict = "explained"
-        return v
-    assert lt.cfg is not None
-    start = time.monotonic()
-    sr = _Search(lt)
-    cur0: Cursors = ((0,) * len(sr.end[0]), 0)
-    s0 = p.initial_state(lt.cfg)
-    seen: set[tuple[Cursors, State]] = {(cur0, s0)}
-    stack = [sr.expand(cur0, s0, sr.start())]
-    end = sr.end
-    try:
-        while stack:
-            if time.monotonic() - start > budget:
-                v.reason = (
-                    f"the time budget ({budget:g} s) ran out after {len(seen)} configurations"
-                )
-                if sr.deepest is not None and sr.deepest[3]:
-                    ev, why = sr.deepest[3][0]
-                    v.reason += (
-                        f"; deepest refusal after {sr.deepest[0]} steps: {ev.describe()}: {why}"
-                    )
-                if lt.caveat:  # what may be why no order was found in time
-                    v.reason = f"{lt.caveat}; {v.reason}"
-                v.seconds, v.configurations = time.monotonic() - start, len(seen)
-                return v
-            nxt = next(stack[-1], None)
-            if nxt is None:
-                stack.pop()
-                continue
-            after, t, frontier = nxt
-            if (after, t) in seen:
-                continue
-            seen.add((after, t))
-            if after == end:
-                v.verdict, v.replayed = "explained", lt.steps
-                v.seconds, v.configurations = time.monotonic() - start, len(seen)
-                return v
-            stack.append(sr.expand(after, t, frontier))
-    except _Definite as d:  # no order of the other events could allow this step
-        sr.deepest = (sr.depth(d.cur), d.cur, d.s, [(d.ev, d.why)])
-        definite = True
-    else:
-        definite = False
-    v.seconds, v.configurations = time.monotonic() - start, len(seen)
-    assert sr.deepest is not None
-    depth, cur, s, refused = sr.deepest
-    v.verdict, v.replayed = "violation", depth
-    if refused:
-        ev, why = refused[0]
-        v.event, v.reason = ev.describe(), why
-    else:
-        v.event, v.reason = "the rest of the trace", sr.stuck(cur)
-    v.state = _show_state(lt, s)
-    v.offered = [p.format_label(label) for label, _t in p.next_states(lt.cfg, s)][:40]
-    # A worker decides on a view it read before (the ledger, the live bookies), the spec's
-    # worker on the state of the moment: a bookie back since, a copy already made. A
-    # worker step no order explains is that gap, not a finding, unless it is definite.
-    if not definite and refused and refused[0][0].line.action.startswith(("worker_", "auditor_")):
-        v.verdict = "unknown"
-        v.reason = (
-            "an AutoRecovery step decided on a view read earlier (the spec's worker sees the "
-            f"state of the moment); no order found explains {v.event}: {v.reason}"
-        )
-    # Never cry wolf where the model and the run part ways, unless no order of the other
-    # nodes' steps could matter (a definite refusal: a bookie's own answers and replay).
-    if lt.caveat and not definite:
-        v.verdict = "unknown"
-        v.reason = f"{lt.caveat}; no order found explains {v.event}: {v.reason}"
-    return v
-
-
-def _show_state(lt: LedgerTrace, s: State) -> str:
-    """The spec state, projected on what a reader of this trace needs."""
-    cfg = lt.cfg
-    assert cfg is not None
-    wl = cfg.writer_ledger
-    lines = [
-        f"metadata: {p.STATUS_NAMES[s.meta_status[wl]]} v{s.meta_version[wl]} "
-        f"segments {list(s.meta_segments[wl])} last e{s.meta_last[wl]}",
-        f"writer: {p.W_NAMES[s.w_status]} next e{s.w_next} LAC {s.w_lac}"
-        + (f" change {list(s.w_change)}" if s.w_change is not None else ""),
-    ]
-    for b, name in enumerate(lt.bookies):
-        synced, unsynced, fenced, lac = s.b_ledgers[b][wl]
-        have = [e for e in range(cfg.entries) if (synced | unsynced) >> e & 1]
-        lines.append(
-            f"b{b} ({name}): {p.UP_NAMES[s.b_up[b]]} entries {have}"
-            f"{' fenced' if fenced else ''} LAC {lac}"
-        )
-    for c, name in enumerate(lt.recoveries):
-        r = p.recovery_of(s, c)
-        lines.append(f"recovery {c} ({name}): {p.RC_NAMES[r.phase]} reading e{r.reading}")
-    lines.append("in flight: " + (", ".join(p._show(m) for m in s.msgs) or "nothing"))
-    return "\n".join(lines)

@@ -15,7 +15,7 @@ import pytest
 from bkref.tracecheck.cli import check
 from bkref.tracecheck.load import read_dir
 from bkref.tracecheck.project import Run, project
-from bkref.tracecheck.replay import Verdict, search
+from bkref.tracecheck.search import Verdict, search
 from tests.tracecheck.conftest import Repaired
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]

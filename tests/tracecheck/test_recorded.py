@@ -14,7 +14,7 @@ import pytest
 from bkref.spec.protocol import ACTIONS
 from bkref.tracecheck.cli import check, main
 from bkref.tracecheck.load import CONNECTED, REGISTERED, REPLACEMENT, STOPPED
-from bkref.tracecheck.replay import Verdict
+from bkref.tracecheck.search import Verdict
 from tests.tracecheck.conftest import Recorded
 
 pytestmark = pytest.mark.zookeeper

@@ -58,7 +58,7 @@ error (a typo must not silently test the correct code).
   ensembles were merged from the store): the lost bookie is back in the segment the
   worker repaired. Nothing is lost at once (the next audit marks the ledger again),
   so no campaign check sees it; the refinement machine does, at the CAS
-  (``bkref refine --config c-merge --plant ensemble-change-undoes-swap``). The
+  (``bkref refine --config m-merge-writer --plant ensemble-change-undoes-swap``). The
   spec's mutant of the same name re-creates it.
 
 Only tests and campaigns (``bkref campaign --plant NAME``) switch them on; a
