@@ -47,13 +47,13 @@ Variable by variable (what is read, from where):
   next entry id, the LAC, and per unconfirmed entry the bookies that
   acknowledged it and that it was sent to (``pending_replicas``) and the LAC
   in the header of its signed body (``w_piggy``, ``pending_bodies``).
-- ``rc[0]`` (one ``Recovery``: the driver runs one recovery client): the
-  ``LedgerRecovery``: phase (FENCING, READING; CLOSING is the spec's WRITING;
-  DONE is CLOSED), its write-back segments and its read segments, the
-  fencing answers, the entry being read and its negative answers, the last
-  entry once found, the write-backs' acks and the LAC in each one's signed
-  body (``piggy``); ``lac`` is the contiguous prefix of write-backs at ack
-  quorum after the entry it recovers from.
+- ``rc[c]``: recovery client ``c``'s ``LedgerRecovery``: phase (FENCING,
+  READING; CLOSING is the spec's WRITING; DONE is CLOSED), its write-back
+  segments and its read segments, the fencing answers, the entry being read
+  and its negative answers, the last entry once found (or the stored close's
+  if another client closed first), the write-backs' acks and the LAC in each
+  one's signed body (``piggy``); ``lac`` is the contiguous prefix of
+  write-backs at ack quorum after the entry it recovers from.
 - ``wk[w]`` = (bookie, ledger locked, task version, pending): the
   ``WorkerCore``'s locked ledger and the task version it read under the lock;
   pending is the copy made whose ``CasReplica`` is outstanding (segment, lost
@@ -77,7 +77,8 @@ from bkref.impl.core.digest import peek_header
 from bkref.impl.core.metadata import LedgerMetadata, LedgerState, Segment
 from bkref.impl.core.recovery import RecoveryPhase
 from bkref.impl.core.repair_run import CasReplica
-from bkref.impl.core.replication import CompleteTask, WorkerPhase
+from bkref.impl.core.replication import WorkerPhase
+from bkref.impl.core.worker_actions import CompleteTask
 from bkref.impl.core.writer import WriterState
 from bkref.impl.meta.store import NoSuchLedgerError
 from bkref.refine.bkref_bookie import signed_lac
@@ -207,10 +208,11 @@ def abstract(d: BkrefDriver) -> State:
                 w_piggy[e] = peek_header(body).lac
 
     # --- recovery client
-    rc = d.recovery
-    if rc is not None:
+    for c, rc in enumerate(d.recoveries):
+        if rc is None:
+            continue
         if rc.phase not in PHASE:
-            raise ImplementationError(f"the recovery client is {rc.phase.value}: {rc.message}")
+            raise ImplementationError(f"recovery client {c} is {rc.phase.value}: {rc.message}")
         phase = PHASE[rc.phase]
         read_md = rc.read_metadata
         answers = rc.fencing_answers() if phase == sp.RC_FENCING else {}
@@ -254,7 +256,7 @@ def abstract(d: BkrefDriver) -> State:
             sent=tuple(rc_sent),
             piggy=tuple(rc_piggy),
         )
-        s = s._replace(rc=sp.with_recovery(s, 0, r))  # the driver runs one recovery client
+        s = s._replace(rc=sp.with_recovery(s, c, r))
 
     budget = (
         cfg.losses - d.used[sp.B_LOSS],

@@ -63,7 +63,8 @@ from bkref.impl.core.frames import (
 )
 from bkref.impl.core.metadata import LedgerMetadata
 from bkref.impl.core.repair_run import CasReplica, Copy, ReadOpenLac
-from bkref.impl.core.replication import (
+from bkref.impl.core.replication import WorkerConfig, WorkerCore, WorkerPhase
+from bkref.impl.core.worker_actions import (
     CompleteTask,
     Defer,
     ReadLedger,
@@ -73,9 +74,6 @@ from bkref.impl.core.replication import (
     Unlock,
     Verified,
     WorkerAction,
-    WorkerConfig,
-    WorkerCore,
-    WorkerPhase,
 )
 from bkref.impl.meta import layout
 from bkref.impl.meta.store import MetadataConflictError, NoSuchLedgerError
@@ -287,21 +285,22 @@ class AutoRecoveryActors:
         while actions:
             act = actions.popleft()
             if isinstance(act, Probe):
-                node = d.bookies[d.index[act.fragment.bookie]]
-                verdicts = {
-                    e: judge(
-                        node.serve(ReadRequest(d._next_id(), lid, e)) if node.core else None,
-                        digest,
-                        lid,
-                        e,
-                    )
-                    for e in act.entries
-                }
-                check.on_probe(act, verdicts)
+                check.on_probe(act, self._verdicts(act, digest))
                 actions.extend(check.take_actions())
             else:
                 self.urm.mark(act.ledger_id, act.replicas, act.priority, rewrite=act.rewrite)
         return ()
+
+    def _verdicts(self, probe: Probe, digest: Digest) -> dict[int, Verdict]:
+        """A probe's reads, answered by its bookie's core (no answer: it is down)."""
+        d, lid = self.d, probe.fragment.ledger_id
+        node = d.bookies[d.index[probe.fragment.bookie]]
+        return {
+            e: judge(
+                node.serve(ReadRequest(d._next_id(), lid, e)) if node.core else None, digest, lid, e
+            )
+            for e in probe.entries
+        }
 
     # ------------------------------------------------------------ operator
 
@@ -380,6 +379,12 @@ class AutoRecoveryActors:
                 self._tick(),
                 live=self.registered() if act.live else None,
                 candidates=d.store.writable_bookies() if act.candidates else None,
+            )
+            return None
+        if isinstance(act, Probe):
+            md, _version = d.store.read_ledger(act.fragment.ledger_id)
+            core.on_probe(
+                act, self._verdicts(act, Digest(md.digest_type, md.password)), self._tick()
             )
             return None
         if isinstance(act, Copy):

@@ -8,8 +8,8 @@ Per example, in this process:
   temporary directory (journal with fsync, entry logs, index); a crash
   abandons the storage as a killed process would and a restart replays it
   (:mod:`bkref.refine.bkref_bookie`);
-- the writer (``LedgerWriter``) and the recovery client (``LedgerRecovery``),
-  the sans-I/O cores that bkref's client runs;
+- the writer (``LedgerWriter``) and one ``LedgerRecovery`` per recovery client of
+  the config, the sans-I/O cores that bkref's client runs;
 - with AutoRecovery, per worker node a ``WorkerCore`` and an ``AuditorCore``
   (:mod:`bkref.refine.bkref_autorecovery`), and the bookies registered in ZooKeeper;
 - the config's closed ledgers, written through the bookie cores and created
@@ -71,6 +71,9 @@ from bkref.spec.protocol import Label, Msg, State
 PASSWORD = b"refine"
 
 
+WRITER = -1  # InFlight.sender of the writer's requests
+
+
 class CannotTakeStepError(Exception):
     """The implementation has no way to take this spec step now (the reason)."""
 
@@ -81,7 +84,7 @@ class InFlight:
 
     msg: Msg
     action: SendAdd | SendRead | SendReadLac
-    sender: str  # "writer" or "recovery"
+    sender: int  # WRITER, or the recovery client's index
 
 
 class BkrefDriver:
@@ -105,8 +108,6 @@ class BkrefDriver:
         why = []
         if cfg.mutants:
             why.append("spec mutants (run the correct spec against a planted implementation)")
-        if cfg.recovery_clients > 1:
-            why.append("more than one recovery client (the driver runs one LedgerRecovery)")
         return why
 
     # ------------------------------------------------------------ lifecycle
@@ -132,11 +133,13 @@ class BkrefDriver:
         self._request_id = 0
         self.closed_ids = [self._closed_ledger() for _ in range(cfg.closed_ledgers)]
         self.writer: LedgerWriter | None = None
-        self.recovery: LedgerRecovery | None = None
+        self.recoveries: list[LedgerRecovery | None] = [None] * cfg.recovery_clients
         self.recovery_requested = False  # a worker asked for the ledger's recovery
-        self.recovery_close: WriteMetadata | None = None  # the close CAS recovery asked for
+        # Per recovery client, the close CAS it asked for (held for the spec's close step).
+        self.recovery_close: list[WriteMetadata | None] = [None] * cfg.recovery_clients
         self.writer_cas: WriteMetadata | None = None  # the ensemble-change CAS in flight
-        self.last_request: dict[tuple[int, int], SendRead | SendReadLac] = {}
+        # The last read each recovery client sent, by (client, bookie, entry; -1: fencing).
+        self.last_request: dict[tuple[int, int, int], SendRead | SendReadLac] = {}
         self.inflight: list[InFlight] = []
         self.used = [0] * 6  # faults injected, per budget slot
         if cfg.writer and (cfg.writer_ledger_created or cfg.two_segments):
@@ -191,7 +194,7 @@ class BkrefDriver:
         for a in w.take_actions():
             if not isinstance(a, SendAdd):
                 raise ImplementationError(f"the writer asked for {a} adding e0")
-            status = self._deliver(InFlight((sp.ADD, self.index[a.bookie], 0, -1, 0), a, "writer"))
+            status = self._deliver(InFlight((sp.ADD, self.index[a.bookie], 0, -1, 0), a, WRITER))
             assert isinstance(status, Status)
             w.on_add_response(a.bookie, 0, status)
         w.take_actions()  # e0's completion, to the application
@@ -227,22 +230,24 @@ class BkrefDriver:
 
     # ------------------------------------------------------------ the network
 
-    def _post(self, sender: str, actions: list[Action]) -> list[Action]:
-        """Put the requests among ``actions`` in flight; return the others."""
+    def _post(self, sender: int, actions: list[Action]) -> list[Action]:
+        """Put the requests among ``actions`` in flight; return the others. ``sender``:
+        WRITER or a recovery client's index, which the spec's messages carry (a recovery
+        add as index + 1, a writer's add as 0)."""
         rest: list[Action] = []
         for a in actions:
             b = self.index.get(getattr(a, "bookie", ""), -1)
             if isinstance(a, SendAdd):
                 lac = peek_header(a.body).lac
-                msg = (sp.ADD, b, a.entry_id, lac, 1 if a.recovery else 0)
+                msg = (sp.ADD, b, a.entry_id, lac, sender + 1 if a.recovery else 0)
             elif isinstance(a, SendReadLac):
                 # An unfenced LAC read (only a planted bug sends one) has no spec message
                 # of its own: it goes as the fencing read it should have been.
-                msg = (sp.FENCE, b, -1, 0, 0)
-                self.last_request[(b, -1)] = a
+                msg = (sp.FENCE, b, -1, 0, sender)
+                self.last_request[(sender, b, -1)] = a
             elif isinstance(a, SendRead):
-                msg = (sp.READ, b, a.entry_id, 1 if a.fence else 0, 0)
-                self.last_request[(b, a.entry_id)] = a
+                msg = (sp.READ, b, a.entry_id, 1 if a.fence else 0, sender)
+                self.last_request[(sender, b, a.entry_id)] = a
             else:
                 rest.append(a)
                 continue
@@ -314,11 +319,11 @@ class BkrefDriver:
     def _writer_changes_ensemble(self, failed: int, new: int) -> tuple[Label, ...]:
         w = self._writer()
         w.on_bookie_failed(self.bookies[failed].name)
-        need = [a for a in self._post("writer", w.take_actions()) if isinstance(a, NeedReplacement)]
+        need = [a for a in self._post(WRITER, w.take_actions()) if isinstance(a, NeedReplacement)]
         if len(need) != 1:
             raise ImplementationError(f"the writer asked for {len(need)} replacements, not 1")
         w.replace(need[0].failed, self.bookies[new].name)
-        cas = [a for a in self._post("writer", w.take_actions()) if isinstance(a, WriteMetadata)]
+        cas = [a for a in self._post(WRITER, w.take_actions()) if isinstance(a, WriteMetadata)]
         if len(cas) != 1:
             raise ImplementationError(f"the writer asked for {len(cas)} metadata writes, not 1")
         self.writer_cas = cas[0]
@@ -328,11 +333,11 @@ class BkrefDriver:
         if self.writer_cas is None:
             raise CannotTakeStepError("the writer has no ensemble change in flight")
         w = self._writer()
-        before = self._sent_by("writer")
+        before = self._sent_by(WRITER)
         self._cas(self.writer_cas, w.on_metadata_written, w.on_metadata_conflict)
         self.writer_cas = None
         self._writer_actions()
-        return self._resends(before, "writer", "writer_resends_add")
+        return self._resends(before, WRITER, "writer_resends_add")
 
     def _writer_resends_add(self, e: int, b: int) -> tuple[Label, ...]:
         raise CannotTakeStepError("the writer re-sends only as its ensemble change lands")
@@ -347,7 +352,7 @@ class BkrefDriver:
         """Post the writer's sends and run its metadata writes (a close, or a retry after a
         conflict) at once: the spec's close and CAS steps are one step each."""
         w = self._writer()
-        for a in self._post("writer", w.take_actions()):
+        for a in self._post(WRITER, w.take_actions()):
             if isinstance(a, AddCompleted | CloseCompleted):
                 continue  # to the application
             if isinstance(a, WriteMetadata):
@@ -365,13 +370,12 @@ class BkrefDriver:
         if reply_lost:
             self.used[sp.B_LOSS] += 1
             return ()
-        if f.sender == "writer":
+        if f.sender == WRITER:
             self._writer().on_add_response(f.action.bookie, m[2], status)
             self._writer_actions()
             return ()
-        rc = self._recovery()
-        rc.on_add_response(f.action.bookie, m[2], status)
-        self._recovery_actions()
+        self._recovery(f.sender).on_add_response(f.action.bookie, m[2], status)
+        self._recovery_actions(f.sender)
         return ()
 
     def _bookie_handles_fencing_lac_read(self, m: Msg, reply_lost: int) -> tuple[Label, ...]:
@@ -381,12 +385,13 @@ class BkrefDriver:
         if reply_lost:
             self.used[sp.B_LOSS] += 1
             return ()
-        rc = self._recovery()
+        c = f.sender
+        rc = self._recovery(c)
         was = rc.phase
         rc.on_read_lac_response(f.action.bookie, reply.status, reply.lac)
-        self._recovery_actions()
+        self._recovery_actions(c)
         if was is RecoveryPhase.FENCING and rc.phase is not RecoveryPhase.FENCING:
-            return (("recovery_client_completes_fencing", (0,)),)
+            return (("recovery_client_completes_fencing", (c,)),)
         return ()
 
     def _bookie_handles_recovery_read(self, m: Msg, reply_lost: int) -> tuple[Label, ...]:
@@ -396,8 +401,8 @@ class BkrefDriver:
         if reply_lost:
             self.used[sp.B_LOSS] += 1
             return ()
-        self._recovery().on_read_response(f.action.bookie, m[2], reply.status, reply.body)
-        self._recovery_actions()
+        self._recovery(f.sender).on_read_response(f.action.bookie, m[2], reply.status, reply.body)
+        self._recovery_actions(f.sender)
         return ()
 
     def _bookie_crashes(self, b: int) -> tuple[Label, ...]:
@@ -431,11 +436,9 @@ class BkrefDriver:
         self.used[sp.B_DUP] += 1
         return ()
 
-    # recovery client
+    # recovery clients
 
-    # Every recovery step names its client; the driver runs one (``unsupported_reasons``).
-
-    def _recovery_client_starts_recovery(self, _c: int) -> tuple[Label, ...]:
+    def _recovery_client_starts_recovery(self, c: int) -> tuple[Label, ...]:
         md, version = self.store.read_ledger(self.ledger_id)
         rc = LedgerRecovery(
             self.ledger_id,
@@ -444,12 +447,10 @@ class BkrefDriver:
             Digest(md.digest_type, md.password),
             plants=self.plants,
         )
-        self.recovery = rc
+        self.recoveries[c] = rc
         rc.start()
         for _ in range(10):  # a conflict (the writer changed its ensemble) starts over
-            marks = [
-                a for a in self._post("recovery", rc.take_actions()) if isinstance(a, WriteMetadata)
-            ]
+            marks = [a for a in self._post(c, rc.take_actions()) if isinstance(a, WriteMetadata)]
             if not marks:
                 break
             self._cas(marks[0], rc.on_metadata_written, rc.on_metadata_conflict)
@@ -458,23 +459,21 @@ class BkrefDriver:
     def _recovery_client_completes_fencing(self, _c: int) -> tuple[Label, ...]:
         raise CannotTakeStepError("recovery starts reading as soon as fencing covers the ensemble")
 
-    def _recovery_client_retries_request(self, _c: int, b: int) -> tuple[Label, ...]:
-        rc = self._recovery()
-        key = (b, -1) if rc.phase is RecoveryPhase.FENCING else (b, rc.reading)
+    def _recovery_client_retries_request(self, c: int, b: int) -> tuple[Label, ...]:
+        rc = self._recovery(c)
+        key = (c, b, -1) if rc.phase is RecoveryPhase.FENCING else (c, b, rc.reading)
         req = self.last_request.get(key)
         if req is None:
-            raise CannotTakeStepError(f"recovery sent nothing to b{b} for {key[1]}")
-        self._post("recovery", [req])
+            raise CannotTakeStepError(f"recovery client {c} sent nothing to b{b} for {key[2]}")
+        self._post(c, [req])
         return ()
 
-    def _recovery_client_changes_ensemble(
-        self, _c: int, failed: int, new: int
-    ) -> tuple[Label, ...]:
+    def _recovery_client_changes_ensemble(self, c: int, failed: int, new: int) -> tuple[Label, ...]:
         # The spec's timeout: a write-back to ``failed`` unanswered and no longer in flight.
         # bkref's recovery learns of it as an error answer for that entry, as its client
         # shell reports a lost connection.
-        rc = self._recovery()
-        if self.recovery_close is not None:
+        rc = self._recovery(c)
+        if self.recovery_close[c] is not None:
             # bkref's recovery computes its close when the last write-back reaches ack
             # quorum, and the spec offers no replacement after that (D21, settled in
             # recovery_client_changes_ensemble): reaching here is a disagreement to count.
@@ -486,18 +485,20 @@ class BkrefDriver:
             if name in (ens := rc.metadata.ensemble_for(e))
             and ens.index(name) in rc.quorum.write_set(e)
             and ens.index(name) not in acked
-            and not any(f.msg[:3] == (sp.ADD, failed, e) and f.msg[4] for f in self.inflight)
+            and not any(
+                f.msg[:3] == (sp.ADD, failed, e) and f.msg[4] == c + 1 for f in self.inflight
+            )
         ]
         if not waiting:
             raise CannotTakeStepError(f"no write-back to b{failed} is unanswered")
-        before = self._sent_by("recovery")
+        before = self._sent_by(c)
         rc.on_add_response(name, waiting[0], Status.IO_ERROR)
-        for a in self._post("recovery", rc.take_actions()):
+        for a in self._post(c, rc.take_actions()):
             if not isinstance(a, NeedReplacement):
                 raise ImplementationError(f"recovery asked for {a} instead of a replacement")
             rc.replace(a.failed, self.bookies[new].name)
-        self._recovery_actions()
-        return self._resends(before, "recovery", "recovery_client_resends_add", (0,))
+        self._recovery_actions(c)
+        return self._resends(before, c, "recovery_client_resends_add", (c,))
 
     def _recovery_client_resends_add(self, _c: int, e: int, b: int) -> tuple[Label, ...]:
         # bkref's recovery re-sends as it replaces a bookie (the follow-ups of that step),
@@ -505,27 +506,28 @@ class BkrefDriver:
         # also lets it copy an entry already at Aq to the new bookie: harmless, not done.
         raise CannotTakeStepError("recovery re-sends only when it replaces a bookie")
 
-    def _recovery_client_closes_ledger(self, _c: int) -> tuple[Label, ...]:
-        if self.recovery_close is None:
-            raise CannotTakeStepError("the recovery client has not asked to close")
-        rc = self._recovery()
+    def _recovery_client_closes_ledger(self, c: int) -> tuple[Label, ...]:
+        if self.recovery_close[c] is None:
+            raise CannotTakeStepError(f"recovery client {c} has not asked to close")
+        rc = self._recovery(c)
         # A close that conflicts with a worker's swap is retried on the new version at once:
-        # the spec's close merges in the same step.
-        while self.recovery_close is not None:
-            cas, self.recovery_close = self.recovery_close, None
+        # the spec's close merges in the same step. One that finds the ledger closed by
+        # another client ends there, reporting that close.
+        while (cas := self.recovery_close[c]) is not None:
+            self.recovery_close[c] = None
             self._cas(cas, rc.on_metadata_written, rc.on_metadata_conflict)
-            self._recovery_actions()
+            self._recovery_actions(c)
         return ()
 
-    def _recovery_actions(self) -> None:
-        """Post recovery's requests, hold its close CAS for the spec's close step."""
-        rc = self._recovery()
-        for a in self._post("recovery", rc.take_actions()):
+    def _recovery_actions(self, c: int) -> None:
+        """Post client ``c``'s requests, hold its close CAS for the spec's close step."""
+        rc = self._recovery(c)
+        for a in self._post(c, rc.take_actions()):
             if isinstance(a, WriteMetadata):
-                self.recovery_close = a
+                self.recovery_close[c] = a
             elif isinstance(a, RecoveryCompleted):
                 if not a.ok:
-                    raise ImplementationError(f"recovery failed: {a.message}")
+                    raise ImplementationError(f"recovery client {c} failed: {a.message}")
             else:
                 raise ImplementationError(f"recovery asked for {a}, which no spec step is")
 
@@ -546,11 +548,11 @@ class BkrefDriver:
         else:
             written(version)
 
-    def _sent_by(self, sender: str) -> list[Msg]:
+    def _sent_by(self, sender: int) -> list[Msg]:
         return [f.msg for f in self.inflight if f.sender == sender]
 
     def _resends(
-        self, before: list[Msg], sender: str, action: str, first: tuple[int, ...] = ()
+        self, before: list[Msg], sender: int, action: str, first: tuple[int, ...] = ()
     ) -> tuple[Label, ...]:
         """The adds ``sender`` put in flight since ``before``, as follow-ups
         ``action(*first, e, b)`` (``first``: the recovery client's index)."""
@@ -568,10 +570,11 @@ class BkrefDriver:
             raise CannotTakeStepError("no writer yet")
         return self.writer
 
-    def _recovery(self) -> LedgerRecovery:
-        if self.recovery is None:
-            raise CannotTakeStepError("no recovery client yet")
-        return self.recovery
+    def _recovery(self, c: int) -> LedgerRecovery:
+        rc = self.recoveries[c]
+        if rc is None:
+            raise CannotTakeStepError(f"no recovery client {c} yet")
+        return rc
 
     # ------------------------------------------------------------ observation
 

@@ -77,7 +77,8 @@ def _unsupported(driver: str, cfg: Config) -> list[str]:
 def _list(driver: str) -> int:
     for name, cfg in NAMED.items():
         why = _unsupported(driver, cfg)
-        print(f"{name:12s} {'runs' if not why else 'not yet: ' + '; '.join(why)}")
+        width = max(map(len, NAMED))
+        print(f"{name:{width}s} {'runs' if not why else 'not yet: ' + '; '.join(why)}")
     return 0
 
 

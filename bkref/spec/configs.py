@@ -171,8 +171,8 @@ CONFIGS: dict[str, Config] = {
             losses=0,
             recovery_clients=2,
             description="config a with one entry and two recovery clients racing: both "
-            "fence and read, one closes, the other finds the ledger closed (at its own last "
-            "entry, or at another: it fails)",
+            "fence and read, one closes, the other finds the ledger closed and reports the "
+            "stored last entry (its own, or another)",
         ),
         replace(
             _C,
@@ -211,6 +211,25 @@ CONFIGS: dict[str, Config] = {
             "replaces that bookie after the LAC, so a closed segment of the open ledger misses "
             "the entry on a live bookie; the check marks it and the worker moves the replica "
             "while the writer goes on",
+        ),
+        replace(
+            _C,
+            name="c-check-crash",
+            bookies=3,
+            ensemble=2,
+            write_quorum=2,
+            ack_quorum=1,
+            first_entry_confirmed=False,
+            closed_ledgers=0,
+            crashes=1,
+            restarts=True,
+            losses=1,
+            periodic_check=True,
+            description="a replica found missing an entry, then lost and back: the add to one "
+            "bookie of the write set is lost (Aq=1) and the writer closes; the periodic check "
+            "lists that bookie, which crashes and restarts without the entry. The worker "
+            "checks the replicas its task lists and moves this one, as BookKeeper's worker "
+            "re-checks the ledger instead of trusting the task",
         ),
     )
 }

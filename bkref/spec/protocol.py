@@ -71,10 +71,10 @@ STATUS_NAMES = ("NONE", "OPEN", "IN_RECOVERY", "CLOSED")
 W_NONE, W_OPEN, W_CLOSED, W_WITHDRAWN = 0, 1, 2, 3
 W_NAMES = ("NONE", "OPEN", "CLOSED", "WITHDRAWN")
 
-# Recovery client phase (Recovery.phase). FAILED: its close found the ledger closed by
-# another recovery client at a different last entry (it gives up, as BookKeeper's does).
-RC_IDLE, RC_FENCING, RC_READING, RC_WRITING, RC_CLOSED, RC_FAILED = 0, 1, 2, 3, 4, 5
-RC_NAMES = ("IDLE", "FENCING", "READING", "WRITING", "CLOSED", "FAILED")
+# Recovery client phase (Recovery.phase). CLOSED: the ledger is closed, by this client's
+# close or by another's (the client then reports the stored last entry, as BookKeeper's).
+RC_IDLE, RC_FENCING, RC_READING, RC_WRITING, RC_CLOSED = 0, 1, 2, 3, 4
+RC_NAMES = ("IDLE", "FENCING", "READING", "WRITING", "CLOSED")
 
 # Bookie liveness (b_up).
 DOWN, UP, REFUSED = 0, 1, 2
@@ -106,7 +106,7 @@ class Recovery(NamedTuple):
     ``recovery_of`` reads one as a record and ``with_recovery`` writes it back.
     """
 
-    phase: int  # IDLE / FENCING / READING / WRITING / CLOSED / FAILED
+    phase: int  # IDLE / FENCING / READING / WRITING / CLOSED
     version: int  # metadata version after marking IN_RECOVERY (or finding it so)
     segments: Segments  # its copy of the segments, changed locally by recovery ensemble changes
     # The segments as they were when recovery began: what it reads from (BOOKKEEPER-581);
@@ -1203,8 +1203,12 @@ def recovery_client_closes_ledger(cfg: Config, s: State, c: int) -> State | None
     the ledger still IN_RECOVERY (a worker swapped a bookie of an earlier,
     closed segment) is merged: earlier segments from the store, the rest from
     the recovery client. A ledger another recovery client closed meanwhile is
-    re-read, as BookKeeper's close does on a conflict: closed at the same last
-    entry, this recovery is done; at another one, it fails and writes nothing.
+    re-read and left as it is: this recovery is done and reports the stored
+    last entry, whatever it recovered itself. That is BookKeeper's
+    ``ReadOnlyLedgerHandle.closeRecovered`` (9590a97): its ``MetadataUpdateLoop``
+    re-reads the metadata on the version conflict, ``setLedgerMetadata`` sets
+    the handle's LAC to the stored last entry, and the loop's predicate (state
+    IN_RECOVERY) no longer holds, so it completes without a write.
     """
     wl = cfg.writer_ledger
     r = recovery_of(s, c)
@@ -1219,9 +1223,8 @@ def recovery_client_closes_ledger(cfg: Config, s: State, c: int) -> State | None
             # closes it (the writer's steps need it OPEN; workers change segments, not the
             # status).
             return None
-        if s.meta_last[wl] == r.last:
-            return s._replace(rc=with_recovery(s, c, r._replace(phase=RC_CLOSED)))
-        return s._replace(rc=with_recovery(s, c, r._replace(phase=RC_FAILED)))
+        r = r._replace(phase=RC_CLOSED, last=s.meta_last[wl], version=s.meta_version[wl])
+        return s._replace(rc=with_recovery(s, c, r))
     segs = s.meta_segments[wl][: r.base] + r.segments[r.base :]
     if "recovery-close-undoes-swap" in cfg.mutants:
         segs = r.segments  # its own view of the earlier segments too (not a merge)
@@ -1373,8 +1376,12 @@ def _segment_needs_repair(cfg: Config, s: State, ledger: int, idx: int) -> int:
 
 def _needing_repair(cfg: Config, s: State, ledger: int, idx: int) -> Iterator[int]:
     """The bookies of the segment a worker may repair, in ensemble order: the lost (not
-    live) ones; with the periodic check, then the live ones of a closed segment that its
-    task lists and that miss entries of the segment (ENTRIES_MISSING)."""
+    live) ones, then the live ones of a closed segment that its task lists and that miss
+    entries of the segment (ENTRIES_MISSING). The worker checks those replicas itself,
+    whichever audit listed them and why: a bookie listed as lost that came back missing
+    entries is repaired, one the check found missing entries that has them now is not.
+    BookKeeper's ``ReplicationWorker.rereplicate`` (9590a97) runs its ``LedgerChecker``
+    over the ledger (``getUnderreplicatedFragments``) rather than trust the task."""
     ens = s.meta_segments[ledger][idx][1]
     for b in ens:
         if s.b_up[b] != UP:
@@ -1383,7 +1390,7 @@ def _needing_repair(cfg: Config, s: State, ledger: int, idx: int) -> Iterator[in
             ):
                 continue
             yield b
-    if cfg.periodic_check and segment_is_closed(s, ledger, idx):
+    if segment_is_closed(s, ledger, idx):
         listed = s.meta_task[ledger][1]
         for b in ens:
             if listed & bit(b) and missing_entries(cfg, s, ledger, idx, b):
@@ -1763,8 +1770,6 @@ def drop_dead_requests(cfg: Config, s: State) -> State:
 
 def _forget_used(cfg: Config, r: Recovery) -> Recovery:
     """A recovery client past fencing without what it no longer reads."""
-    if r.phase == RC_FAILED:
-        return Recovery._make(idle_recovery(cfg))._replace(phase=RC_FAILED)
     if r.fenced or r.max_lac != -1:
         r = r._replace(fenced=0, max_lac=-1)  # fencing answers are used up
     if r.phase >= RC_WRITING and r.read_segments:

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from bkref.impl.core.actions import LocalProtocolError
+from bkref.impl.core.audit import Probe, Verdict
 from bkref.impl.core.metadata import Segment
 from bkref.impl.core.repair import Fragment, Reason, Task, replace_replica
 from bkref.impl.core.repair_run import (
@@ -25,7 +26,8 @@ from bkref.impl.core.repair_run import (
     ReadOpenLac,
     RepairRun,
 )
-from bkref.impl.core.replication import (
+from bkref.impl.core.replication import WorkerConfig, WorkerCore, WorkerPhase
+from bkref.impl.core.worker_actions import (
     CompleteTask,
     Defer,
     ReadLedger,
@@ -35,9 +37,6 @@ from bkref.impl.core.replication import (
     Unlock,
     Verified,
     WorkerAction,
-    WorkerConfig,
-    WorkerCore,
-    WorkerPhase,
 )
 from tests.impl.core_helpers import A, B, C, D, E, ledger_md
 
@@ -265,10 +264,25 @@ def test_busy_repair_slots_or_no_room_beside_this_worker_defer_not_fail() -> Non
     assert unlock == Unlock(1)
 
 
+def _checks(core: WorkerCore, bookie: str) -> Probe:
+    """The core's one action: a probe of every entry of ``bookie``'s fragment of CLOSED."""
+    [probe] = core.take_actions()
+    assert isinstance(probe, Probe)
+    assert core.phase is WorkerPhase.CHECKING
+    assert probe.fragment.bookie == bookie
+    assert probe.entries == tuple(probe.fragment.entries(CLOSED))
+    return probe
+
+
 def test_a_live_replica_missing_entries_moves_to_a_new_bookie_as_a_lost_one_does() -> None:
     # BookKeeper's replicateLedgerFragment replaces the bookie; nothing refills in place.
     core = _locked(_task(replicas={B: Reason.ENTRIES_MISSING}))
     core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
+    probe = _checks(core, B)  # the worker checks what the task says, as BookKeeper's does
+    core.on_probe(
+        probe, {e: Verdict.MISSING if e == 3 else Verdict.INTACT for e in probe.entries}, 0
+    )
+    assert core.bad == {B: Reason.ENTRIES_MISSING}
     [copy] = core.take_actions()
     assert isinstance(copy, Copy)
     assert (copy.fragment.bookie, copy.target, copy.avoid) == (B, D, frozenset({B}))
@@ -282,9 +296,38 @@ def test_a_live_replica_missing_entries_moves_to_a_new_bookie_as_a_lost_one_does
     assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
 
 
+def test_a_replica_listed_missing_entries_that_has_them_now_needs_nothing() -> None:
+    core = _locked(_task(replicas={B: Reason.ENTRIES_MISSING}))
+    core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
+    probe = _checks(core, B)
+    core.on_probe(probe, dict.fromkeys(probe.entries, Verdict.INTACT), 0)
+    assert core.bad == {}
+    assert core.take_actions() == [ReadLedger(1, live=True)]
+    core.on_ledger(CLOSED, 10, 0)
+    assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
+
+
+def test_a_lost_bookie_back_again_missing_entries_is_repaired_as_one_that_misses_them() -> None:
+    # Lost, then back without the entries written meanwhile: the spec's worker repairs a
+    # listed live replica that misses entries whatever the task says (_needing_repair),
+    # where bkref's worker used to drop every lost bookie that came back.
+    core = _locked()
+    core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
+    probe = _checks(core, A)
+    core.on_probe(
+        probe, {e: Verdict.MISSING if e == 5 else Verdict.INTACT for e in probe.entries}, 0
+    )
+    assert core.bad == {A: Reason.ENTRIES_MISSING}
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
+    assert (copy.fragment.bookie, copy.target) == (A, D)
+
+
 def test_a_lost_bookie_back_again_needs_nothing_and_a_deleted_ledger_completes() -> None:
     core = _locked()
     core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
+    probe = _checks(core, A)
+    core.on_probe(probe, dict.fromkeys(probe.entries, Verdict.INTACT), 0)
     assert core.bad == {}
     assert core.take_actions() == [ReadLedger(1, live=True)]
     core.on_ledger(CLOSED, 10, 0)
@@ -355,6 +398,10 @@ def test_a_lost_bookie_the_task_does_not_name_is_repaired_too() -> None:
     # worker checks every fragment, A's is copied first (ensemble order), then B's.
     core = _locked(_task(replicas={B: Reason.ENTRIES_MISSING}))
     core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
+    probe = _checks(core, B)
+    core.on_probe(
+        probe, {e: Verdict.MISSING if e == 0 else Verdict.INTACT for e in probe.entries}, 0
+    )
     assert core.bad == {A: Reason.LOST, B: Reason.ENTRIES_MISSING}
     [copy] = core.take_actions()
     assert isinstance(copy, Copy)

@@ -22,7 +22,7 @@ from bkref.impl.core.frames import Status
 from bkref.impl.core.metadata import LedgerState
 from bkref.impl.core.recovery import LedgerRecovery, RecoveryPhase
 from bkref.impl.core.writer import LedgerWriter, WriterState
-from tests.impl.test_writer_recovery import LEDGER, Driver, _setup
+from tests.impl.client_sim import LEDGER, Driver, setup_cluster
 
 
 class CoreMachine(RuleBasedStateMachine):
@@ -30,7 +30,7 @@ class CoreMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.cluster, self.store, self.digest = _setup(*self.quorum, 5)
+        self.cluster, self.store, self.digest = setup_cluster(*self.quorum, 5)
         self.writer = LedgerWriter(
             LEDGER, self.store.metadata, self.store.version, self.digest, add_timeout_ticks=3
         )

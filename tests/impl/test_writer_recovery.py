@@ -6,136 +6,35 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from bkref.impl.core.actions import (
-    Action,
     AddCompleted,
     CloseCompleted,
     NeedReplacement,
     RecoveryCompleted,
     SendAdd,
     SendRead,
-    SendReadLac,
     WriteMetadata,
 )
-from bkref.impl.core.digest import Digest, DigestType, master_key, password_hash, peek_header
+from bkref.impl.core.digest import Digest, DigestType, password_hash, peek_header
 from bkref.impl.core.frames import (
     Status,
 )
 from bkref.impl.core.metadata import LedgerMetadata, LedgerState, Segment
 from bkref.impl.core.recovery import LedgerRecovery
-from bkref.impl.core.sim import Delivery, MetaStore, SimBookie, SimCluster, status_of
+from bkref.impl.core.sim import MetaStore, SimCluster
 from bkref.impl.core.writer import LedgerWriter, WriterState
-
-PW = b"secret"
-LEDGER = 7
-
-
-def _setup(e: int, wq: int, aq: int, n_bookies: int) -> tuple[SimCluster, MetaStore, Digest]:
-    bookies = {f"b{i}": SimBookie(f"b{i}") for i in range(n_bookies)}
-    meta = LedgerMetadata(
-        e,
-        wq,
-        aq,
-        (Segment(0, tuple(f"b{i}" for i in range(e))),),
-        DigestType.CRC32C,
-        password_hash(PW),
-    )
-    return SimCluster(bookies, master_key(PW)), MetaStore(meta), Digest(DigestType.CRC32C, PW)
-
-
-class Driver:
-    """Runs one client's state machine against the sim cluster."""
-
-    def __init__(
-        self,
-        cluster: SimCluster,
-        store: MetaStore,
-        machine: LedgerWriter | LedgerRecovery,
-        name: str,
-    ) -> None:
-        self.cluster, self.store, self.m, self.name = cluster, store, machine, name
-        self.completed: list[AddCompleted] = []
-        self.finished: list[RecoveryCompleted | CloseCompleted] = []
-        self.events: list[str] = []
-        # When set, metadata writes wait here until the test lands them (a slow ZooKeeper).
-        self.deferred: list[tuple[Driver, WriteMetadata]] | None = None
-
-    def pump(self) -> None:
-        while actions := self.m.take_actions():
-            self.cluster.post(self.name, actions, self._other)
-
-    def _other(self, a: Action) -> None:
-        if isinstance(a, AddCompleted):
-            self.completed.append(a)
-            self.events.append(f"complete {a.entry_id}")
-        elif isinstance(a, RecoveryCompleted | CloseCompleted):
-            self.finished.append(a)
-        elif isinstance(a, WriteMetadata):
-            if self.deferred is not None:
-                self.deferred.append((self, a))
-            else:
-                self._cas(a)
-        elif isinstance(a, NeedReplacement):
-            spare = [
-                b for b, sb in self.cluster.bookies.items() if sb.alive and b not in a.ensemble
-            ]
-            if spare:
-                self.m.replace(a.failed, spare[0])
-            else:
-                self.m.no_replacement(a.failed, "no spare bookie")
-
-    def _cas(self, a: WriteMetadata) -> None:
-        self.events.append("cas")
-        if self.store.cas(a):
-            self.m.on_metadata_written(self.store.version)
-        else:
-            self.m.on_metadata_conflict(self.store.metadata, self.store.version)
-
-    def land(self, a: WriteMetadata) -> None:
-        """Perform a deferred metadata write now."""
-        self._cas(a)
-        self.pump()
-
-    def deliver(self, d: Delivery) -> None:
-        resp = self.cluster.deliver(d)
-        a = d.action
-        st_ = status_of(resp)
-        if isinstance(a, SendAdd):
-            self.m.on_add_response(a.bookie, a.entry_id, st_)
-        elif isinstance(a, SendRead):
-            assert isinstance(self.m, LedgerRecovery)
-            body = getattr(resp, "body", b"")
-            self.m.on_read_response(a.bookie, a.entry_id, st_, body)
-        elif isinstance(a, SendReadLac):
-            assert isinstance(self.m, LedgerRecovery)
-            self.m.on_read_lac_response(a.bookie, st_, getattr(resp, "lac", -1))
-        self.pump()
-
-
-def _run(
-    cluster: SimCluster,
-    drivers: dict[str, Driver],
-    data: st.DataObject | None,
-    limit: int | None = None,
-) -> int:
-    delivered = 0
-    while cluster.inflight and (limit is None or delivered < limit):
-        i = 0 if data is None else data.draw(st.integers(0, len(cluster.inflight) - 1))
-        d = cluster.inflight.pop(i)
-        drivers[d.client].deliver(d)
-        delivered += 1
-    return delivered
+from tests.impl.client_sim import LEDGER, PW, Driver, run_all, setup_cluster
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.integers(1, 30), st.data())
 def test_completions_are_in_entry_order_whatever_the_ack_order(n: int, data: st.DataObject) -> None:
-    cluster, store, digest = _setup(3, 2, 2, 3)
+    cluster, store, digest = setup_cluster(3, 2, 2, 3)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     drv = Driver(cluster, store, w, "w")
     for i in range(n):
         assert w.add(b"x%d" % i) == i
     drv.pump()
-    _run(cluster, {"w": drv}, data)
+    run_all(cluster, {"w": drv}, data)
     assert [c.entry_id for c in drv.completed] == list(range(n))
     assert all(c.status is Status.OK for c in drv.completed)
     assert w.lac == n - 1
@@ -146,17 +45,17 @@ def test_completions_are_in_entry_order_whatever_the_ack_order(n: int, data: st.
 def test_ensemble_change_holds_acks_until_the_metadata_cas_lands(
     n: int, data: st.DataObject
 ) -> None:
-    cluster, store, digest = _setup(3, 3, 2, 4)
+    cluster, store, digest = setup_cluster(3, 3, 2, 4)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     drv = Driver(cluster, store, w, "w")
     for i in range(n):
         w.add(b"y%d" % i)
     drv.pump()
-    _run(cluster, {"w": drv}, data, limit=data.draw(st.integers(0, 3 * n)))
+    run_all(cluster, {"w": drv}, data, limit=data.draw(st.integers(0, 3 * n)))
     victim = data.draw(st.sampled_from(["b0", "b1", "b2"]))
     cluster.bookies[victim].alive = False
     note(f"killed {victim}")
-    _run(cluster, {"w": drv}, data)
+    run_all(cluster, {"w": drv}, data)
     assert [c.entry_id for c in drv.completed] == list(range(n))
     # Every confirmed entry is on Aq bookies of its write set in the metadata as stored.
     meta = store.metadata
@@ -172,7 +71,7 @@ def test_ensemble_change_holds_acks_until_the_metadata_cas_lands(
 
 
 def test_no_completion_while_the_ensemble_change_is_outstanding() -> None:
-    _cluster, store, digest = _setup(3, 3, 2, 4)
+    _cluster, store, digest = setup_cluster(3, 3, 2, 4)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     w.add(b"a")
     sends = [a for a in w.take_actions() if isinstance(a, SendAdd)]
@@ -196,7 +95,7 @@ def test_no_completion_while_the_ensemble_change_is_outstanding() -> None:
 
 
 def test_entries_still_pending_when_the_change_lands_go_to_the_replacement() -> None:
-    _cluster, store, digest = _setup(3, 3, 2, 4)
+    _cluster, store, digest = setup_cluster(3, 3, 2, 4)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     w.add(b"a")
     sends = [a for a in w.take_actions() if isinstance(a, SendAdd)]
@@ -215,7 +114,7 @@ def test_entries_still_pending_when_the_change_lands_go_to_the_replacement() -> 
 
 
 def test_a_bookie_that_never_answers_is_replaced_after_the_add_timeout() -> None:
-    cluster, store, digest = _setup(3, 3, 3, 4)
+    cluster, store, digest = setup_cluster(3, 3, 3, 4)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest, add_timeout_ticks=5)
     drv = Driver(cluster, store, w, "w")
     w.add(b"t0")
@@ -223,7 +122,7 @@ def test_a_bookie_that_never_answers_is_replaced_after_the_add_timeout() -> None
     drv.pump()
     silent = "b1"  # swallows its requests; the others answer
     cluster.inflight = [d for d in cluster.inflight if d.action.bookie != silent]
-    _run(cluster, {"w": drv}, None)
+    run_all(cluster, {"w": drv}, None)
     for _ in range(4):
         w.tick()
         drv.pump()
@@ -231,7 +130,7 @@ def test_a_bookie_that_never_answers_is_replaced_after_the_add_timeout() -> None
     assert silent in store.metadata.last_segment.ensemble
     w.tick()
     drv.pump()
-    _run(cluster, {"w": drv}, None)
+    run_all(cluster, {"w": drv}, None)
     assert silent not in store.metadata.last_segment.ensemble
     assert [c.entry_id for c in drv.completed] == [0, 1]
 
@@ -239,7 +138,7 @@ def test_a_bookie_that_never_answers_is_replaced_after_the_add_timeout() -> None
 def test_close_with_adds_in_flight_fails_them_and_closes_at_the_lac() -> None:
     # BookKeeper's close fails pending adds and closes at the LAC (the spec's
     # writer_closes_ledger): an unacknowledged entry is not part of the ledger.
-    _cluster, store, digest = _setup(3, 2, 2, 3)
+    _cluster, store, digest = setup_cluster(3, 2, 2, 3)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     w.add(b"a")
     w.take_actions()
@@ -266,13 +165,13 @@ def test_recovery_keeps_every_acknowledged_entry_and_fences_the_old_writer(
     n: int, eqa: tuple[int, int, int], kill_one: bool, data: st.DataObject
 ) -> None:
     e, wq, aq = eqa
-    cluster, store, digest = _setup(e, wq, aq, e)
+    cluster, store, digest = setup_cluster(e, wq, aq, e)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     wd = Driver(cluster, store, w, "w")
     for i in range(n):
         w.add(b"z%d" % i)
     wd.pump()
-    _run(cluster, {"w": wd}, data, limit=data.draw(st.integers(0, n * wq)))
+    run_all(cluster, {"w": wd}, data, limit=data.draw(st.integers(0, n * wq)))
     acked = [c.entry_id for c in wd.completed if c.status is Status.OK]
     note(f"acked before the writer stopped: {acked}")
     if kill_one and wq > aq:
@@ -282,7 +181,7 @@ def test_recovery_keeps_every_acknowledged_entry_and_fences_the_old_writer(
     r.start()
     rd.pump()
     # The old writer's requests still in flight interleave with recovery's.
-    _run(cluster, {"w": wd, "r": rd}, data)
+    run_all(cluster, {"w": wd, "r": rd}, data)
     acked = [c.entry_id for c in wd.completed if c.status is Status.OK]
     (done,) = rd.finished
     assert isinstance(done, RecoveryCompleted)
@@ -305,7 +204,7 @@ def test_recovery_keeps_every_acknowledged_entry_and_fences_the_old_writer(
     if w.state is WriterState.OPEN:
         nxt = w.add(b"late")
         wd.pump()
-        _run(cluster, {"w": wd, "r": rd}, None)
+        run_all(cluster, {"w": wd, "r": rd}, None)
         late = [c for c in wd.completed if c.entry_id == nxt]
         assert late
         assert late[0].status is not Status.OK
@@ -317,13 +216,13 @@ def test_recovery_replaces_a_dead_write_back_bookie_by_an_ensemble_change(
     n: int, data: st.DataObject
 ) -> None:
     """With Wq = Aq a dead bookie blocks every write-back: recovery must change the ensemble."""
-    cluster, store, digest = _setup(3, 3, 3, 4)
+    cluster, store, digest = setup_cluster(3, 3, 3, 4)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     wd = Driver(cluster, store, w, "w")
     for i in range(n):
         w.add(b"q%d" % i)
     wd.pump()
-    _run(cluster, {"w": wd}, data)
+    run_all(cluster, {"w": wd}, data)
     assert len(wd.completed) == n
     dead = data.draw(st.sampled_from(["b0", "b1", "b2"]))
     cluster.bookies[dead].alive = False
@@ -331,7 +230,7 @@ def test_recovery_replaces_a_dead_write_back_bookie_by_an_ensemble_change(
     rd = Driver(cluster, store, r, "r")
     r.start()
     rd.pump()
-    _run(cluster, {"w": wd, "r": rd}, data)
+    run_all(cluster, {"w": wd, "r": rd}, data)
     (done,) = rd.finished
     assert isinstance(done, RecoveryCompleted)
     assert done.ok, done.message
@@ -419,13 +318,13 @@ def test_a_recovery_that_dies_after_replacing_a_bookie_loses_nothing_for_the_nex
     the new segment to the metadata, and died before its write-backs were done. The next
     recovery read those entries from the replacement, got "no such entry" (with Wq = Aq
     one negative suffices) and closed the ledger before acknowledged entries."""
-    cluster, store, digest = _setup(3, 3, 3, 4)
+    cluster, store, digest = setup_cluster(3, 3, 3, 4)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     wd = Driver(cluster, store, w, "w")
     for i in range(n):
         w.add(b"p%d" % i)
     wd.pump()
-    _run(cluster, {"w": wd}, data)
+    run_all(cluster, {"w": wd}, data)
     assert len(wd.completed) == n
     cluster.bookies[data.draw(st.sampled_from(["b0", "b1", "b2"]))].alive = False
     r1 = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
@@ -434,7 +333,7 @@ def test_a_recovery_that_dies_after_replacing_a_bookie_loses_nothing_for_the_nex
     d1.pump()
     drivers = {"w": wd, "r1": d1}
     while cluster.inflight and "b3" not in r1.ensemble:  # until b3 replaced the dead one
-        _run(cluster, drivers, data, limit=1)
+        run_all(cluster, drivers, data, limit=1)
     assert "b3" in r1.ensemble
     # r1 dies here, its write-backs to the replacement partly done (or not at all).
     cluster.inflight[:] = [d for d in cluster.inflight if d.client != "r1"]
@@ -442,7 +341,7 @@ def test_a_recovery_that_dies_after_replacing_a_bookie_loses_nothing_for_the_nex
     d2 = Driver(cluster, store, r2, "r2")
     r2.start()
     d2.pump()
-    _run(cluster, {**drivers, "r2": d2}, data)
+    run_all(cluster, {**drivers, "r2": d2}, data)
     (done,) = d2.finished
     assert isinstance(done, RecoveryCompleted)
     assert done.ok, done.message
@@ -455,13 +354,13 @@ def _recovery_after_two_unconfirmed_adds(
     """E=Wq=3, Aq=2: ``confirmed`` added one by one, then both ``unconfirmed`` reach b0 and
     b1 only and their answers are lost; a recovery has started (cluster, store, writer's
     driver, recovery, its driver)."""
-    cluster, store, digest = _setup(3, 3, 2, n_bookies)
+    cluster, store, digest = setup_cluster(3, 3, 2, n_bookies)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     wd = Driver(cluster, store, w, "w")
     for body in confirmed:
         w.add(body)
         wd.pump()
-        _run(cluster, {"w": wd}, None)
+        run_all(cluster, {"w": wd}, None)
     for body in unconfirmed:
         w.add(body)
     wd.pump()
@@ -542,7 +441,7 @@ def test_a_recovery_close_keeps_a_worker_swap_of_an_earlier_segment() -> None:
     of the closed first segment while recovery was closing; recovery failed ("metadata
     changed under recovery") where BookKeeper's closeRecovered re-reads and closes on the
     new version with the worker's segment kept (BOOKKEEPER-584)."""
-    cluster, _store, digest = _setup(2, 2, 2, 5)
+    cluster, _store, digest = setup_cluster(2, 2, 2, 5)
     two = LedgerMetadata(
         2,
         2,
@@ -557,7 +456,7 @@ def test_a_recovery_close_keeps_a_worker_swap_of_an_earlier_segment() -> None:
     w.add(b"e0")
     w.add(b"e1")
     wd.pump()
-    _run(cluster, {"w": wd}, None)
+    run_all(cluster, {"w": wd}, None)
     assert [c.entry_id for c in wd.completed] == [0, 1]
     r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
     rd = Driver(cluster, store, r, "r")
@@ -567,7 +466,7 @@ def test_a_recovery_close_keeps_a_worker_swap_of_an_earlier_segment() -> None:
     (mark,) = [a for _d, a in rd.deferred]
     rd.deferred.clear()
     rd.land(mark)
-    _run(cluster, {"r": rd}, None)
+    run_all(cluster, {"r": rd}, None)
     (close,) = [a for _d, a in rd.deferred]
     assert close.metadata.is_closed
     # The worker's CAS lands first: b3 replaces b1 in segment 0.

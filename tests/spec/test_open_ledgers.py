@@ -12,6 +12,7 @@ from bkref.spec.checker import check
 from bkref.spec.config import Config
 from bkref.spec.configs import NAMED, mutant_config
 from bkref.spec.protocol import (
+    B_CRASH,
     IN_RECOVERY,
     OPEN,
     RC_WRITING,
@@ -124,3 +125,22 @@ def test_a_worker_may_fence_a_ledger_already_in_recovery_or_copy_its_closed_segm
     in_recovery = [(s, name) for s, (name, _a), _t in steps if s.meta_status[wl] == IN_RECOVERY]
     assert any(name == "worker_fences_open_ledger" for _s, name in in_recovery)
     assert any(name == "worker_copies_fragment" for _s, name in in_recovery)
+
+
+def test_a_worker_repairs_a_listed_replica_that_came_back_missing_entries() -> None:
+    # c-check-crash: the check lists a bookie whose add was lost; it crashes and restarts
+    # (the one crash of the budget) without the entry. The worker checks the replicas its
+    # task lists, as BookKeeper's does, and copies that one though it is live again.
+    cfg = NAMED["c-check-crash"]
+    wl = cfg.writer_ledger
+
+    def back_and_copied(st: Step) -> bool:
+        s, (name, _args), t = st
+        if name != "worker_copies_fragment" or s.budget[B_CRASH] > 0:
+            return False
+        pending = t.wk[0][3]
+        assert isinstance(pending, tuple)
+        lost = pending[1]
+        return s.b_up[lost] == UP and bool(s.meta_task[wl][1] & (1 << lost))
+
+    assert _find(cfg, back_and_copied) is not None

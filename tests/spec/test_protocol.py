@@ -17,7 +17,7 @@ from bkref.spec.protocol import (
     DOWN,
     IN_RECOVERY,
     OPEN,
-    RC_FAILED,
+    RC_CLOSED,
     REFUSED,
     UP,
     W_WITHDRAWN,
@@ -213,7 +213,7 @@ def test_the_periodic_bookie_check_marks_a_bookie_that_went_down_before_its_cas(
     assert auditor_runs_periodic_bookie_check(cfg, t) is None
 
 
-def test_two_recoveries_a_resend_keeps_its_first_lac_and_the_loser_fails() -> None:
+def test_two_recoveries_a_resend_keeps_its_first_lac_the_loser_adopts_the_close() -> None:
     # Found with two recovery clients: client 1 closes the ledger at -1 (two negatives for
     # e0) while client 0, which found e0 on b0, writes it back. Client 0 re-sent e0 to its
     # replacement b3 signed with its LAC by then (0, e0 at Aq): b3's LAC passed the last
@@ -255,13 +255,14 @@ def test_two_recoveries_a_resend_keeps_its_first_lac_and_the_loser_fails() -> No
     assert s.b_ledgers[3][0][3] == -1  # but b3 holds the LAC e0 was first sent with
     assert all(inv(cfg, s) for inv in INVARIANTS)
     # Client 0 ends its ledger at e0; its close finds it closed at another last entry: it
-    # fails and writes nothing.
+    # writes nothing and reports the stored close, as BookKeeper's closeRecovered does.
     for b in (0, 2):
         label = f"bookie_handles_recovery_read(recovery read e1 to b{b} (fencing), 0)"
         s = next(t for lb, t in next_states(cfg, s) if format_label(lb) == label)
     assert recovery_of(s, 0).last == 0
     t = _step(recovery_client_closes_ledger(cfg, s, 0))
-    assert recovery_of(t, 0).phase == RC_FAILED
+    assert recovery_of(t, 0).phase == RC_CLOSED
+    assert recovery_of(t, 0).last == -1
     assert t.meta_version == s.meta_version
     assert t.meta_last == s.meta_last
 

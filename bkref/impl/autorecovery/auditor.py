@@ -399,7 +399,7 @@ async def check_replicas(
         while actions:
             action = actions.popleft()
             if isinstance(action, Probe):
-                check.on_probe(action, await _probe(bk, digest, action))
+                check.on_probe(action, await probe_fragment(bk, digest, action))
                 actions.extend(check.take_actions())
                 continue
             log.warning(
@@ -414,8 +414,9 @@ async def check_replicas(
     return marked
 
 
-async def _probe(bk: BookKeeper, digest: Digest, probe: Probe) -> dict[int, Verdict]:
-    """Read the probe's entries from its bookie (concurrently) and judge each copy."""
+async def probe_fragment(bk: BookKeeper, digest: Digest, probe: Probe) -> dict[int, Verdict]:
+    """Read the probe's entries from its bookie (concurrently) and judge each copy (the
+    auditor's ledger check, and a worker's check of the replicas its task lists)."""
     frag = probe.fragment
     sem = asyncio.Semaphore(CHECK_CONCURRENCY)
 

@@ -32,14 +32,19 @@ from dataclasses import dataclass
 
 from kazoo.exceptions import KazooException
 
+from bkref.impl.autorecovery.auditor import probe_fragment
 from bkref.impl.autorecovery.replicator import RepairError, perform_repair_step
 from bkref.impl.client.client import BookKeeper
 from bkref.impl.client.errors import BKError
 from bkref.impl.clock import SYSTEM_CLOCK, Clock
 from bkref.impl.core.actions import LocalProtocolError
+from bkref.impl.core.audit import Probe
+from bkref.impl.core.digest import Digest
+from bkref.impl.core.metadata import LedgerMetadata
 from bkref.impl.core.repair import Task
 from bkref.impl.core.repair_run import CasReplica, Copy, ReadOpenLac
-from bkref.impl.core.replication import (
+from bkref.impl.core.replication import WorkerConfig, WorkerCore
+from bkref.impl.core.worker_actions import (
     CompleteTask,
     Defer,
     ReadLedger,
@@ -48,8 +53,6 @@ from bkref.impl.core.replication import (
     TryLock,
     Verified,
     WorkerAction,
-    WorkerConfig,
-    WorkerCore,
 )
 from bkref.impl.meta.store import NoSuchLedgerError
 from bkref.impl.meta.underreplication import UnderreplicationManager
@@ -102,6 +105,7 @@ class ReplicationWorker:
         self.clock = clock
         self.core = WorkerCore(node_id, local, config, self._now_ms(), plants)
         self.stats = WorkerStats()
+        self._ledger_md: LedgerMetadata | None = None  # the locked ledger as last read
         self._queue: deque[WorkerAction] = deque()
         self._deferred: dict[int, str] = {}  # ledger -> why it was last left for later
         self._enabled = asyncio.Event()
@@ -248,6 +252,13 @@ class ReplicationWorker:
                 await self.bk.open_ledger(lid, action.password, recovery=True)
                 self.stats.fenced += 1
                 self.core.on_recovered()
+            elif isinstance(action, Probe):
+                md = self._ledger_md
+                assert md is not None  # a probe follows the read of the ledger
+                verdicts = await probe_fragment(
+                    self.bk, Digest(md.digest_type, md.password), action
+                )
+                self.core.on_probe(action, verdicts, self._now_ms())
             elif isinstance(action, Copy | CasReplica | ReadOpenLac):
                 entries, nbytes = await perform_repair_step(
                     self.bk,
@@ -300,6 +311,7 @@ class ReplicationWorker:
             md, version = await asyncio.to_thread(self.bk.meta.read_ledger, lid)
         except NoSuchLedgerError:
             md, version = None, -1
+        self._ledger_md = md
         candidates = None
         if action.candidates:
             candidates = await asyncio.to_thread(self.bk.meta.writable_bookies)

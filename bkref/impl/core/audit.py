@@ -391,7 +391,11 @@ class LedgerCheck:
         registered: Iterable[str],
         percentage: int,
         rng: random.Random,
+        *,
+        only: Iterable[str] | None = None,
     ) -> None:
+        """``only``: probe the replicas of these bookies alone (a worker's check of the
+        replicas its task lists); by default every live replica."""
         self.ledger_id = ledger_id
         self.metadata = metadata
         self.registered = frozenset(registered)
@@ -401,6 +405,7 @@ class LedgerCheck:
         self.done = False
         self._actions: list[Probe | Mark] = []
         self._todo: list[Fragment] = []
+        keep = None if only is None else frozenset(only)
         for i, seg in enumerate(metadata.segments):
             first, last = segment_range(metadata, i)
             if last is None:
@@ -414,6 +419,7 @@ class LedgerCheck:
             self._todo.extend(
                 Fragment(ledger_id, i, first, last, seg.ensemble, idx)
                 for idx in range(len(seg.ensemble))
+                if keep is None or seg.ensemble[idx] in keep
             )
         self._probing: Probe | None = None
         self._next()

@@ -11,15 +11,22 @@ with the StarRocks seed's ordering:
 
 1. Order the tasks most-at-risk first (:func:`bkref.impl.core.repair.order_tasks`); skip a
    ledger in back-off; take the next ledger's lock (:class:`TryLock`).
-2. With the lock: if the ledger's open last segment uses a lost bookie (or the
+2. With the lock, check the live replicas the task lists as lost or missing entries
+   (:class:`bkref.impl.core.audit.Probe`, every entry of their immutable fragments):
+   those that miss an entry are ENTRIES_MISSING, the others need nothing. A bookie
+   lost and back may have missed entries meanwhile, and one found missing entries
+   may have got them since; BookKeeper's worker too runs its ``LedgerChecker``
+   over the ledger (``ReplicationWorker.getUnderreplicatedFragments``) rather than
+   trust the task.
+3. If the ledger's open last segment uses a lost bookie (or the
    ledger is IN_RECOVERY), wait ``openLedgerRereplicationGracePeriod`` for the
    writer to change ensembles itself (any metadata change restarts the wait: the
    writer is alive), then fence it by a recovery open (:class:`StartRecovery`),
    which closes it. With a grace period of 0 it fences at once.
-3. Copy every immutable fragment on a bad bookie
+4. Copy every immutable fragment on a bad bookie
    (:class:`bkref.impl.core.repair_run.RepairRun`: one :class:`Copy`, then one
    :class:`CasReplica` of the new replica, per fragment).
-4. Re-read the metadata: once no segment names a bad bookie, delete the task with
+5. Re-read the metadata: once no segment names a bad bookie, delete the task with
    a version check
    (:class:`CompleteTask`): a mark that arrived meanwhile keeps it. Otherwise wait
    (:class:`Defer`) or count a failure (:class:`RecordFailure`) and back off
@@ -40,8 +47,8 @@ core                                 spec
 ``Unlock``
 ===================================  =====================================
 
-``ReadLedger``, ``RecordFailure`` (a task version bump) and the ``Unlock`` of a task
-that vanished under the lock have no spec counterpart. A replica that misses
+``ReadLedger``, ``Probe`` (reads), ``RecordFailure`` (a task version bump) and the
+``Unlock`` of a task that vanished under the lock have no spec counterpart. A replica that misses
 entries (ENTRIES_MISSING) moves to a new bookie as a lost one does, as
 BookKeeper's ``replicateLedgerFragment`` replaces it (research note D11). The
 worker keeps the lock through the fence and copies in the same attempt (the spec,
@@ -52,10 +59,12 @@ change instead of copying again (D10).
 from __future__ import annotations
 
 import enum
+import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bkref.impl.core.actions import LocalProtocolError
+from bkref.impl.core.audit import LedgerCheck, Probe, Verdict
 from bkref.impl.core.metadata import LedgerMetadata, LedgerState
 from bkref.impl.core.planted import validate as check_plants
 from bkref.impl.core.repair import (
@@ -69,12 +78,17 @@ from bkref.impl.core.repair import (
     order_tasks,
     still_bad,
 )
-from bkref.impl.core.repair_run import (
-    PLANT_OPEN_SEGMENT,
-    CasReplica,
-    Copy,
-    ReadOpenLac,
-    RepairRun,
+from bkref.impl.core.repair_run import PLANT_OPEN_SEGMENT, RepairRun
+from bkref.impl.core.worker_actions import (
+    CompleteTask,
+    Defer,
+    ReadLedger,
+    RecordFailure,
+    StartRecovery,
+    TryLock,
+    Unlock,
+    Verified,
+    WorkerAction,
 )
 
 
@@ -86,93 +100,6 @@ class WorkerConfig:
     scheduling: Scheduling = field(default_factory=Scheduling)
 
 
-# ------------------------------------------------------------------ actions
-
-
-@dataclass(frozen=True, slots=True)
-class TryLock:
-    """Take the ledger's lock (an ephemeral znode), then re-read its task; answer with
-    :meth:`WorkerCore.on_lock`."""
-
-    ledger_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class ReadLedger:
-    """Read the ledger's metadata, and the registered (``live``) and the writable
-    (``candidates``) bookies if asked; answer with :meth:`WorkerCore.on_ledger`."""
-
-    ledger_id: int
-    live: bool = False
-    candidates: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class StartRecovery:
-    """Open the ledger with recovery (fence and close it); answer with
-    :meth:`WorkerCore.on_recovered`. ``bookies``: the bad ones of its open segment."""
-
-    ledger_id: int
-    password: bytes
-    bookies: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Verified:
-    """No segment names a lost or leaving bookie any more (nothing for the shell to do)."""
-
-    ledger_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class CompleteTask:
-    """Delete the task if still at ``version``; answer with :meth:`WorkerCore.on_completed`.
-    ``repaired``: after :class:`Verified` (else the ledger is gone)."""
-
-    ledger_id: int
-    version: int
-    repaired: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RecordFailure:
-    """Count a failed attempt in the task (best effort; a concurrent mark wins)."""
-
-    ledger_id: int
-    version: int
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
-class Defer:
-    """Leave the ledger for a later round; not a failure."""
-
-    ledger_id: int
-    why: str
-
-
-@dataclass(frozen=True, slots=True)
-class Unlock:
-    """Release the ledger's lock; answer with :meth:`WorkerCore.on_unlocked`."""
-
-    ledger_id: int
-
-
-WorkerAction = (
-    TryLock
-    | ReadLedger
-    | StartRecovery
-    | ReadOpenLac
-    | Copy
-    | CasReplica
-    | Verified
-    | CompleteTask
-    | RecordFailure
-    | Defer
-    | Unlock
-)
-
-
 # ------------------------------------------------------------------ the worker
 
 
@@ -180,6 +107,7 @@ class WorkerPhase(enum.Enum):
     IDLE = "IDLE"  # no round under way, or the round found nothing to do
     LOCKING = "LOCKING"  # TryLock out
     READING = "READING"  # the attempt's first look at the ledger
+    CHECKING = "CHECKING"  # probes of the listed live replicas out
     RECOVERING = "RECOVERING"  # StartRecovery out
     REREADING = "REREADING"  # a look at the ledger after fencing it
     COPYING = "COPYING"  # a RepairRun under way
@@ -191,6 +119,7 @@ class WorkerPhase(enum.Enum):
 _ATTEMPT = frozenset(
     {
         WorkerPhase.READING,
+        WorkerPhase.CHECKING,
         WorkerPhase.RECOVERING,
         WorkerPhase.REREADING,
         WorkerPhase.COPYING,
@@ -229,6 +158,8 @@ class WorkerCore:
         self._bad: dict[str, Reason] = {}
         self._backoff: dict[int, int] = {}  # ledger -> time to retry at
         self._open_seen: dict[int, tuple[int, int]] = {}  # ledger -> (md version, since)
+        # The check of listed live replicas, and the first look it holds up.
+        self._check: tuple[LedgerCheck, LedgerMetadata, int, Mapping[str, str]] | None = None
 
     # ------------------------------------------------------------ observable state
 
@@ -324,8 +255,21 @@ class WorkerCore:
             self._bad = still_bad(self.task.replicas, live, metadata)
             if metadata is None:
                 self._complete(repaired=False)
-            else:
+                return
+            listed = [
+                b
+                for b, r in self.task.replicas.items()
+                if b in live and r in (Reason.LOST, Reason.ENTRIES_MISSING)
+            ]
+            if not listed:
                 self._first_look(lid, metadata, version, candidates)
+                return
+            for b in listed:  # what they miss is for the check to say
+                self._bad.pop(b, None)
+            check = LedgerCheck(lid, metadata, live, 100, random.Random(0), only=listed)
+            self._check = (check, metadata, version, candidates)
+            self.phase = WorkerPhase.CHECKING
+            self._checked()
         elif self.phase is WorkerPhase.REREADING:
             if candidates is None:
                 raise LocalProtocolError(
@@ -342,6 +286,28 @@ class WorkerCore:
             self._verify(lid, metadata, version, live)
         else:
             raise LocalProtocolError(f"worker {self.node_id}: no read pending in {self.phase}")
+
+    def on_probe(self, probe: Probe, verdicts: Mapping[int, Verdict], now_ms: int) -> None:
+        """The answer to :class:`Probe`: what reading each entry showed."""
+        self._in(WorkerPhase.CHECKING)
+        self._clock(now_ms)
+        assert self._check is not None
+        self._check[0].on_probe(probe, verdicts)
+        self._checked()
+
+    def _checked(self) -> None:
+        """Send the check's next probe, or, once it is done, take the first look."""
+        assert self._check is not None
+        check, md, version, candidates = self._check
+        self._actions.extend(a for a in check.take_actions() if isinstance(a, Probe))
+        if not check.done:
+            return
+        self._check = None
+        self._bad.update(
+            (b, Reason.ENTRIES_MISSING) for b, r in check.bad.items() if r is Reason.ENTRIES_MISSING
+        )
+        self.phase = WorkerPhase.READING
+        self._first_look(self._locked_ledger(), md, version, candidates)
 
     def on_recovered(self) -> None:
         """The recovery open fenced and closed the ledger."""
@@ -534,6 +500,7 @@ class WorkerCore:
     def _reset_attempt(self) -> None:
         self.locked = self.task = self.task_version = self.run = self._trying = None
         self._bad = {}
+        self._check = None
 
     def _locked_ledger(self) -> int:
         if self.locked is None:

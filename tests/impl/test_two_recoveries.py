@@ -1,0 +1,123 @@
+"""Two recoveries of one ledger racing to close it, over the in-memory bookies.
+
+The refinement machine runs the same race on real bookies and ZooKeeper (config
+``a-recoveries``); these tests pin the outcome the spec's ``recovery_client_closes_ledger``
+states, after BookKeeper's ``ReadOnlyLedgerHandle.closeRecovered``: the close that loses
+the CAS writes nothing and reports the stored close, whatever it recovered itself.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bkref.impl.core.actions import RecoveryCompleted, SendAdd, SendRead, SendReadLac
+from bkref.impl.core.metadata import LedgerState
+from bkref.impl.core.recovery import LedgerRecovery
+from bkref.impl.core.sim import SimCluster
+from bkref.impl.core.writer import LedgerWriter
+from tests.impl.client_sim import LEDGER, Driver, setup_cluster
+
+
+def _deliver(
+    cluster: SimCluster,
+    drivers: dict[str, Driver],
+    client: str,
+    kind: type | tuple[type, ...],
+    bookies: set[str],
+) -> None:
+    """Deliver ``client``'s requests of ``kind`` to ``bookies``, in the order sent."""
+    for d in [d for d in cluster.inflight if d.client == client]:
+        if isinstance(d.action, kind) and d.action.bookie in bookies:
+            cluster.inflight.remove(d)
+            drivers[client].deliver(d)
+
+
+@pytest.mark.parametrize("first", ["reads-e0", "misses-e0"])
+def test_the_recovery_that_loses_the_close_reports_the_stored_close(first: str) -> None:
+    cluster, store, digest = setup_cluster(3, 3, 2, 4)
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+    wd = Driver(cluster, store, w, "w")
+    w.add(b"e0")
+    wd.pump()
+    # e0 reaches b0 only: below the ack quorum, so either close is correct.
+    _deliver(cluster, {"w": wd}, "w", SendAdd, {"b0"})
+    cluster.inflight.clear()
+    assert not wd.completed
+
+    drivers: dict[str, Driver] = {}
+    for name in ("misses-e0", "reads-e0"):
+        r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+        drivers[name] = Driver(cluster, store, r, name)
+        r.start()
+        drivers[name].pump()  # the first marks IN_RECOVERY, the second finds it so
+        drivers[name].deferred = []  # hold each close until the test lands it
+        _deliver(cluster, drivers, name, SendReadLac, {"b0", "b1", "b2"})
+    assert store.metadata.state is LedgerState.IN_RECOVERY
+    # One recovery hears the two bookies without e0 (absent: Wq - Aq + 1 negatives), the
+    # other finds e0 on b0 and writes it back to the whole write set.
+    _deliver(cluster, drivers, "misses-e0", SendRead, {"b1", "b2"})
+    _deliver(cluster, drivers, "reads-e0", SendRead, {"b0"})
+    _deliver(cluster, drivers, "reads-e0", SendAdd, {"b0", "b1", "b2"})
+    _deliver(cluster, drivers, "reads-e0", SendRead, {"b0", "b1", "b2"})  # e1: absent
+    closes = {}
+    for name, d in drivers.items():
+        assert d.deferred is not None
+        ((_d, closes[name]),) = d.deferred
+        d.deferred = None
+    assert closes["misses-e0"].metadata.last_entry == -1
+    assert closes["reads-e0"].metadata.last_entry == 0
+
+    second = "misses-e0" if first == "reads-e0" else "reads-e0"
+    drivers[first].land(closes[first])
+    version = store.version
+    drivers[second].land(closes[second])
+
+    stored = closes[first].metadata.last_entry
+    assert store.metadata.is_closed
+    assert store.metadata.last_entry == stored
+    assert store.version == version  # the loser wrote nothing
+    for d in drivers.values():
+        (done,) = d.finished
+        assert isinstance(done, RecoveryCompleted)
+        assert done.ok, done.message
+        assert done.last_entry == stored
+
+
+def test_a_recovery_that_gets_only_errors_fails_and_the_next_one_recovers() -> None:
+    # bkref's recovery, like BookKeeper's LedgerRecoveryOp, does not retry a request that
+    # failed: it gives up, and the ledger stays IN_RECOVERY for the next open to recover
+    # (the spec retries the request instead: docs/refine.md, D18).
+    cluster, store, digest = setup_cluster(3, 3, 2, 4)
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+    wd = Driver(cluster, store, w, "w")
+    w.add(b"e0")
+    wd.pump()
+    _deliver(cluster, {"w": wd}, "w", SendAdd, {"b0", "b1", "b2"})
+    assert [c.entry_id for c in wd.completed] == [0]
+
+    first = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    fd = Driver(cluster, store, first, "first")
+    first.start()
+    fd.pump()
+    for b in ("b0", "b1", "b2"):
+        cluster.bookies[b].alive = False  # every fencing read fails
+    _deliver(cluster, {"first": fd}, "first", SendReadLac, {"b0", "b1", "b2"})
+    (failed,) = fd.finished
+    assert isinstance(failed, RecoveryCompleted)
+    assert not failed.ok
+    assert "could not fence" in failed.message
+    assert store.metadata.state is LedgerState.IN_RECOVERY
+
+    for b in ("b0", "b1", "b2"):
+        cluster.bookies[b].alive = True
+    second = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    drivers = {"second": Driver(cluster, store, second, "second")}
+    second.start()
+    drivers["second"].pump()
+    while any(d.client == "second" for d in cluster.inflight):
+        _deliver(cluster, drivers, "second", (SendReadLac, SendRead, SendAdd), {"b0", "b1", "b2"})
+    (done,) = drivers["second"].finished
+    assert isinstance(done, RecoveryCompleted)
+    assert done.ok, done.message
+    assert store.metadata.is_closed
+    assert store.metadata.last_entry == 0
