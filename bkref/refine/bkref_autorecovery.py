@@ -280,24 +280,27 @@ class AutoRecoveryActors:
         lid = d.ledger_ids()[ledger]
         md, _version = d.store.read_ledger(lid)
         check = LedgerCheck(lid, md, self.registered(), 100, random.Random(0))
-        digest = Digest(md.digest_type, md.password)
         actions = deque(check.take_actions())
         while actions:
             act = actions.popleft()
             if isinstance(act, Probe):
-                check.on_probe(act, self._verdicts(act, digest))
+                check.on_probe(act, self._verdicts(act))
                 actions.extend(check.take_actions())
             else:
                 self.urm.mark(act.ledger_id, act.replicas, act.priority, rewrite=act.rewrite)
         return ()
 
-    def _verdicts(self, probe: Probe, digest: Digest) -> dict[int, Verdict]:
-        """A probe's reads, answered by its bookie's core (no answer: it is down)."""
+    def _verdicts(self, probe: Probe) -> dict[int, Verdict]:
+        """A probe's reads, answered by its bookie's core (no answer: it is down), judged
+        with the digest every ledger of the driver is written with."""
         d, lid = self.d, probe.fragment.ledger_id
         node = d.bookies[d.index[probe.fragment.bookie]]
         return {
             e: judge(
-                node.serve(ReadRequest(d._next_id(), lid, e)) if node.core else None, digest, lid, e
+                node.serve(ReadRequest(d._next_id(), lid, e)) if node.core else None,
+                d.digest,
+                lid,
+                e,
             )
             for e in probe.entries
         }
@@ -382,10 +385,7 @@ class AutoRecoveryActors:
             )
             return None
         if isinstance(act, Probe):
-            md, _version = d.store.read_ledger(act.fragment.ledger_id)
-            core.on_probe(
-                act, self._verdicts(act, Digest(md.digest_type, md.password)), self._tick()
-            )
+            core.on_probe(act, self._verdicts(act), self._tick())
             return None
         if isinstance(act, Copy):
             try:
@@ -468,8 +468,8 @@ class AutoRecoveryActors:
         target = d.bookies[d.index[act.target]]
         if target.core is None:
             raise CopyFailedError(f"target {act.target} is down")
-        digest = Digest(md.digest_type, md.password)
         key = master_key(md.password)
+        digest = Digest(md.digest_type, md.password)
         entries = nbytes = 0
         for e in frag.entries(md):
             body = None

@@ -264,24 +264,23 @@ def test_busy_repair_slots_or_no_room_beside_this_worker_defer_not_fail() -> Non
     assert unlock == Unlock(1)
 
 
-def _checks(core: WorkerCore, bookie: str) -> Probe:
-    """The core's one action: a probe of every entry of ``bookie``'s fragment of CLOSED."""
+def _checked(core: WorkerCore, bookie: str, missing: frozenset[int] = frozenset()) -> None:
+    """The core's one action is a probe of every entry of ``bookie``'s fragment of CLOSED:
+    answer it, the entries in ``missing`` not there and the rest intact."""
     [probe] = core.take_actions()
     assert isinstance(probe, Probe)
     assert core.phase is WorkerPhase.CHECKING
     assert probe.fragment.bookie == bookie
     assert probe.entries == tuple(probe.fragment.entries(CLOSED))
-    return probe
+    verdicts = {e: Verdict.MISSING if e in missing else Verdict.INTACT for e in probe.entries}
+    core.on_probe(probe, verdicts, 0)
 
 
 def test_a_live_replica_missing_entries_moves_to_a_new_bookie_as_a_lost_one_does() -> None:
     # BookKeeper's replicateLedgerFragment replaces the bookie; nothing refills in place.
     core = _locked(_task(replicas={B: Reason.ENTRIES_MISSING}))
     core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
-    probe = _checks(core, B)  # the worker checks what the task says, as BookKeeper's does
-    core.on_probe(
-        probe, {e: Verdict.MISSING if e == 3 else Verdict.INTACT for e in probe.entries}, 0
-    )
+    _checked(core, B, frozenset({3}))  # the worker checks what the task says, as BookKeeper's does
     assert core.bad == {B: Reason.ENTRIES_MISSING}
     [copy] = core.take_actions()
     assert isinstance(copy, Copy)
@@ -299,8 +298,7 @@ def test_a_live_replica_missing_entries_moves_to_a_new_bookie_as_a_lost_one_does
 def test_a_replica_listed_missing_entries_that_has_them_now_needs_nothing() -> None:
     core = _locked(_task(replicas={B: Reason.ENTRIES_MISSING}))
     core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
-    probe = _checks(core, B)
-    core.on_probe(probe, dict.fromkeys(probe.entries, Verdict.INTACT), 0)
+    _checked(core, B)
     assert core.bad == {}
     assert core.take_actions() == [ReadLedger(1, live=True)]
     core.on_ledger(CLOSED, 10, 0)
@@ -313,10 +311,7 @@ def test_a_lost_bookie_back_again_missing_entries_is_repaired_as_one_that_misses
     # where bkref's worker used to drop every lost bookie that came back.
     core = _locked()
     core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
-    probe = _checks(core, A)
-    core.on_probe(
-        probe, {e: Verdict.MISSING if e == 5 else Verdict.INTACT for e in probe.entries}, 0
-    )
+    _checked(core, A, frozenset({5}))
     assert core.bad == {A: Reason.ENTRIES_MISSING}
     [copy] = core.take_actions()
     assert isinstance(copy, Copy)
@@ -326,8 +321,7 @@ def test_a_lost_bookie_back_again_missing_entries_is_repaired_as_one_that_misses
 def test_a_lost_bookie_back_again_needs_nothing_and_a_deleted_ledger_completes() -> None:
     core = _locked()
     core.on_ledger(CLOSED, 10, 0, live=LIVE | {A}, candidates=RACKS)
-    probe = _checks(core, A)
-    core.on_probe(probe, dict.fromkeys(probe.entries, Verdict.INTACT), 0)
+    _checked(core, A)
     assert core.bad == {}
     assert core.take_actions() == [ReadLedger(1, live=True)]
     core.on_ledger(CLOSED, 10, 0)
@@ -398,10 +392,7 @@ def test_a_lost_bookie_the_task_does_not_name_is_repaired_too() -> None:
     # worker checks every fragment, A's is copied first (ensemble order), then B's.
     core = _locked(_task(replicas={B: Reason.ENTRIES_MISSING}))
     core.on_ledger(CLOSED, 10, 0, live=LIVE, candidates=RACKS)
-    probe = _checks(core, B)
-    core.on_probe(
-        probe, {e: Verdict.MISSING if e == 0 else Verdict.INTACT for e in probe.entries}, 0
-    )
+    _checked(core, B, frozenset({0}))
     assert core.bad == {A: Reason.LOST, B: Reason.ENTRIES_MISSING}
     [copy] = core.take_actions()
     assert isinstance(copy, Copy)

@@ -269,9 +269,11 @@ def newly_lost(
 def still_bad(
     bad: Mapping[str, Reason], live: Collection[str], metadata: LedgerMetadata | None = None
 ) -> dict[str, Reason]:
-    """``bad`` without the lost replicas that are live again (they need nothing), and,
-    given the ledger's metadata, with its bookies lost since (as BookKeeper's worker
-    checks every fragment of the ledger, not only the bookies its task names)."""
+    """``bad`` without the lost replicas that are live again, and, given the ledger's
+    metadata, with its bookies lost since (as BookKeeper's worker checks every fragment
+    of the ledger, not only the bookies its task names). Whether a replica back again
+    misses entries is not for this to say: the worker's first look probes the live
+    replicas its task lists (``WorkerCore.on_ledger``)."""
     out = {b: r for b, r in bad.items() if r is not Reason.LOST or b not in live}
     if metadata is not None:
         out.update(newly_lost(metadata, live, out))

@@ -252,20 +252,21 @@ class WorkerCore:
                     f"worker {self.node_id}: ledger {lid} read without bookies"
                 )
             assert self.task is not None
-            self._bad = still_bad(self.task.replicas, live, metadata)
-            if metadata is None:
-                self._complete(repaired=False)
-                return
-            listed = [
+            # What the live replicas the task lists as lost or missing entries miss is for
+            # the check below to say.
+            listed = {
                 b
                 for b, r in self.task.replicas.items()
                 if b in live and r in (Reason.LOST, Reason.ENTRIES_MISSING)
-            ]
+            }
+            rest = {b: r for b, r in self.task.replicas.items() if b not in listed}
+            self._bad = still_bad(rest, live, metadata)
+            if metadata is None:
+                self._complete(repaired=False)
+                return
             if not listed:
                 self._first_look(lid, metadata, version, candidates)
                 return
-            for b in listed:  # what they miss is for the check to say
-                self._bad.pop(b, None)
             check = LedgerCheck(lid, metadata, live, 100, random.Random(0), only=listed)
             self._check = (check, metadata, version, candidates)
             self.phase = WorkerPhase.CHECKING
@@ -299,6 +300,7 @@ class WorkerCore:
         """Send the check's next probe, or, once it is done, take the first look."""
         assert self._check is not None
         check, md, version, candidates = self._check
+        # Its Mark is the auditor's to write: the worker keeps what it found in ``_bad``.
         self._actions.extend(a for a in check.take_actions() if isinstance(a, Probe))
         if not check.done:
             return
