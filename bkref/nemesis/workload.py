@@ -45,8 +45,8 @@ from kazoo.exceptions import KazooException
 
 from bkref.impl.cli.plants import plant_argv
 from bkref.impl.client.client import BookKeeper
-from bkref.impl.client.driver import ReadHandle, WriteHandle
 from bkref.impl.client.errors import BKError, FencedError, NoSuchEntryError
+from bkref.impl.client.handles import ReadHandle, WriteHandle
 from bkref.linearizability.history import Op, Recorder
 
 OP_TIMEOUT = 20.0  # seconds before an operation's outcome is declared unknown

@@ -37,8 +37,8 @@ from typing import Any
 
 from bkref.impl.cli.plants import add_plant_argument, plants_of
 from bkref.impl.client.client import BookKeeper
-from bkref.impl.client.driver import WriteHandle
 from bkref.impl.client.errors import FencedError
+from bkref.impl.client.handles import WriteHandle
 from bkref.impl.trace import Tracer
 
 OP_TIMEOUT = 20.0

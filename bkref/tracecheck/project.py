@@ -16,7 +16,7 @@ turns them into *lanes*, one per node, each in the node's own order:
   registrations in ZooKeeper (one after the auditor saw it lost is its coming back);
 - AutoRecovery's steps of the ledger: an auditor's marks (one lane per auditor node)
   and a worker's attempts (one lane per worker), less their no-ops
-  (``_autorecovery_steps``); a copy's adds are part of the copy step.
+  (``bkref.tracecheck.autorecovery.steps``); a copy's adds are part of the copy step.
 
 Real names become the spec's: bookies are numbered in the order they enter the ledger
 (the first ensemble, then replacements), recovery clients in the order they start.
@@ -32,31 +32,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from bkref.spec.config import Config
+from bkref.tracecheck import autorecovery
 from bkref.tracecheck.load import CONNECTED, REGISTERED, REPLACEMENT, STOPPED, Line
-
-RECEIPTS = frozenset(
-    {
-        "writer_receives_add_response",
-        "recovery_client_receives_add_response",
-        "recovery_client_receives_fencing_response",
-        "recovery_client_receives_read_response",
-    }
-)
-HANDLES = frozenset(
-    {"bookie_handles_add", "bookie_handles_fencing_lac_read", "bookie_handles_recovery_read"}
-)
-# What a bookie answers with when it handled the request as the spec's bookie does;
-# any other status (I/O error, read-only, bad request) is a request the bookie did not
-# take, which the spec sees as a lost message.
-TAKEN = frozenset({"OK", "FENCED", "NO_SUCH_ENTRY", "NO_SUCH_LEDGER"})
+from bkref.tracecheck.names import COPY, HANDLES, MARKS, RECEIPTS, TAKEN
 
 Key = tuple[str, str, int]  # (client node, bookie, request id): one request
-
-# AutoRecovery's steps of a ledger: the auditor's marks and the worker's attempts.
-MARKS = frozenset({"auditor_marks_ledgers_of_lost_bookies", "auditor_checks_ledger_replicas"})
-COPY, CAS = "worker_copies_fragment", "worker_updates_segment_ensemble"
-LOCK, RELEASE = "worker_acquires_ledger_lock", "worker_releases_lock"
-REASONS = frozenset({"LOST", "ENTRIES_MISSING"})  # why the spec's auditor marks a replica
 
 
 @dataclass
@@ -334,12 +314,12 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     failed = [(n, x) for n, x in copies if x.get("outcome") != "copied"]
     for n, v in mine.items():
         if n not in run.bookies:
-            mine[n] = _autorecovery_steps(v)
-    why = _autorecovery_unknown(mine)
+            mine[n] = autorecovery.steps(v)
+    why = autorecovery.unknown(mine)
     if why:
         lt.unknown = why
         return lt
-    lt.caveat = _cut_off(run, mine)
+    lt.caveat = autorecovery.cut_off(run.restarts, mine)
     mine = {n: v for n, v in mine.items() if v}
     bookie_nodes = {n for n in mine if n in run.bookies}
     creates = [x for n, v in mine.items() for x in v if x.action == "writer_creates_ledger"]
@@ -362,7 +342,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
             lt.bookie(str(x["new"]))
         if x.get("rc") is not None and x["rc"] not in lt.recoveries:
             lt.recoveries.append(str(x["rc"]))
-        for b in _named(x):
+        for b in autorecovery.named(x):
             lt.bookie(b)
 
     sends: dict[Key, Send] = {}
@@ -510,87 +490,6 @@ def _actor(x: Line) -> str:
     if x.action in MARKS:
         return "auditor"
     return str(x["rc"]) if x.get("rc") is not None else "writer"
-
-
-def _named(x: Line) -> list[str]:
-    """The bookies an AutoRecovery step names: marked replicas, a worker's own bookie,
-    a copy's lost bookie and target."""
-    if x.action in MARKS:
-        return sorted(x.get("replicas", {}))
-    if x.action.startswith("worker_"):
-        return [str(b) for b in (x.get("lost"), x.get("bookie"), x.get("worker")) if b]
-    return []
-
-
-def _autorecovery_steps(lines: list[Line]) -> list[Line]:
-    """A node's steps of the ledger without AutoRecovery's no-ops: a worker's metadata
-    write that lost to a newer version (it re-reads and writes again: the spec's write
-    is that next one), a copy that failed (the spec's copy is one step, whole or not at
-    all: the entries a failed copy left on its target are ``LedgerTrace.stray``), and
-    then a lock released with nothing done under it (an attempt deferred: the open
-    ledger's grace period, a busy repair slot, a back-off)."""
-    out: list[Line] = []
-    last_worker = -1  # index in ``out`` of the last worker step kept
-    for x in lines:
-        if x.action == CAS and x.get("outcome") != "written":
-            continue
-        if x.action == COPY and x.get("outcome") != "copied":
-            continue  # its adds (``stray``) stay linked to the target's answers
-        if x.action == RELEASE and last_worker >= 0 and out[last_worker].action == LOCK:
-            del out[last_worker]
-            last_worker = max(
-                (i for i, y in enumerate(out) if y.action.startswith("worker_")), default=-1
-            )
-            continue
-        if x.action.startswith("worker_"):
-            last_worker = len(out)
-        out.append(x)
-    return out
-
-
-def _autorecovery_unknown(mine: dict[str, list[Line]]) -> str:
-    """Why AutoRecovery's steps of the ledger cannot be replayed, or "" if they can."""
-    for lines in mine.values():
-        own = {str(x["bookie"]) for x in lines if x.action == LOCK and x.get("bookie")}
-        for x in lines:
-            if x.action == LOCK and not x.get("bookie"):
-                return f"{x.where()}: a dedicated worker (no bookie of its own); the spec's copies"
-            if x.action in (COPY, CAS) and str(x["bookie"]) not in own:
-                return f"{x.where()}: a copy to {x['bookie']}, not to the worker's own bookie"
-            if x.action in MARKS:
-                odd = {b: r for b, r in x["replicas"].items() if r not in REASONS}
-                if odd:
-                    return f"{x.where()}: marks {odd}; the spec's auditor has no such reason"
-    return ""
-
-
-def _cut_off(run: Run, mine: dict[str, list[Line]]) -> str:
-    """A bookie marked lost that served again, or whose worker went on, before it
-    restarted or registered again: cut off from ZooKeeper (a pause, a partition, a
-    session expiry) while it ran, which the spec (its lost bookie has crashed) can
-    explain only where the mark may be ordered after what the bookie did."""
-    acts: dict[str, list[int]] = defaultdict(list)  # bookie -> times it or its worker acted
-    for lines in mine.values():
-        for x in lines:
-            if x.action in HANDLES:
-                acts[str(x["bookie"])].append(x.t)
-            elif x.action.startswith("worker_"):
-                acts[str(x.get("worker") or x.get("bookie"))].append(x.t)
-    for lines in mine.values():
-        for x in lines:
-            if x.action not in MARKS:
-                continue
-            for b, why in x["replicas"].items():
-                later = [t for t in acts.get(b, []) if t > x.t]
-                if why != "LOST" or not later:
-                    continue
-                if not any(x.t < r.t < min(later) for r in run.restarts.get(b, [])):
-                    return (
-                        f"{x.where()} marked {b} lost, and it went on before it restarted or "
-                        "registered again (cut off from ZooKeeper, not crashed; the spec's "
-                        "lost bookie has crashed)"
-                    )
-    return ""
 
 
 def _mark_overtaken(lanes: list[list[Event]]) -> None:

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from bkref.spec import protocol as p
 from bkref.spec.protocol import Msg, State
 from bkref.tracecheck.load import Line
-from bkref.tracecheck.project import CAS, COPY, MARKS, TAKEN, Event, LedgerTrace, Send
+from bkref.tracecheck.names import CAS, COPY, MARKS, TAKEN
+from bkref.tracecheck.project import Event, LedgerTrace, Send
 
 
 class NotAllowedError(Exception):
@@ -176,7 +177,7 @@ class Replay:
         """A bookie registered in ZooKeeper. One the spec has down was marked lost by the
         auditor while its session had expired (a pause, a partition from ZooKeeper):
         for the spec it crashed then and restarts now, with what it had (where it
-        answered in between, the ledger has a ``caveat``: see ``project._cut_off``)."""
+        answered in between, the ledger has a ``caveat``: see ``autorecovery.cut_off``)."""
         b = self.lt.bookies.index(str(ev.line["bookie"]))
         if s.b_up[b] == p.UP:
             return s

@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from bkref.impl.client.client import BookKeeper
-from bkref.impl.client.driver import WriteHandle
+from bkref.impl.client.handles import WriteHandle
 from bkref.impl.cluster.local import LocalCluster
 from bkref.impl.cluster.process import wait_until
 from bkref.impl.meta.store import ZkMetadataStore, connect

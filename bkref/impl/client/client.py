@@ -12,8 +12,9 @@ import random
 from collections.abc import Callable, Sequence
 
 from bkref.impl.client.connection import BookieConnection
-from bkref.impl.client.driver import ReadHandle, WriteHandle, recover
+from bkref.impl.client.driver import recover
 from bkref.impl.client.errors import BKError, WrongPasswordError
+from bkref.impl.client.handles import ReadHandle, WriteHandle
 from bkref.impl.client.zkcalls import ZkCalls
 from bkref.impl.clock import SYSTEM_CLOCK, Clock
 from bkref.impl.core.digest import DigestType, password_hash

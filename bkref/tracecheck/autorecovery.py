@@ -1,0 +1,91 @@
+"""AutoRecovery's steps in a ledger's projection: which to keep, which bookies they name,
+and what makes them impossible to replay (:func:`bkref.tracecheck.project.project`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+
+from bkref.tracecheck.load import Line
+from bkref.tracecheck.names import CAS, COPY, HANDLES, LOCK, MARKS, REASONS, RELEASE
+
+
+def named(x: Line) -> list[str]:
+    """The bookies an AutoRecovery step names: marked replicas, a worker's own bookie,
+    a copy's lost bookie and target."""
+    if x.action in MARKS:
+        return sorted(x.get("replicas", {}))
+    if x.action.startswith("worker_"):
+        return [str(b) for b in (x.get("lost"), x.get("bookie"), x.get("worker")) if b]
+    return []
+
+
+def steps(lines: list[Line]) -> list[Line]:
+    """A node's steps of the ledger without AutoRecovery's no-ops: a worker's metadata
+    write that lost to a newer version (it re-reads and writes again: the spec's write
+    is that next one), a copy that failed (the spec's copy is one step, whole or not at
+    all: the entries a failed copy left on its target are ``LedgerTrace.stray``), and
+    then a lock released with nothing done under it (an attempt deferred: the open
+    ledger's grace period, a busy repair slot, a back-off)."""
+    out: list[Line] = []
+    last_worker = -1  # index in ``out`` of the last worker step kept
+    for x in lines:
+        if x.action == CAS and x.get("outcome") != "written":
+            continue
+        if x.action == COPY and x.get("outcome") != "copied":
+            continue  # its adds (``stray``) stay linked to the target's answers
+        if x.action == RELEASE and last_worker >= 0 and out[last_worker].action == LOCK:
+            del out[last_worker]
+            last_worker = max(
+                (i for i, y in enumerate(out) if y.action.startswith("worker_")), default=-1
+            )
+            continue
+        if x.action.startswith("worker_"):
+            last_worker = len(out)
+        out.append(x)
+    return out
+
+
+def unknown(mine: dict[str, list[Line]]) -> str:
+    """Why AutoRecovery's steps of the ledger cannot be replayed, or "" if they can."""
+    for lines in mine.values():
+        own = {str(x["bookie"]) for x in lines if x.action == LOCK and x.get("bookie")}
+        for x in lines:
+            if x.action == LOCK and not x.get("bookie"):
+                return f"{x.where()}: a dedicated worker (no bookie of its own); the spec's copies"
+            if x.action in (COPY, CAS) and str(x["bookie"]) not in own:
+                return f"{x.where()}: a copy to {x['bookie']}, not to the worker's own bookie"
+            if x.action in MARKS:
+                odd = {b: r for b, r in x["replicas"].items() if r not in REASONS}
+                if odd:
+                    return f"{x.where()}: marks {odd}; the spec's auditor has no such reason"
+    return ""
+
+
+def cut_off(restarts: Mapping[str, list[Line]], mine: dict[str, list[Line]]) -> str:
+    """A bookie marked lost that served again, or whose worker went on, before it
+    restarted or registered again: cut off from ZooKeeper (a pause, a partition, a
+    session expiry) while it ran, which the spec (its lost bookie has crashed) can
+    explain only where the mark may be ordered after what the bookie did."""
+    acts: dict[str, list[int]] = defaultdict(list)  # bookie -> times it or its worker acted
+    for lines in mine.values():
+        for x in lines:
+            if x.action in HANDLES:
+                acts[str(x["bookie"])].append(x.t)
+            elif x.action.startswith("worker_"):
+                acts[str(x.get("worker") or x.get("bookie"))].append(x.t)
+    for lines in mine.values():
+        for x in lines:
+            if x.action not in MARKS:
+                continue
+            for b, why in x["replicas"].items():
+                later = [t for t in acts.get(b, []) if t > x.t]
+                if why != "LOST" or not later:
+                    continue
+                if not any(x.t < r.t < min(later) for r in restarts.get(b, [])):
+                    return (
+                        f"{x.where()} marked {b} lost, and it went on before it restarted or "
+                        "registered again (cut off from ZooKeeper, not crashed; the spec's "
+                        "lost bookie has crashed)"
+                    )
+    return ""
