@@ -208,7 +208,7 @@ def abstract(d: BkrefDriver) -> State:
                 w_piggy[e] = peek_header(body).lac
 
     # --- recovery client
-    for c, rc in enumerate(d.recoveries):
+    for c, rc in enumerate(d.rcs.recoveries):
         if rc is None:
             continue
         if rc.phase not in PHASE:
@@ -265,6 +265,7 @@ def abstract(d: BkrefDriver) -> State:
         cfg.wipes - d.used[sp.B_WIPE],
         cfg.elections - d.used[sp.B_ELECT],
         cfg.toggles - d.used[sp.B_TOGGLE],
+        cfg.give_ups - d.used[sp.B_GIVE_UP],
     )
     if d.autorecovery is not None:
         s = _autorecovery(d, lids, mask, s)

@@ -9,7 +9,8 @@ Per example, in this process:
   abandons the storage as a killed process would and a restart replays it
   (:mod:`bkref.refine.bkref_bookie`);
 - the writer (``LedgerWriter``) and one ``LedgerRecovery`` per recovery client of
-  the config, the sans-I/O cores that bkref's client runs;
+  the config (:mod:`bkref.refine.bkref_recovery`), the sans-I/O cores that bkref's
+  client runs;
 - with AutoRecovery, per worker node a ``WorkerCore`` and an ``AuditorCore``
   (:mod:`bkref.refine.bkref_autorecovery`), and the bookies registered in ZooKeeper;
 - the config's closed ledgers, written through the bookie cores and created
@@ -40,7 +41,6 @@ from bkref.impl.core.actions import (
     AddCompleted,
     CloseCompleted,
     NeedReplacement,
-    RecoveryCompleted,
     SendAdd,
     SendRead,
     SendReadLac,
@@ -57,12 +57,13 @@ from bkref.impl.core.frames import (
 )
 from bkref.impl.core.metadata import LedgerMetadata, Segment
 from bkref.impl.core.planted import validate
-from bkref.impl.core.recovery import LedgerRecovery, RecoveryPhase
+from bkref.impl.core.recovery import RecoveryPhase
 from bkref.impl.core.writer import LedgerWriter
 from bkref.impl.meta import layout
 from bkref.impl.meta.store import MetadataConflictError, ZkMetadataStore
 from bkref.refine.bkref_autorecovery import AutoRecoveryActors, CannotDecideError
 from bkref.refine.bkref_bookie import Bookie
+from bkref.refine.bkref_recovery import ORPHAN, CannotTakeStepError, RecoveryClients
 from bkref.refine.driver import ImplementationError, Performed
 from bkref.spec import protocol as sp
 from bkref.spec.config import Config
@@ -74,17 +75,13 @@ PASSWORD = b"refine"
 WRITER = -1  # InFlight.sender of the writer's requests
 
 
-class CannotTakeStepError(Exception):
-    """The implementation has no way to take this spec step now (the reason)."""
-
-
 @dataclass
 class InFlight:
     """A request a core sent: the spec's message and the implementation's action."""
 
     msg: Msg
     action: SendAdd | SendRead | SendReadLac
-    sender: int  # WRITER, or the recovery client's index
+    sender: int  # WRITER, the recovery client's index, or ORPHAN (its attempt gave up)
 
 
 class BkrefDriver:
@@ -133,15 +130,11 @@ class BkrefDriver:
         self._request_id = 0
         self.closed_ids = [self._closed_ledger() for _ in range(cfg.closed_ledgers)]
         self.writer: LedgerWriter | None = None
-        self.recoveries: list[LedgerRecovery | None] = [None] * cfg.recovery_clients
+        self.rcs = RecoveryClients(self, cfg.recovery_clients)
         self.recovery_requested = False  # a worker asked for the ledger's recovery
-        # Per recovery client, the close CAS it asked for (held for the spec's close step).
-        self.recovery_close: list[WriteMetadata | None] = [None] * cfg.recovery_clients
         self.writer_cas: WriteMetadata | None = None  # the ensemble-change CAS in flight
-        # The last read each recovery client sent, by (client, bookie, entry; -1: fencing).
-        self.last_request: dict[tuple[int, int, int], SendRead | SendReadLac] = {}
         self.inflight: list[InFlight] = []
-        self.used = [0] * 6  # faults injected, per budget slot
+        self.used = [0] * 7  # faults injected, per budget slot
         if cfg.writer and (cfg.writer_ledger_created or cfg.two_segments):
             self._existing_writer()
         self.autorecovery: AutoRecoveryActors | None = None
@@ -230,7 +223,7 @@ class BkrefDriver:
 
     # ------------------------------------------------------------ the network
 
-    def _post(self, sender: int, actions: list[Action]) -> list[Action]:
+    def post(self, sender: int, actions: list[Action]) -> list[Action]:
         """Put the requests among ``actions`` in flight; return the others. ``sender``:
         WRITER or a recovery client's index, which the spec's messages carry (a recovery
         add as index + 1, a writer's add as 0)."""
@@ -244,10 +237,10 @@ class BkrefDriver:
                 # An unfenced LAC read (only a planted bug sends one) has no spec message
                 # of its own: it goes as the fencing read it should have been.
                 msg = (sp.FENCE, b, -1, 0, sender)
-                self.last_request[(sender, b, -1)] = a
+                self.rcs.last_request[(sender, b, -1)] = a
             elif isinstance(a, SendRead):
                 msg = (sp.READ, b, a.entry_id, 1 if a.fence else 0, sender)
-                self.last_request[(sender, b, a.entry_id)] = a
+                self.rcs.last_request[(sender, b, a.entry_id)] = a
             else:
                 rest.append(a)
                 continue
@@ -294,6 +287,8 @@ class BkrefDriver:
                 # A worker decides for itself: the step asked for is its turn.
                 return Performed(decided=ar.worker_turn(int(str(args[0]))))
             handler: Callable[..., tuple[Label, ...]] | None = getattr(self, "_" + name, None)
+            if handler is None and name.startswith("recovery_client_"):
+                handler = getattr(self.rcs, name, None)
             if handler is None and ar is not None:
                 handler = getattr(ar, name, None)
             if handler is None:
@@ -319,11 +314,11 @@ class BkrefDriver:
     def _writer_changes_ensemble(self, failed: int, new: int) -> tuple[Label, ...]:
         w = self._writer()
         w.on_bookie_failed(self.bookies[failed].name)
-        need = [a for a in self._post(WRITER, w.take_actions()) if isinstance(a, NeedReplacement)]
+        need = [a for a in self.post(WRITER, w.take_actions()) if isinstance(a, NeedReplacement)]
         if len(need) != 1:
             raise ImplementationError(f"the writer asked for {len(need)} replacements, not 1")
         w.replace(need[0].failed, self.bookies[new].name)
-        cas = [a for a in self._post(WRITER, w.take_actions()) if isinstance(a, WriteMetadata)]
+        cas = [a for a in self.post(WRITER, w.take_actions()) if isinstance(a, WriteMetadata)]
         if len(cas) != 1:
             raise ImplementationError(f"the writer asked for {len(cas)} metadata writes, not 1")
         self.writer_cas = cas[0]
@@ -333,11 +328,11 @@ class BkrefDriver:
         if self.writer_cas is None:
             raise CannotTakeStepError("the writer has no ensemble change in flight")
         w = self._writer()
-        before = self._sent_by(WRITER)
-        self._cas(self.writer_cas, w.on_metadata_written, w.on_metadata_conflict)
+        before = self.sent_by(WRITER)
+        self.cas(self.writer_cas, w.on_metadata_written, w.on_metadata_conflict)
         self.writer_cas = None
         self._writer_actions()
-        return self._resends(before, WRITER, "writer_resends_add")
+        return self.resends(before, WRITER, "writer_resends_add")
 
     def _writer_resends_add(self, e: int, b: int) -> tuple[Label, ...]:
         raise CannotTakeStepError("the writer re-sends only as its ensemble change lands")
@@ -352,11 +347,11 @@ class BkrefDriver:
         """Post the writer's sends and run its metadata writes (a close, or a retry after a
         conflict) at once: the spec's close and CAS steps are one step each."""
         w = self._writer()
-        for a in self._post(WRITER, w.take_actions()):
+        for a in self.post(WRITER, w.take_actions()):
             if isinstance(a, AddCompleted | CloseCompleted):
                 continue  # to the application
             if isinstance(a, WriteMetadata):
-                self._cas(a, w.on_metadata_written, w.on_metadata_conflict)
+                self.cas(a, w.on_metadata_written, w.on_metadata_conflict)
                 self._writer_actions()
                 continue
             raise ImplementationError(f"the writer asked for {a}, which no spec step is here")
@@ -367,29 +362,33 @@ class BkrefDriver:
         f = self._take(m)
         status = self._deliver(f)
         assert isinstance(status, Status)
-        if reply_lost:
-            self.used[sp.B_LOSS] += 1
+        if self._unheard(f, reply_lost):
             return ()
         if f.sender == WRITER:
             self._writer().on_add_response(f.action.bookie, m[2], status)
             self._writer_actions()
             return ()
-        self._recovery(f.sender).on_add_response(f.action.bookie, m[2], status)
-        self._recovery_actions(f.sender)
+        self.rcs.get(f.sender).on_add_response(f.action.bookie, m[2], status)
+        self.rcs.actions(f.sender)
         return ()
+
+    def _unheard(self, f: InFlight, reply_lost: int) -> bool:
+        """The reply to ``f`` is lost (a fault spent), or nobody waits for it (an orphan)."""
+        if reply_lost:
+            self.used[sp.B_LOSS] += 1
+        return bool(reply_lost) or f.sender == ORPHAN
 
     def _bookie_handles_fencing_lac_read(self, m: Msg, reply_lost: int) -> tuple[Label, ...]:
         f = self._take(m)
         reply = self._deliver(f)
         assert isinstance(reply, ReadLacResponse)
-        if reply_lost:
-            self.used[sp.B_LOSS] += 1
+        if self._unheard(f, reply_lost):
             return ()
         c = f.sender
-        rc = self._recovery(c)
+        rc = self.rcs.get(c)
         was = rc.phase
         rc.on_read_lac_response(f.action.bookie, reply.status, reply.lac)
-        self._recovery_actions(c)
+        self.rcs.actions(c)
         if was is RecoveryPhase.FENCING and rc.phase is not RecoveryPhase.FENCING:
             return (("recovery_client_completes_fencing", (c,)),)
         return ()
@@ -398,11 +397,10 @@ class BkrefDriver:
         f = self._take(m)
         reply = self._deliver(f)
         assert isinstance(reply, ReadResponse)
-        if reply_lost:
-            self.used[sp.B_LOSS] += 1
+        if self._unheard(f, reply_lost):
             return ()
-        self._recovery(f.sender).on_read_response(f.action.bookie, m[2], reply.status, reply.body)
-        self._recovery_actions(f.sender)
+        self.rcs.get(f.sender).on_read_response(f.action.bookie, m[2], reply.status, reply.body)
+        self.rcs.actions(f.sender)
         return ()
 
     def _bookie_crashes(self, b: int) -> tuple[Label, ...]:
@@ -436,104 +434,9 @@ class BkrefDriver:
         self.used[sp.B_DUP] += 1
         return ()
 
-    # recovery clients
-
-    def _recovery_client_starts_recovery(self, c: int) -> tuple[Label, ...]:
-        md, version = self.store.read_ledger(self.ledger_id)
-        rc = LedgerRecovery(
-            self.ledger_id,
-            md,
-            version,
-            Digest(md.digest_type, md.password),
-            plants=self.plants,
-        )
-        self.recoveries[c] = rc
-        rc.start()
-        for _ in range(10):  # a conflict (the writer changed its ensemble) starts over
-            marks = [a for a in self._post(c, rc.take_actions()) if isinstance(a, WriteMetadata)]
-            if not marks:
-                break
-            self._cas(marks[0], rc.on_metadata_written, rc.on_metadata_conflict)
-        return ()
-
-    def _recovery_client_completes_fencing(self, _c: int) -> tuple[Label, ...]:
-        raise CannotTakeStepError("recovery starts reading as soon as fencing covers the ensemble")
-
-    def _recovery_client_retries_request(self, c: int, b: int) -> tuple[Label, ...]:
-        rc = self._recovery(c)
-        key = (c, b, -1) if rc.phase is RecoveryPhase.FENCING else (c, b, rc.reading)
-        req = self.last_request.get(key)
-        if req is None:
-            raise CannotTakeStepError(f"recovery client {c} sent nothing to b{b} for {key[2]}")
-        self._post(c, [req])
-        return ()
-
-    def _recovery_client_changes_ensemble(self, c: int, failed: int, new: int) -> tuple[Label, ...]:
-        # The spec's timeout: a write-back to ``failed`` unanswered and no longer in flight.
-        # bkref's recovery learns of it as an error answer for that entry, as its client
-        # shell reports a lost connection.
-        rc = self._recovery(c)
-        if self.recovery_close[c] is not None:
-            # bkref's recovery computes its close when the last write-back reaches ack
-            # quorum, and the spec offers no replacement after that (D21, settled in
-            # recovery_client_changes_ensemble): reaching here is a disagreement to count.
-            raise CannotTakeStepError("recovery already asked to close (D21)")
-        name = self.bookies[failed].name
-        waiting = [
-            e
-            for e, acked in sorted(rc.writeback_acks().items())
-            if name in (ens := rc.metadata.ensemble_for(e))
-            and ens.index(name) in rc.quorum.write_set(e)
-            and ens.index(name) not in acked
-            and not any(
-                f.msg[:3] == (sp.ADD, failed, e) and f.msg[4] == c + 1 for f in self.inflight
-            )
-        ]
-        if not waiting:
-            raise CannotTakeStepError(f"no write-back to b{failed} is unanswered")
-        before = self._sent_by(c)
-        rc.on_add_response(name, waiting[0], Status.IO_ERROR)
-        for a in self._post(c, rc.take_actions()):
-            if not isinstance(a, NeedReplacement):
-                raise ImplementationError(f"recovery asked for {a} instead of a replacement")
-            rc.replace(a.failed, self.bookies[new].name)
-        self._recovery_actions(c)
-        return self._resends(before, c, "recovery_client_resends_add", (c,))
-
-    def _recovery_client_resends_add(self, _c: int, e: int, b: int) -> tuple[Label, ...]:
-        # bkref's recovery re-sends as it replaces a bookie (the follow-ups of that step),
-        # and only entries not yet at ack quorum, as BookKeeper's pending adds. The spec
-        # also lets it copy an entry already at Aq to the new bookie: harmless, not done.
-        raise CannotTakeStepError("recovery re-sends only when it replaces a bookie")
-
-    def _recovery_client_closes_ledger(self, c: int) -> tuple[Label, ...]:
-        if self.recovery_close[c] is None:
-            raise CannotTakeStepError(f"recovery client {c} has not asked to close")
-        rc = self._recovery(c)
-        # A close that conflicts with a worker's swap is retried on the new version at once:
-        # the spec's close merges in the same step. One that finds the ledger closed by
-        # another client ends there, reporting that close.
-        while (cas := self.recovery_close[c]) is not None:
-            self.recovery_close[c] = None
-            self._cas(cas, rc.on_metadata_written, rc.on_metadata_conflict)
-            self._recovery_actions(c)
-        return ()
-
-    def _recovery_actions(self, c: int) -> None:
-        """Post client ``c``'s requests, hold its close CAS for the spec's close step."""
-        rc = self._recovery(c)
-        for a in self._post(c, rc.take_actions()):
-            if isinstance(a, WriteMetadata):
-                self.recovery_close[c] = a
-            elif isinstance(a, RecoveryCompleted):
-                if not a.ok:
-                    raise ImplementationError(f"recovery client {c} failed: {a.message}")
-            else:
-                raise ImplementationError(f"recovery asked for {a}, which no spec step is")
-
     # ------------------------------------------------------------ helpers
 
-    def _cas(
+    def cas(
         self,
         w: WriteMetadata,
         written: Callable[[int], None],
@@ -548,15 +451,15 @@ class BkrefDriver:
         else:
             written(version)
 
-    def _sent_by(self, sender: int) -> list[Msg]:
+    def sent_by(self, sender: int) -> list[Msg]:
         return [f.msg for f in self.inflight if f.sender == sender]
 
-    def _resends(
+    def resends(
         self, before: list[Msg], sender: int, action: str, first: tuple[int, ...] = ()
     ) -> tuple[Label, ...]:
         """The adds ``sender`` put in flight since ``before``, as follow-ups
         ``action(*first, e, b)`` (``first``: the recovery client's index)."""
-        after = self._sent_by(sender)
+        after = self.sent_by(sender)
         for m in before:
             after.remove(m)
         return tuple((action, (*first, m[2], m[1])) for m in after if m[0] == sp.ADD)
@@ -569,12 +472,6 @@ class BkrefDriver:
         if self.writer is None:
             raise CannotTakeStepError("no writer yet")
         return self.writer
-
-    def _recovery(self, c: int) -> LedgerRecovery:
-        rc = self.recoveries[c]
-        if rc is None:
-            raise CannotTakeStepError(f"no recovery client {c} yet")
-        return rc
 
     # ------------------------------------------------------------ observation
 

@@ -141,6 +141,9 @@ class Config:
     periodic_check: bool = False
     elections: int = 0  # auditor session losses (each followed by a new election)
     toggles: int = 0  # times the operator may disable autorecovery (re-enabling is fair)
+    # Recovery attempts that may fail on error answers from bookies that are down (the client
+    # then starts again: ``protocol.recovery_client_gives_up``).
+    give_ups: int = 0
     mutants: frozenset[str] = field(default_factory=frozenset)
     # Invariants that do not hold under this config's faults (e.g. Aq replicas
     # once disks may be wiped); the checker skips them and says so.
@@ -199,6 +202,7 @@ class Config:
             (self.wipes, "wiped-disk restart(s)"),
             (self.elections, "auditor session loss(es)"),
             (self.toggles, "autorecovery disable(s)"),
+            (self.give_ups, "recovery give-up(s)"),
         ):
             if n:
                 parts.append(f"{n} {what}")

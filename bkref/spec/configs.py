@@ -231,6 +231,21 @@ CONFIGS: dict[str, Config] = {
             "checks the replicas its task lists and moves this one, as BookKeeper's worker "
             "re-checks the ledger instead of trusting the task",
         ),
+        replace(
+            _A,
+            name="a-give-up",
+            bookies=3,
+            ensemble=2,
+            write_quorum=2,
+            ack_quorum=1,
+            losses=0,
+            crashes=1,
+            give_ups=1,
+            description="a recovery that gives up: with Wq=2 and Aq=1 one bookie down leaves "
+            "fencing without coverage, or an entry with one NoSuchEntry, and the recovery "
+            "fails (D18); its requests still in flight land unheard, the bookie restarts and "
+            "the client recovers the ledger again, as it is (IN_RECOVERY)",
+        ),
     )
 }
 

@@ -85,12 +85,14 @@ UP_NAMES = ("DOWN", "UP", "REFUSED")
 # recovery client c). FENCE: the fencing LAC read, b = client. READ: recovery
 # read, a = fence flag, b = client. A bookie's answer reaches its client in the
 # step that handles the request, or is lost in that step (see the module
-# docstring).
+# docstring). b = ORPHAN: a request of a recovery attempt that gave up
+# (``recovery_client_gives_up``): still handled by its bookie, heard by nobody.
 ADD, FENCE, READ = 0, 1, 2
 MSG_NAMES = ("add", "fence_lac_read", "recovery_read")
+ORPHAN = -1
 
 # Budget slots.
-B_LOSS, B_DUP, B_CRASH, B_WIPE, B_ELECT, B_TOGGLE = 0, 1, 2, 3, 4, 5
+B_LOSS, B_DUP, B_CRASH, B_WIPE, B_ELECT, B_TOGGLE, B_GIVE_UP = 0, 1, 2, 3, 4, 5, 6
 
 Segment = tuple[int, tuple[int, ...]]  # (first entry id, ensemble of bookie indices)
 Segments = tuple[Segment, ...]
@@ -190,7 +192,8 @@ class State(NamedTuple):
     au_missed: int
     # --- network and environment
     msgs: tuple[Msg, ...]  # messages in flight, a sorted multiset
-    budget: tuple[int, ...]  # losses, duplicates, crashes, wipes, elections, disables left
+    # losses, duplicates, crashes, wipes, elections, disables, recovery give-ups left
+    budget: tuple[int, ...]
 
 
 Label = tuple[str, tuple[object, ...]]  # action name and its arguments
@@ -484,7 +487,15 @@ def initial_state(cfg: Config) -> State:
         au_stale=0,
         au_missed=0,
         msgs=(),
-        budget=(cfg.losses, cfg.duplicates, cfg.crashes, cfg.wipes, cfg.elections, cfg.toggles),
+        budget=(
+            cfg.losses,
+            cfg.duplicates,
+            cfg.crashes,
+            cfg.wipes,
+            cfg.elections,
+            cfg.toggles,
+            cfg.give_ups,
+        ),
     )
 
 
@@ -791,7 +802,7 @@ def bookie_handles_add(cfg: Config, s: State, m: Msg, reply_lost: int) -> State 
         # unreachable: ``_handled`` refuses only a lost reply with no loss left, and next_states
         # offers a lost reply only while a loss is left.
         return None
-    if reply_lost:
+    if reply_lost or rec == ORPHAN:
         return t
     if rec:
         return recovery_client_receives_add_response(cfg, t, rec - 1, b, e)
@@ -829,7 +840,9 @@ def bookie_handles_fencing_lac_read(cfg: Config, s: State, m: Msg, reply_lost: i
         # unreachable: ``_handled`` refuses only a lost reply with no loss left, and next_states
         # offers a lost reply only while a loss is left.
         return None
-    return t if reply_lost else recovery_client_receives_fencing_response(cfg, t, c, b, lac)
+    # An orphan's answer (a duplicate of a request of an attempt that gave up) goes nowhere.
+    unheard = reply_lost or c == ORPHAN
+    return t if unheard else recovery_client_receives_fencing_response(cfg, t, c, b, lac)
 
 
 def bookie_handles_recovery_read(cfg: Config, s: State, m: Msg, reply_lost: int) -> State | None:
@@ -848,7 +861,8 @@ def bookie_handles_recovery_read(cfg: Config, s: State, m: Msg, reply_lost: int)
         # unreachable: ``_handled`` refuses only a lost reply with no loss left, and next_states
         # offers a lost reply only while a loss is left.
         return None
-    return t if reply_lost else recovery_client_receives_read_response(cfg, t, c, b, e, found=found)
+    unheard = reply_lost or c == ORPHAN
+    return t if unheard else recovery_client_receives_read_response(cfg, t, c, b, e, found=found)
 
 
 def _drop_messages_of(msgs: tuple[Msg, ...], b: int) -> tuple[Msg, ...]:
@@ -1103,6 +1117,61 @@ def recovery_client_retries_request(cfg: Config, s: State, c: int, b: int) -> St
         return s._replace(msgs=send(s.msgs, (READ, b, e, fence, c)))
     # unreachable: next_states offers it only while the recovery client is FENCING or READING.
     return None
+
+
+def recovery_client_gives_up(cfg: Config, s: State, c: int) -> State | None:
+    """Error answers leave the recovery client unable to decide: it fails, and may start again.
+
+    Key points: a request to a bookie that is down fails at once (its
+    connection is refused). While fencing, every bookie of the last ensemble
+    has answered or failed and the answers do not cover the ensemble; while
+    reading, every bookie of the entry's write set has answered NoSuchEntry
+    or failed, too few to prove the entry absent. The recovery fails, as
+    BookKeeper's does (apache/bookkeeper 9590a97f): ``ReadLastConfirmedOp.
+    readEntryComplete`` reports the last error once no response is pending
+    and the coverage set is not covered, and ``LedgerRecoveryOp.initiate``
+    fails the open; ``PendingReadOp.ParallelReadRequest.logErrorAndReattemptRead``
+    fails an entry read with its first error once every replica answered
+    without Wq - Aq + 1 NoSuchEntry, and ``LedgerRecoveryOp.onEntryComplete``
+    fails the open on any error but NoSuchEntry and NoSuchLedger. bkref's
+    ``LedgerRecovery`` fails on the same two conditions. The ledger stays
+    IN_RECOVERY; the client (the application opening it again, or a worker's
+    next attempt) may start a new recovery, which recovers it as it is. The
+    failed attempt's requests to live bookies are still delivered (a fencing
+    read still fences, a write-back still stores its entry), but nobody hears
+    the answers (ORPHAN). A write-back that fails with no bookie to replace
+    it also fails a recovery in both; the spec's write-back waits instead.
+    """
+    if s.budget[B_GIVE_UP] == 0:
+        # unreachable: next_states offers it only while a give-up is left.
+        return None
+    r = recovery_of(s, c)
+    up = s.b_up
+    if r.phase == RC_FENCING:
+        ens = r.segments[-1][1]
+        unanswered = ensemble_mask(ens) & ~r.fenced
+        positions = sum(bit(p) for p, b in enumerate(ens) if r.fenced & bit(b))
+        if fencing_covers_ensemble(positions, cfg.ensemble, cfg.write_quorum, cfg.ack_quorum):
+            return None  # fencing is complete: the client reads on
+    elif r.phase == RC_READING:
+        unanswered = write_set(cfg, _read_segments(cfg, r), r.reading) & ~r.negative
+    else:
+        # unreachable: next_states offers it only while the recovery client is FENCING or
+        # READING.
+        return None
+    if not unanswered or any(up[b] == UP for b in bookies_of(unanswered)):
+        return None  # an answer may still come
+    msgs = []
+    for m in s.msgs:
+        if m[4] != (c + 1 if m[0] == ADD else c):
+            msgs.append(m)
+        elif up[m[1]] == UP:
+            msgs.append((m[0], m[1], m[2], m[3], ORPHAN))
+    return s._replace(
+        rc=with_recovery(s, c, Recovery._make(idle_recovery(cfg))),
+        msgs=tuple(sorted(msgs)),
+        budget=set_at(s.budget, B_GIVE_UP, s.budget[B_GIVE_UP] - 1),
+    )
 
 
 def _rc_lac(cfg: Config, r: Recovery, acks: tuple[int, ...]) -> int:
@@ -1707,6 +1776,8 @@ ENVIRONMENT_ACTIONS = frozenset(
         "network_duplicates_message",
         "auditor_loses_session",
         "operator_disables_autorecovery",
+        # Caused by a bookie that is down: it may never happen.
+        "recovery_client_gives_up",
     }
 )
 
@@ -1760,8 +1831,13 @@ def drop_dead_requests(cfg: Config, s: State) -> State:
             for m in msgs
             if (
                 m[0] == ADD
-                or (m[0] == FENCE and rc[m[4]][0] == RC_FENCING)
-                or (m[0] == READ and rc[m[4]][0] == RC_READING and m[2] == rc[m[4]][7])
+                or (m[0] == FENCE and m[4] != ORPHAN and rc[m[4]][0] == RC_FENCING)
+                or (
+                    m[0] == READ
+                    and m[4] != ORPHAN
+                    and rc[m[4]][0] == RC_READING
+                    and m[2] == rc[m[4]][7]
+                )
             )
             and not (reduce and dead_request(cfg, s, m))
         ]
@@ -1792,7 +1868,8 @@ def dead_request(cfg: Config, s: State, m: Msg) -> bool:
        but ``msgs`` unchanged: the bookie (UP) already has the ledger fenced
        (or the read does not fence), stores nothing new and keeps its LAC,
        and the client ignores the answer (the recovery client is past the
-       phase or the entry it asked about; the writer is no longer OPEN);
+       phase or the entry it asked about, or gave up: ORPHAN; the writer is
+       no longer OPEN);
     2. a dead request stays dead until it is delivered or dropped: a fence
        is lost only by a crash, which drops every request to the bookie;
        the recovery client's phase and entry only move forward; a writer
@@ -1814,6 +1891,8 @@ def dead_request(cfg: Config, s: State, m: Msg) -> bool:
         return False  # the disk may yet be wiped: a later delivery could fence it again
     synced, _u, fenced, lac = s.b_ledgers[b][cfg.writer_ledger]
     if kind != ADD:
+        if rec == ORPHAN:  # nobody hears the answer: only the fence matters
+            return bool(fenced) or (kind == READ and not a)
         rt = s.rc[rec]  # 0: phase, 7: reading (no record built: called on every request)
         if kind == FENCE:
             return bool(fenced) and rt[0] != RC_FENCING  # fencing is over: answer ignored
@@ -1831,9 +1910,14 @@ def _show(arg: object) -> str:
         kind, b, e, a, r = arg
         # Recovery client 0 goes unnumbered: most configs have no other.
         if kind == ADD:
-            who = "writer" if not r else "recovery client" + (f" {r - 1}" if r > 1 else "")
+            if r == ORPHAN:
+                who = "a recovery that gave up"
+            else:
+                who = "writer" if not r else "recovery client" + (f" {r - 1}" if r > 1 else "")
             return f"add e{e} to b{b} from {who} (lac {a})"
         by = f" by recovery client {r}" if r else ""
+        if r == ORPHAN:
+            by = " by a recovery that gave up"
         if kind == FENCE:
             return f"fencing LAC read to b{b}{by}"
         return f"recovery read e{e} to b{b}{' (fencing)' if a else ''}{by}"
@@ -1900,6 +1984,8 @@ def next_states(cfg: Config, s: State) -> list[Step]:
             elif phase == RC_READING:
                 ws = write_set(cfg, _read_segments(cfg, r), r.reading)
                 _emit_retries(emit, up, c, ws & ~r.negative)
+            if s.budget[B_GIVE_UP] and phase in (RC_FENCING, RC_READING):
+                emit(recovery_client_gives_up, c)
             if phase in (RC_READING, RC_WRITING):
                 if phase == RC_WRITING:
                     emit(recovery_client_closes_ledger, c)
@@ -2021,6 +2107,7 @@ ACTIONS: tuple[Callable[..., State | None], ...] = (
     recovery_client_completes_fencing,
     recovery_client_receives_read_response,
     recovery_client_retries_request,
+    recovery_client_gives_up,
     recovery_client_receives_add_response,
     recovery_client_changes_ensemble,
     recovery_client_resends_add,

@@ -98,6 +98,15 @@ def test_bkref_refines_the_spec(name: str, zk: KazooClient) -> None:
     assert len(stats.states) > 5
 
 
+def test_a_recovery_that_gives_up_fails_in_bkref_where_the_spec_s_does(zk: KazooClient) -> None:
+    # D18: the bookies the spec has down answer with errors; bkref's LedgerRecovery must
+    # fail then and not before, and the client's next recovery must match the spec's.
+    stats, found = run(NAMED["a-give-up"], lambda: BkrefDriver(zk), examples=150, seed=0)
+    assert found is None, found.report() if found else ""
+    assert stats.actions["recovery_client_gives_up"] >= 1
+    assert not set(stats.refused) - REFUSALS
+
+
 @pytest.mark.parametrize("plant", sorted(CAUGHT_IN))
 def test_a_planted_bug_is_caught_and_the_same_seed_passes_without_it(
     plant: str, zk: KazooClient
