@@ -163,7 +163,7 @@ spec-coverage: setup
 REFINE_EXAMPLES ?= 2000
 refine: setup
 	$(VENV)/bin/bkref refine --examples $(REFINE_EXAMPLES)
-	for p in recovery-reads-without-fence:a-short ack-before-fsync:m-journal bookie-forgets-lac-on-replay:b repair-without-copy:c-short repair-open-segment-without-fence:m-open-segment acks-from-replaced-bookie-count:m-4651 ensemble-change-undoes-swap:m-merge-writer; do \
+	for p in recovery-reads-without-fence:a-short ack-before-fsync:m-journal bookie-forgets-lac-on-replay:b repair-without-copy:c-short repair-open-segment-without-fence:m-open-segment acks-from-replaced-bookie-count:m-4651 ensemble-change-undoes-swap:m-merge-writer recovery-piggybacks-its-own-lac:a-readers; do \
 	  $(VENV)/bin/bkref refine --config $${p#*:} --examples 2000 --plant $${p%%:*}; \
 	  test $$? -eq 1 || { echo "make refine: planted $${p%%:*} was not caught"; exit 1; }; \
 	done

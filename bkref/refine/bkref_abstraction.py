@@ -247,7 +247,14 @@ def abstract(d: BkrefDriver) -> State:
             read_segments=segments(read_md.segments),
             base=len(read_md.segments) - 1,
             fenced=mask(fenced_ens[i] for i in answers),
-            max_lac=max(answers.values(), default=-1),
+            # While reading: LC, the LAC its write-backs carry.
+            max_lac=(
+                max(answers.values(), default=-1)
+                if phase == sp.RC_FENCING
+                else rc.recovered_from
+                if phase == sp.RC_READING
+                else -1
+            ),
             reading=reading,
             negative=negative,
             last=rc.last_entry if phase in (sp.RC_WRITING, sp.RC_CLOSED) else -2,
@@ -288,6 +295,7 @@ def abstract(d: BkrefDriver) -> State:
         w_piggy=tuple(w_piggy),
         msgs=tuple(sorted(f.msg for f in d.inflight)),
         budget=budget,
+        rd=d.readers.abstract(),
     )
 
 

@@ -10,7 +10,7 @@ Per example, in this process:
   (:mod:`bkref.refine.bkref_bookie`);
 - the writer (``LedgerWriter``) and one ``LedgerRecovery`` per recovery client of
   the config (:mod:`bkref.refine.bkref_recovery`), the sans-I/O cores that bkref's
-  client runs;
+  client runs; one read handle per reader (:mod:`bkref.refine.bkref_readers`);
 - with AutoRecovery, per worker node a ``WorkerCore`` and an ``AuditorCore``
   (:mod:`bkref.refine.bkref_autorecovery`), and the bookies registered in ZooKeeper;
 - the config's closed ledgers, written through the bookie cores and created
@@ -63,6 +63,7 @@ from bkref.impl.meta import layout
 from bkref.impl.meta.store import MetadataConflictError, ZkMetadataStore
 from bkref.refine.bkref_autorecovery import AutoRecoveryActors, CannotDecideError
 from bkref.refine.bkref_bookie import Bookie
+from bkref.refine.bkref_readers import Readers
 from bkref.refine.bkref_recovery import ORPHAN, CannotTakeStepError, RecoveryClients
 from bkref.refine.driver import ImplementationError, Performed
 from bkref.spec import protocol as sp
@@ -131,6 +132,7 @@ class BkrefDriver:
         self.closed_ids = [self._closed_ledger() for _ in range(cfg.closed_ledgers)]
         self.writer: LedgerWriter | None = None
         self.rcs = RecoveryClients(self, cfg.recovery_clients)
+        self.readers = Readers(self, cfg.readers)
         self.recovery_requested = False  # a worker asked for the ledger's recovery
         self.writer_cas: WriteMetadata | None = None  # the ensemble-change CAS in flight
         self.inflight: list[InFlight] = []
@@ -289,6 +291,8 @@ class BkrefDriver:
             handler: Callable[..., tuple[Label, ...]] | None = getattr(self, "_" + name, None)
             if handler is None and name.startswith("recovery_client_"):
                 handler = getattr(self.rcs, name, None)
+            if handler is None and name.startswith("reader_"):
+                handler = getattr(self.readers, name, None)
             if handler is None and ar is not None:
                 handler = getattr(ar, name, None)
             if handler is None:

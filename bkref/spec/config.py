@@ -38,6 +38,13 @@ MUTANTS: dict[str, str] = {
         "metadata no longer names, and never resent to its replacement (apache/bookkeeper"
         "#4651, unfixed)"
     ),
+    "recovery-piggybacks-its-own-lac": (
+        "a recovery's write-back carries the recovery's own LAC, which grows as its earlier "
+        "write-backs reach ack quorum (BookKeeper's PendingAddOp.initiate signs a recovery add "
+        "with the handle's lastAddConfirmed): with two recoveries racing, one closes the "
+        "ledger before an entry the other's write-back declared confirmed, and a tailing "
+        "reader returns it (docs/findings/two-recoveries.md; unreported upstream)"
+    ),
     "negative-read-without-coverage": (
         "one NoSuchEntry recovery read is taken as final, without quorum coverage "
         "(Wq - Aq + 1 negatives of the write set)"
@@ -127,6 +134,9 @@ class Config:
     # Recovery clients of the writer's ledger, racing each other (with recovery_client, or
     # when a worker asks for recovery: AutoRecovery configs have one).
     recovery_clients: int = 1
+    # Readers of the writer's ledger, opened without recovery (tailing readers): what they
+    # return to the application is checked against the ledger's final close.
+    readers: int = 0
     closed_ledgers: int = 0
     closed_entries: int = 1
     losses: int = 0  # messages the network may drop
@@ -187,6 +197,10 @@ class Config:
             if self.recovery_client:
                 n = self.recovery_clients
                 parts.append("a recovery client" if n == 1 else f"{n} recovery clients")
+        if self.writer and self.readers:
+            parts.append("a reader" if self.readers == 1 else f"{self.readers} readers")
+        if self.writer and self.pipeline > 1:
+            parts.append(f"{self.pipeline} adds in flight")
         if self.writer and not self.writer_closes:
             parts.append("the writer never closes")
         if self.writer and self.first_entry_confirmed:

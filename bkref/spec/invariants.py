@@ -187,6 +187,26 @@ def NoDirtyReads(cfg: Config, s: State) -> bool:
     return all(per[wl][3] <= last for b, per in enumerate(s.b_ledgers) if s.b_up[b] != REFUSED)
 
 
+def ReadersSeeOnlyTheClosedLedger(cfg: Config, s: State) -> bool:
+    """Once the ledger is closed, no reader has ever returned an entry after its last one.
+
+    The observation behind ``NoDirtyReads``: an application read an entry
+    (``reader_reads_entry``) that the ledger, as finally closed, does not
+    contain. Entries are their ids in the spec (one writer is the only source
+    of data), so an entry a reader returned at or before the last one is the
+    closed ledger's. ``NoDirtyReads`` stays: it holds in every config, most of
+    which have no reader, and fails as soon as a bookie's LAC passes the last
+    entry, before any reader acts on it.
+    """
+    if not s.rd:
+        return True
+    wl = cfg.writer_ledger
+    if s.meta_status[wl] != CLOSED:
+        return True
+    beyond = ~((1 << (s.meta_last[wl] + 1)) - 1)
+    return not any(returned & beyond for _h, _lac, _p, returned in s.rd)
+
+
 def OnlyValidFragments(cfg: Config, s: State) -> bool:
     """Segments start at strictly increasing entry ids, each on E distinct bookies.
 
@@ -351,6 +371,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     AllCommittedEntriesReachAckQuorum,
     NoOutOfOrderEntries,
     NoDirtyReads,
+    ReadersSeeOnlyTheClosedLedger,
     OnlyValidFragments,
     AllClosedLedgersRepairedWhenQuiescent,
     NoReplicationLosesAckedEntries,

@@ -6,7 +6,11 @@ contiguous prefix, ensemble changes by metadata CAS, the writer's close, and
 recovery by other clients, one or several racing (OPEN -> IN_RECOVERY, fencing
 LAC reads, recovery reads that also fence, quorum coverage, write-back with
 recovery adds, recovery ensemble changes, close by CAS; a close that finds the
-ledger closed by another recovery re-reads it). Beside it, closed ledgers and
+ledger closed by another recovery re-reads it; a recovery that error answers
+leave undecided gives up and may start again). Readers that open the ledger
+without recovery poll the bookies' LAC (one bookie's answer, as the long poll
+takes it), read entries up to it and see the close; what they return is held
+to the ledger's final close. Beside it, closed ledgers and
 AutoRecovery: the elected auditor marks the ledgers of a lost bookie as
 under-replicated (and, with ``cfg.periodic_check``, the ledgers whose live
 bookies miss entries), a replication worker locks a ledger, copies the closed
@@ -17,18 +21,19 @@ recovery before it is replicated. The environment crashes and restarts bookies
 loses and duplicates messages, and an operator turns AutoRecovery off and on.
 
 Not modelled. Entry payloads and digests (an entry is its id: the writer is
-the only source of data, so equal ids mean equal data); regular (non-recovery)
-reads and long-poll LAC reads (readability is an invariant over stored data
-instead); more than one writer per ledger; ledger deletion, garbage collection
-and compaction; the bookie's journal, entry log and index as separate
-structures (a bookie's synced entries stand for all of them: in the correct
+the only source of data, so equal ids mean equal data); readers' unconfirmed
+reads and explicit LACs, and readers of closed ledgers other than the writer's
+(readability is an invariant over stored data there); more than one writer per
+ledger; ledger deletion, garbage collection and compaction; the bookie's
+journal, entry log and index as separate structures (a bookie's synced
+entries stand for all of them: in the correct
 spec, the journal fsync and the reply are one step); time (the grace period
 before fencing an open ledger is any interleaving); responses in flight (a
 bookie's answer reaches the client in the step that handles the request, or is
 lost there: a delayed answer is the same as a later handling of the request,
-for every decision the clients make); recovery aborts (a recovery client with
-a missing response waits and retries instead). Messages are unordered: every
-in-flight message is deliverable.
+for every decision the clients make); a recovery whose write-back fails with
+no bookie to replace the failed one (it waits for the bookie instead of giving
+up). Messages are unordered: every in-flight message is deliverable.
 
 State. One frozen, hashable ``State`` tuple. Bookies are indices ``0..N-1``
 and bookie sets are bitmasks; entries are ids ``0..K-1`` and entry sets are
@@ -76,6 +81,11 @@ W_NAMES = ("NONE", "OPEN", "CLOSED", "WITHDRAWN")
 RC_IDLE, RC_FENCING, RC_READING, RC_WRITING, RC_CLOSED = 0, 1, 2, 3, 4
 RC_NAMES = ("IDLE", "FENCING", "READING", "WRITING", "CLOSED")
 
+# A reader's handle on the writer's ledger (State.rd): not opened, opened before the close
+# reached it, or closed (it applied CLOSED metadata: its LAC is the stored last entry).
+RD_NONE, RD_OPEN, RD_CLOSED = 0, 1, 2
+RD_NAMES = ("NONE", "OPEN", "CLOSED")
+
 # Bookie liveness (b_up).
 DOWN, UP, REFUSED = 0, 1, 2
 UP_NAMES = ("DOWN", "UP", "REFUSED")
@@ -116,7 +126,9 @@ class Recovery(NamedTuple):
     read_segments: Segments
     base: int  # index of the last segment when recovery started
     fenced: int  # bookies that answered the fencing LAC read
-    max_lac: int  # highest LAC among those answers
+    # Highest LAC among those answers; from reading on, the LAC recovery starts from (LC),
+    # which its write-backs carry.
+    max_lac: int
     reading: int  # entry being read
     negative: int  # bookies that answered NoSuchEntry for it
     last: int  # last recoverable entry once reading is over (-2 before)
@@ -180,6 +192,9 @@ class State(NamedTuple):
     # --- the recovery clients of the writer's ledger
     rc: tuple[RecoveryTuple, ...]  # one ``Recovery`` (as a plain tuple) per client
     rc_requested: int  # 1 when a replication worker asked for recovery (grace period over)
+    # --- readers of the writer's ledger, opened without recovery: (handle, LAC it learned,
+    # 1 while a LAC read is in flight, entries it returned to the application (mask))
+    rd: tuple[tuple[int, int, int, int], ...]
     # --- replication workers: (own bookie, ledger locked or -1, task version, pending copy)
     wk: tuple[tuple[int, int, int, tuple[int, int, int] | None], ...]
     # --- auditor candidates (one per worker node): epoch it believes it leads, 0 none
@@ -482,6 +497,7 @@ def initial_state(cfg: Config) -> State:
         w_piggy=(-1,) * cfg.entries,
         rc=(idle_recovery(cfg),) * cfg.recovery_clients,
         rc_requested=0,
+        rd=((RD_NONE, -1, 0, 0),) * cfg.readers,
         wk=wk,
         au_leads=au_leads,
         au_stale=0,
@@ -1038,7 +1054,7 @@ def recovery_client_completes_fencing(cfg: Config, s: State, c: int) -> State | 
     else:
         start = recovery_start_entry(r.max_lac, r.segments[-1][0])
     first = max(start - 1, 0)
-    r = r._replace(phase=RC_READING, reading=first, lac=start - 1)
+    r = r._replace(phase=RC_READING, reading=first, lac=start - 1, max_lac=start - 1)
     return s._replace(
         rc=with_recovery(s, c, r), msgs=send(s.msgs, *_read_requests(cfg, r, c, first))
     )
@@ -1057,7 +1073,12 @@ def recovery_client_receives_read_response(
     is the last. The confirmed entry read first is not written back, and
     negatives about it end the ledger at it, never before (a confirmed entry
     stays in the ledger even if copies of it were lost). Answers for other
-    entries are dropped.
+    entries are dropped. A write-back carries the LAC recovery started from
+    (LC), not the recovery's own LAC: with two recoveries racing, a LAC that
+    grew with one's write-backs can pass the last entry the other closes the
+    ledger at, and a tailing reader returns the entry (BookKeeper's recovery
+    adds carry the handle's growing LAC: the mutant
+    ``recovery-piggybacks-its-own-lac``, docs/findings/two-recoveries.md).
     """
     r = recovery_of(s, c)
     if r.phase != RC_READING or e != r.reading:
@@ -1069,10 +1090,13 @@ def recovery_client_receives_read_response(
         )
     if found:
         ws = last_ensemble_write_set(cfg, r.segments, e)
-        adds = tuple((ADD, x, e, r.lac, c + 1) for x in bookies_of(ws))
+        # The write-back carries the LAC recovery started from, never its own: a LAC that
+        # grew with its write-backs can pass the last entry of a close by another client.
+        lac = r.lac if "recovery-piggybacks-its-own-lac" in cfg.mutants else r.max_lac
+        adds = tuple((ADD, x, e, lac, c + 1) for x in bookies_of(ws))
         r = r._replace(
             sent=set_at(r.sent, e, ws),
-            piggy=set_at(r.piggy, e, r.lac),
+            piggy=set_at(r.piggy, e, lac),
             reading=e + 1,
             negative=0,
         )
@@ -1304,6 +1328,118 @@ def recovery_client_closes_ledger(cfg: Config, s: State, c: int) -> State | None
         meta_version=set_at(s.meta_version, wl, version),
         rc=with_recovery(s, c, r._replace(phase=RC_CLOSED, version=version)),
     )
+
+
+# ================================================================== READER ACTIONS
+#
+# BookKeeper's readers, apache/bookkeeper 9590a97f (client/ unless said otherwise; the
+# code path is traced in docs/findings/two-recoveries.md). A reader's handle checks the
+# metadata only when a call is made, takes the LACs bookies report with a max-only update
+# (``LedgerHandle.updateLastConfirmed``) that never looks at the metadata, and reads any
+# entry up to its own LAC. What it returns to the application is recorded (``rd``) and
+# held to the ledger's final close (``ReadersSeeOnlyTheClosedLedger``).
+
+
+def _with_reader(s: State, r: int, rd: tuple[int, int, int, int]) -> State:
+    """``s`` with reader ``r`` set to ``rd``: (handle, LAC, LAC read in flight, returned)."""
+    return s._replace(rd=set_at(s.rd, r, rd))
+
+
+def reader_opens_ledger(cfg: Config, s: State, r: int) -> State | None:
+    """A client opens the writer's ledger without recovery, to read it.
+
+    Key points: ``LedgerOpenOp.initiateWithoutRecovery``: a CLOSED ledger's
+    handle starts with the stored last entry as its LAC; an OPEN or
+    IN_RECOVERY one reads the LAC from the bookies and assigns the answer
+    (``openWithMetadata``), so the open leaves a LAC read in flight. The
+    handle watches the metadata from then on (``reader_sees_close``).
+    """
+    wl = cfg.writer_ledger
+    if s.rd[r][0] != RD_NONE or s.meta_status[wl] == NONE:
+        # unreachable: next_states offers it only to a reader that has not opened the ledger,
+        # once the ledger exists.
+        return None
+    if s.meta_status[wl] == CLOSED:
+        return _with_reader(s, r, (RD_CLOSED, s.meta_last[wl], 0, 0))
+    return _with_reader(s, r, (RD_OPEN, -1, 1, 0))
+
+
+def reader_reads_lac(cfg: Config, s: State, r: int) -> State | None:
+    """The reader asks the bookies for the LAC (a poll, or the long poll of a tailing reader).
+
+    Key points: ``readLastAddConfirmed``, ``tryReadLastAddConfirmed`` and
+    ``readLastAddConfirmedAndEntry`` check ``isClosed()`` when called: a
+    handle that applied the close answers with the stored last entry and asks
+    no bookie (no step here). Otherwise the request is in flight until a
+    bookie answers, and stays so if the close reaches the handle meanwhile
+    (nothing cancels it).
+    """
+    handle, lac, polling, returned = s.rd[r]
+    if handle != RD_OPEN or polling:
+        return None
+    return _with_reader(s, r, (handle, lac, 1, returned))
+
+
+def _ledger_bookies(s: State, ledger: int) -> int:
+    mask = 0
+    for _first, ens in s.meta_segments[ledger]:
+        mask |= ensemble_mask(ens)
+    return mask
+
+
+def reader_receives_lac(cfg: Config, s: State, r: int, b: int) -> State | None:
+    """A live bookie answers the reader's LAC read with its own LAC; the reader's only rises.
+
+    Key points: the long poll completes on the first single answer above the
+    handle's LAC (``ReadLastConfirmedAndEntryOp.readEntryComplete``), as does
+    ``TryReadLastConfirmedOp``; ``readLastAddConfirmed`` takes the maximum
+    over the first answers that cover the ensemble (``ReadLastConfirmedOp``,
+    ``PendingReadLacOp``), which is one bookie's LAC too: one step per bookie
+    covers all three. Bookies answer whether or not the ledger is fenced. Any
+    bookie the ledger's segments name may answer (the handle's last ensemble
+    is one of those the metadata went through).
+    """
+    wl = cfg.writer_ledger
+    handle, lac, polling, returned = s.rd[r]
+    if not polling or s.b_up[b] != UP or not _ledger_bookies(s, wl) >> b & 1:
+        # unreachable: next_states offers it only while a LAC read is in flight, for a live
+        # bookie the segments name.
+        return None
+    return _with_reader(s, r, (handle, max(lac, s.b_ledgers[b][wl][3]), 0, returned))
+
+
+def reader_reads_entry(cfg: Config, s: State, r: int, e: int, b: int) -> State | None:
+    """The reader reads entry ``e``, at most its LAC, from a live bookie that has it.
+
+    Key points: ``LedgerHandle.readEntries`` and ``readAsync`` check the
+    entry against the handle's own LAC only, never against a closed
+    ledger's last entry; the read completes on the first replica that
+    returns the entry, which goes to the application (``rd``'s returned
+    entries). Every V3 read answer carries the bookie's LAC, which raises the
+    handle's (``PendingReadOp.readEntryComplete`` calls
+    ``updateLastConfirmed``), on a closed handle too.
+    """
+    wl = cfg.writer_ledger
+    handle, lac, polling, returned = s.rd[r]
+    if handle == RD_NONE or e > lac or s.b_up[b] != UP or not _stored(s, b, wl) >> e & 1:
+        # unreachable: next_states offers it only to an open handle, for an entry up to its
+        # LAC and a live bookie that stores it.
+        return None
+    return _with_reader(s, r, (handle, max(lac, s.b_ledgers[b][wl][3]), polling, returned | bit(e)))
+
+
+def reader_sees_close(cfg: Config, s: State, r: int) -> State | None:
+    """The metadata watch delivers the close: the handle's LAC becomes the stored last entry.
+
+    Key points: ``ReadOnlyLedgerHandle.onChanged`` runs ``setLedgerMetadata``,
+    which sets the LAC to the closed ledger's last entry, down as well as up;
+    a LAC read in flight stays in flight and may raise it again.
+    """
+    wl = cfg.writer_ledger
+    handle, _lac, polling, returned = s.rd[r]
+    if handle != RD_OPEN or s.meta_status[wl] != CLOSED:
+        return None
+    return _with_reader(s, r, (RD_CLOSED, s.meta_last[wl], polling, returned))
 
 
 # ================================================================== AUDITOR ACTIONS
@@ -1846,8 +1982,10 @@ def drop_dead_requests(cfg: Config, s: State) -> State:
 
 def _forget_used(cfg: Config, r: Recovery) -> Recovery:
     """A recovery client past fencing without what it no longer reads."""
-    if r.fenced or r.max_lac != -1:
-        r = r._replace(fenced=0, max_lac=-1)  # fencing answers are used up
+    if r.fenced:
+        r = r._replace(fenced=0)  # fencing answers are used up
+    if r.phase >= RC_WRITING and r.max_lac != -1:
+        r = r._replace(max_lac=-1)  # write-backs are sent while reading only
     if r.phase >= RC_WRITING and r.read_segments:
         r = r._replace(read_segments=())  # reading is over
     if r.phase == RC_CLOSED and r.segments:
@@ -2002,6 +2140,24 @@ def next_states(cfg: Config, s: State) -> list[Step]:
                         for b in last_ens:
                             if missing >> b & 1:
                                 emit(recovery_client_resends_add, c, e, b)
+        # readers
+        wl = cfg.writer_ledger
+        for i, (handle, lac, polling, _returned) in enumerate(s.rd):
+            if handle == RD_NONE:
+                if s.meta_status[wl] != NONE:
+                    emit(reader_opens_ledger, i)
+                continue
+            if handle == RD_OPEN:
+                emit(reader_reads_lac, i)
+                emit(reader_sees_close, i)
+            if polling:
+                for b in bookies_of(_ledger_bookies(s, wl)):
+                    if up[b] == UP:
+                        emit(reader_receives_lac, i, b)
+            for e in range(lac + 1):
+                for b in range(n):
+                    if up[b] == UP and _stored(s, b, wl) >> e & 1:
+                        emit(reader_reads_entry, i, e, b)
     # messages: each distinct message once
     loss = s.budget[B_LOSS]
     dup = s.budget[B_DUP]
@@ -2112,6 +2268,11 @@ ACTIONS: tuple[Callable[..., State | None], ...] = (
     recovery_client_changes_ensemble,
     recovery_client_resends_add,
     recovery_client_closes_ledger,
+    reader_opens_ledger,
+    reader_reads_lac,
+    reader_receives_lac,
+    reader_reads_entry,
+    reader_sees_close,
     auditor_marks_ledgers_of_lost_bookies,
     auditor_runs_periodic_bookie_check,
     auditor_checks_ledger_replicas,

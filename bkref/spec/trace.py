@@ -8,6 +8,7 @@ from typing import Any
 from bkref.spec.checker import TraceStep
 from bkref.spec.protocol import (
     RC_NAMES,
+    RD_NAMES,
     STATUS_NAMES,
     UP_NAMES,
     W_NAMES,
@@ -80,6 +81,12 @@ def describe(s: State) -> dict[str, str]:
         out[p + "last"] = str(r.last)
         out[p + "lac"] = str(r.lac)
         out[p + "acks"] = " ".join(f"e{e}:{_bookies(a)}" for e, a in enumerate(r.acks) if a)
+    for i, (handle, lac, polling, returned) in enumerate(s.rd):
+        out[f"reader{i}"] = (
+            f"{RD_NAMES[handle]} lac {lac}"
+            + (" (LAC read in flight)" if polling else "")
+            + f" returned {_entries(returned)}"
+        )
     for w, (bookie, ledger, tv, pending) in enumerate(s.wk):
         out[f"worker{w}"] = f"on b{bookie}, " + (
             f"L{ledger} task v{tv} {_pending(pending)}" if ledger >= 0 else "idle"

@@ -152,10 +152,28 @@ def test_an_open_ledger_waits_its_grace_period_then_is_fenced() -> None:
     assert again(61_000, 11) == [StartRecovery(1, b"pw", (A,))]
     core.on_recovered()
     assert core.take_actions() == [ReadLedger(1, live=True, candidates=True)]
-    core.on_ledger(CLOSED, 13, 61_000, candidates=RACKS)  # the recovery closed it
+    core.on_ledger(CLOSED, 13, 61_000, live=LIVE, candidates=RACKS)  # the recovery closed it
     [copy] = core.take_actions()
     assert isinstance(copy, Copy)
     assert copy.metadata == CLOSED
+
+
+def test_a_lost_bookie_back_while_its_ledger_was_recovered_is_checked_after_the_close() -> None:
+    # Lost, the open ledger fenced and closed by the recovery the worker asked for, and back
+    # meanwhile without e5: the look after the close checks it as the first look does
+    # (bkref's worker used to drop it as back, found by `bkref refine --config
+    # m-open-segment`).
+    core = _locked(config=WorkerConfig(grace_period_ms=0))
+    core.on_ledger(OPEN, 10, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [StartRecovery(1, b"pw", (A,))]
+    core.on_recovered()
+    assert core.take_actions() == [ReadLedger(1, live=True, candidates=True)]
+    core.on_ledger(CLOSED, 12, 0, live=LIVE | {A}, candidates=RACKS)
+    _checked(core, A, frozenset({5}))
+    assert core.bad == {A: Reason.ENTRIES_MISSING}
+    [copy] = core.take_actions()
+    assert isinstance(copy, Copy)
+    assert (copy.fragment.bookie, copy.target) == (A, D)
 
 
 def test_a_grace_period_of_zero_fences_at_the_first_sighting() -> None:

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import pytest
 
-from bkref.impl.core.actions import RecoveryCompleted, SendAdd, SendRead, SendReadLac
-from bkref.impl.core.metadata import LedgerState
+from bkref.impl.core.actions import (
+    ReadCompleted,
+    ReadLacCompleted,
+    RecoveryCompleted,
+    SendAdd,
+    SendRead,
+    SendReadLac,
+)
+from bkref.impl.core.metadata import LedgerMetadata, LedgerState
+from bkref.impl.core.reads import EntryReader, LacReader
 from bkref.impl.core.recovery import LedgerRecovery
-from bkref.impl.core.sim import SimCluster
+from bkref.impl.core.sim import Delivery, SimCluster, status_of
 from bkref.impl.core.writer import LedgerWriter
 from tests.impl.client_sim import LEDGER, Driver, setup_cluster
 
@@ -86,7 +94,7 @@ def test_the_recovery_that_loses_the_close_reports_the_stored_close(first: str) 
 def test_a_recovery_that_gets_only_errors_fails_and_the_next_one_recovers() -> None:
     # bkref's recovery, like BookKeeper's LedgerRecoveryOp, does not retry a request that
     # failed: it gives up, and the ledger stays IN_RECOVERY for the next open to recover
-    # (the spec retries the request instead: docs/refine.md, D18).
+    # (the spec's recovery_client_gives_up, D18).
     cluster, store, digest = setup_cluster(3, 3, 2, 4)
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     wd = Driver(cluster, store, w, "w")
@@ -121,3 +129,73 @@ def test_a_recovery_that_gets_only_errors_fails_and_the_next_one_recovers() -> N
     assert done.ok, done.message
     assert store.metadata.is_closed
     assert store.metadata.last_entry == 0
+
+
+def _read_lac(cluster: SimCluster, md: LedgerMetadata) -> int:
+    """A tailing reader's LAC read (bkref's ``LacReader``, no fence) answered by every bookie."""
+    reader = LacReader(LEDGER, md)
+    reader.start()
+    for a in reader.take_actions():
+        assert isinstance(a, SendReadLac)
+        resp = cluster.deliver(Delivery("reader", a))
+        reader.on_read_lac_response(a.bookie, status_of(resp), getattr(resp, "lac", -1))
+    (done,) = reader.take_actions()
+    assert isinstance(done, ReadLacCompleted)
+    assert done.ok
+    return done.lac
+
+
+@pytest.mark.parametrize("plants", [frozenset(), frozenset({"recovery-piggybacks-its-own-lac"})])
+def test_a_tailing_reader_returns_no_entry_the_close_excludes(plants: frozenset[str]) -> None:
+    # docs/findings/two-recoveries.md on bkref's cores: E=Wq=Aq=2, two adds in flight reach
+    # b0 only; one recovery finds e0 there and writes it back (both bookies ack it, its own
+    # LAC becomes 0), the other hears "no such entry" from b1 and closes the ledger at -1;
+    # the first then writes e1 back. BookKeeper signs that write-back with the recovery's
+    # own LAC (0), so b0 tells a tailing reader that e0 is confirmed in a ledger that ends
+    # before it. bkref signs it with LC (-1): the reader never gets past -1.
+    cluster, store, digest = setup_cluster(2, 2, 2, 2)
+    opened = store.metadata  # the reader opened the ledger while it was OPEN
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+    wd = Driver(cluster, store, w, "w")
+    w.add(b"e0")
+    w.add(b"e1")
+    wd.pump()
+    _deliver(cluster, {"w": wd}, "w", SendAdd, {"b0"})
+    cluster.inflight.clear()  # the adds to b1 never arrive
+    assert not wd.completed
+
+    drivers: dict[str, Driver] = {}
+    for name in ("reads-e0", "misses-e0"):
+        r = LedgerRecovery(LEDGER, store.metadata, store.version, digest, plants=plants)
+        drivers[name] = Driver(cluster, store, r, name)
+        r.start()
+        drivers[name].pump()
+        _deliver(cluster, drivers, name, SendReadLac, {"b0", "b1"})
+    _deliver(cluster, drivers, "reads-e0", SendRead, {"b0"})  # e0 found, written back
+    _deliver(cluster, drivers, "misses-e0", SendRead, {"b1"})  # absent: one negative covers
+    assert store.metadata.is_closed
+    assert store.metadata.last_entry == -1
+    _deliver(cluster, drivers, "reads-e0", SendAdd, {"b0", "b1"})  # e0 at Aq: its LAC is 0
+    _deliver(cluster, drivers, "reads-e0", SendRead, {"b0"})  # e1 found, written back
+    _deliver(cluster, drivers, "reads-e0", SendAdd, {"b0"})
+
+    lac = _read_lac(cluster, opened)
+    assert store.metadata.is_closed
+    assert store.metadata.last_entry == -1
+    if not plants:
+        assert lac == -1  # nothing to read: the close and the bookies agree
+        return
+    # BookKeeper's recovery (the plant): b0's LAC is 0, and a reader that polls it while
+    # its handle has not applied the close reads e0, which the closed ledger excludes.
+    assert lac == 0
+    reader = EntryReader(LEDGER, opened, 0, digest)
+    reader.start()
+    pending = reader.take_actions()
+    while pending:
+        a = pending.pop(0)
+        if isinstance(a, SendRead):
+            resp = cluster.deliver(Delivery("reader", a))
+            reader.on_read_response(a.bookie, status_of(resp), getattr(resp, "body", b""))
+            pending += reader.take_actions()
+    assert isinstance(reader.result, ReadCompleted)
+    assert reader.result.data == b"e0"

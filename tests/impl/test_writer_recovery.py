@@ -375,9 +375,10 @@ def _recovery_after_two_unconfirmed_adds(
     return cluster, store, wd, r, rd
 
 
-def test_recovery_reads_lc_for_the_length_and_writes_back_with_its_own_lac() -> None:
+def test_recovery_reads_lc_for_the_length_and_writes_back_with_lc() -> None:
     """LC is read (for its header's length) but never written back; entries after it are,
-    piggybacking recovery's own LAC; the close's length is the ledger's exact length."""
+    piggybacking LC, never recovery's own LAC (docs/findings/two-recoveries.md); the
+    close's length is the ledger's exact length."""
     # The two unconfirmed adds piggyback LAC 2.
     cluster, store, wd, _r, rd = _recovery_after_two_unconfirmed_adds(
         3, [b"a" * 3, b"b" * 5, b"c" * 7], (b"d" * 11, b"e" * 13)
@@ -396,9 +397,9 @@ def test_recovery_reads_lc_for_the_length_and_writes_back_with_its_own_lac() -> 
     assert done.ok, done.message
     assert min(reads) == 2, "reading starts at LC = 2, the highest LAC the bookies saw"
     assert {e for e, _ in writebacks} == {3, 4}, "LC itself is not written back"
-    # Entry 4 was found after entry 3's write-back reached Aq: recovery's LAC was 3 then,
-    # while the writer had signed entry 4 with LAC 2.
-    assert dict(writebacks) == {3: 2, 4: 3}, "write-backs carry recovery's own LAC"
+    # Entry 4 was found after entry 3's write-back reached Aq: recovery's own LAC was 3
+    # then; BookKeeper's write-back would carry it, bkref's carries LC.
+    assert dict(writebacks) == {3: 2, 4: 2}, "write-backs carry LC"
     md = store.metadata
     assert (md.last_entry, md.length) == (4, 3 + 5 + 7 + 11 + 13)
 

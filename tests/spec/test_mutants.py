@@ -8,7 +8,7 @@ import pytest
 
 from bkref.spec.checker import check
 from bkref.spec.config import MUTANTS
-from bkref.spec.configs import MUTANT_CONFIGS, mutant_config
+from bkref.spec.configs import MUTANT_CONFIGS, NAMED, mutant_config
 from bkref.spec.examples import example_text
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "bkref" / "spec" / "examples"
@@ -31,6 +31,7 @@ CAUGHT_BY = {
     "worker-skips-ledger-lock": "AtMostOneWorkerHoldsLedgerLock",
     "auditor-without-election": "OneAuditorPerElectionEpoch",
     "auditor-acts-after-session-loss": "OneAuditorPerElectionEpoch",
+    "recovery-piggybacks-its-own-lac": "ReadersSeeOnlyTheClosedLedger",
 }
 
 
@@ -60,9 +61,24 @@ def test_mutant_is_caught_by_its_invariant_with_its_documented_trace(mutant: str
         "delete-task-without-version-check",
         "worker-skips-ledger-lock",
         "auditor-acts-after-session-loss",
+        "recovery-piggybacks-its-own-lac",
     ],
 )
 def test_the_same_config_without_the_mutant_is_correct(mutant: str) -> None:
     r = check(MUTANT_CONFIGS[mutant])
     assert r.violation is None
     assert r.complete
+
+
+@pytest.mark.slow
+def test_a_leaked_lac_is_caught_in_store_before_a_reader_returns_the_entry() -> None:
+    # The stored-LAC invariant says what the reader's observation does not: the leak, in
+    # every config, with no reader modelled, and before a reader acts on it.
+    cfg = NAMED["a-readers"].with_mutant("recovery-piggybacks-its-own-lac")
+    stored = check(cfg)
+    observed = check(mutant_config("recovery-piggybacks-its-own-lac"))
+    assert stored.violation == "NoDirtyReads"
+    assert observed.violation == "ReadersSeeOnlyTheClosedLedger"
+    assert stored.depth < observed.depth
+    # The reader's last step returns an entry the close excludes.
+    assert observed.trace[-1].action.startswith(("reader_reads_entry", "recovery_client_closes"))

@@ -61,6 +61,16 @@ error (a typo must not silently test the correct code).
   (``bkref refine --config m-merge-writer --plant ensemble-change-undoes-swap``). The
   spec's mutant of the same name re-creates it.
 
+- ``recovery-piggybacks-its-own-lac``: a recovery's write-back carries the
+  recovery's own LAC, which grows as its earlier write-backs reach ack quorum, as
+  BookKeeper's recovery adds do (``PendingAddOp.initiate`` signs with the handle's
+  ``lastAddConfirmed``). With two recoveries racing, a bookie's LAC passes the last
+  entry the other recovery closes the ledger at, and a tailing reader returns an
+  entry the closed ledger does not contain (docs/findings/two-recoveries.md). The
+  refinement machine sees the LAC the write-back carries at once
+  (``bkref refine --config a-readers --plant recovery-piggybacks-its-own-lac``); the spec's
+  mutant of the same name re-creates it with a reader.
+
 Only tests and campaigns (``bkref campaign --plant NAME``) switch them on; a
 campaign passes its ``--plant`` list to every bookie and writer process it
 starts, on each backend, and to the clients in its own process.
@@ -78,17 +88,20 @@ PLANTS = (
     "bookie-forgets-lac-on-replay",
     "acks-from-replaced-bookie-count",
     "ensemble-change-undoes-swap",
+    "recovery-piggybacks-its-own-lac",
 )
 # Planted bugs that no campaign check can see (``make planted`` skips them): one loses no
 # acknowledged entry and breaks no hand-written invariant; one leaves an entry short of
 # copies only after a race that a campaign's timing almost never lines up, and loses it
-# only if the last copy goes too; one undoes a repair that the next audit redoes. The
-# refinement machine, which compares the implementation's whole state with the spec's
-# step by step, catches all three.
+# only if the last copy goes too; one undoes a repair that the next audit redoes; one
+# needs two recoveries of one ledger racing over pipelined adds, which a campaign's
+# timing almost never lines up, and a reader in between. The refinement machine, which
+# compares the implementation's whole state with the spec's step by step, catches all four.
 REFINEMENT_ONLY = (
     "bookie-forgets-lac-on-replay",
     "acks-from-replaced-bookie-count",
     "ensemble-change-undoes-swap",
+    "recovery-piggybacks-its-own-lac",
 )
 # The planted bugs whose effect a campaign's checks must catch (``make planted``).
 CAMPAIGN_PLANTS = tuple(p for p in PLANTS if p not in REFINEMENT_ONLY)

@@ -11,7 +11,7 @@ The steps, after BookKeeper's recovery (the seed's LC, LR, re-replicate):
 3. Recovery reads, which also fence, from LC onwards, one entry at a time:
    one positive (a copy whose digest verifies) proves the entry may have been
    confirmed and it is written back to its write set with recovery adds
-   (which bypass the fence, and piggyback recovery's own LAC); Wq - Aq + 1
+   (which bypass the fence, and piggyback LC, never recovery's own LAC); Wq - Aq + 1
    negatives from its write set prove it was never confirmed, and the previous
    entry is the last (LR). LC itself is read first only for its header, which
    gives the ledger's exact length there; it is never written back.
@@ -99,7 +99,7 @@ class LedgerRecovery:
         self._closing_sent = False
         self._lc = -1
         # Recovery's own LAC: the contiguous prefix after LC whose write-backs reached Aq.
-        # Write-backs piggyback it, as BookKeeper's recovery adds do (not the writer's).
+        # Write-backs do not piggyback it (``_piggyback``), unlike BookKeeper's.
         self.lac = -1
         # Reads and fencing use the ensembles as the writer left them; write-backs go to
         # self.metadata, which gains a segment if a write-back bookie has to be replaced.
@@ -111,6 +111,8 @@ class LedgerRecovery:
         self._no_spare_reason = ""
         # PLANTED BUG switch (test-only, bkref/impl/core/planted.py): recovery reads without fence.
         self._fence = not planted("recovery-reads-without-fence", plants)
+        # PLANTED BUG switch: write-backs carry recovery's own LAC (BookKeeper's behaviour).
+        self._own_lac = planted("recovery-piggybacks-its-own-lac", plants)
 
     def take_actions(self) -> list[Action]:
         out, self._actions = self._actions, []
@@ -391,13 +393,21 @@ class LedgerRecovery:
         self.last_entry, self.length = entry_id, e.length
         if entry_id > self._lc:
             ensemble = self.metadata.ensemble_for(entry_id)
-            body = self.digest.sign(self.ledger_id, entry_id, self.lac, e.length, e.data)
+            body = self.digest.sign(self.ledger_id, entry_id, self._piggyback, e.length, e.data)
             wb = self._writebacks[entry_id] = _WriteBack(e, body)
             for idx in self.quorum.write_set(entry_id):
                 if self._changing and ensemble[idx] in self._failed:
                     continue  # sent once the replacement lands
                 self._actions.append(self._write_back(ensemble[idx], wb))
         self._read_entry(entry_id + 1)
+
+    @property
+    def _piggyback(self) -> int:
+        """The LAC a write-back carries: LC, the LAC recovery started from. Not its own
+        LAC, as BookKeeper's recovery adds carry: that one grows as write-backs reach Aq,
+        and with two recoveries racing it can pass the last entry the other one closes the
+        ledger at, which a tailing reader then returns (docs/findings/two-recoveries.md)."""
+        return self.lac if self._own_lac else self._lc
 
     def _write_back(self, bookie: str, wb: _WriteBack) -> SendAdd:
         """A recovery add of ``wb``'s entry: its body as first signed, as BookKeeper's

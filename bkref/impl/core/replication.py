@@ -246,47 +246,49 @@ class WorkerCore:
         """The answer to :class:`ReadLedger` (``metadata`` None: the ledger is deleted)."""
         self._clock(now_ms)
         lid = self._locked_ledger()
-        if self.phase is WorkerPhase.READING:
+        if self.phase in (WorkerPhase.READING, WorkerPhase.REREADING):
+            # REREADING: a look at the ledger its recovery closed. The recovery took a while:
+            # a listed bookie may be back, missing entries the check must find (found by
+            # `bkref refine --config m-open-segment`, example 249 of seed 0), another lost.
             if live is None or candidates is None:
                 raise LocalProtocolError(
                     f"worker {self.node_id}: ledger {lid} read without bookies"
                 )
-            assert self.task is not None
-            # What the live replicas the task lists as lost or missing entries miss is for
-            # the check below to say.
-            listed = {
-                b
-                for b, r in self.task.replicas.items()
-                if b in live and r in (Reason.LOST, Reason.ENTRIES_MISSING)
-            }
-            rest = {b: r for b, r in self.task.replicas.items() if b not in listed}
-            self._bad = still_bad(rest, live, metadata)
-            if metadata is None:
-                self._complete(repaired=False)
-                return
-            if not listed:
-                self._first_look(lid, metadata, version, candidates)
-                return
-            check = LedgerCheck(lid, metadata, live, 100, random.Random(0), only=listed)
-            self._check = (check, metadata, version, candidates)
-            self.phase = WorkerPhase.CHECKING
-            self._checked()
-        elif self.phase is WorkerPhase.REREADING:
-            if candidates is None:
-                raise LocalProtocolError(
-                    f"worker {self.node_id}: ledger {lid} read without bookies"
-                )
-            if metadata is None:
-                self._complete(repaired=False)
-                return
-            if live is not None:
-                # The recovery took a while: a lost bookie may be back, another lost.
-                self._bad = still_bad(self._bad, live, metadata)
-            self._start_run(lid, metadata, version, candidates)
+            self._look(lid, metadata, version, live, candidates)
         elif self.phase is WorkerPhase.VERIFYING:
             self._verify(lid, metadata, version, live)
         else:
             raise LocalProtocolError(f"worker {self.node_id}: no read pending in {self.phase}")
+
+    def _look(
+        self,
+        lid: int,
+        metadata: LedgerMetadata | None,
+        version: int,
+        live: Collection[str],
+        candidates: Mapping[str, str],
+    ) -> None:
+        """Decide from a read of the ledger: check the listed live replicas, then look."""
+        assert self.task is not None
+        # What the live replicas the task lists as lost or missing entries miss is for the
+        # check below to say.
+        listed = {
+            b
+            for b, r in self.task.replicas.items()
+            if b in live and r in (Reason.LOST, Reason.ENTRIES_MISSING)
+        }
+        rest = {b: r for b, r in self.task.replicas.items() if b not in listed}
+        self._bad = still_bad(rest, live, metadata)
+        if metadata is None:
+            self._complete(repaired=False)
+            return
+        if not listed:
+            self._first_look(lid, metadata, version, candidates)
+            return
+        check = LedgerCheck(lid, metadata, live, 100, random.Random(0), only=listed)
+        self._check = (check, metadata, version, candidates)
+        self.phase = WorkerPhase.CHECKING
+        self._checked()
 
     def on_probe(self, probe: Probe, verdicts: Mapping[int, Verdict], now_ms: int) -> None:
         """The answer to :class:`Probe`: what reading each entry showed."""
