@@ -19,8 +19,8 @@ bookies, so a step's answers reflect the bookies as the spec has them:
   digest verifies it, within ``ReadHandle.last_entry``. A BookKeeper V3 read
   answer carries the bookie's LAC, which raises the handle's; bkref's carries
   none: when ``b``'s LAC is above the handle's, refused;
-- ``reader_sees_close``: bkref's handle does not watch its metadata (it keeps
-  the metadata of its open): refused, counted.
+- ``reader_sees_close``: the stored metadata handed to ``ReadHandle.on_metadata``,
+  as the client's watch of the ledger's znode does (``ZkCalls.watch_ledger``).
 """
 
 from __future__ import annotations
@@ -159,4 +159,9 @@ class Readers:
         return ()
 
     def reader_sees_close(self, r: int) -> tuple[Label, ...]:
-        raise CannotTakeStepError("bkref's read handle does not watch its metadata")
+        # What the client's metadata watch hands the handle (ZkCalls.watch_ledger).
+        _rd, h = self._get(r)
+        h.on_metadata(*self.d.store.read_ledger(self.d.ledger_id))
+        if not h.metadata.is_closed:
+            raise ImplementationError(f"reader {r} saw metadata that is not closed")
+        return ()

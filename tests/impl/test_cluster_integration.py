@@ -158,6 +158,32 @@ async def test_an_old_writer_is_fenced_by_a_recovery_open(make_cluster: MakeClus
             await h.close()
 
 
+async def test_a_tailing_reader_takes_the_close_from_its_metadata_watch(
+    make_cluster: MakeCluster,
+) -> None:
+    # BookKeeper's ReadOnlyLedgerHandle listens to its metadata: the close sets its LAC to
+    # the last entry. bkref's handle does the same through a ZooKeeper watch.
+    cluster = make_cluster(3)
+    async with BookKeeper(cluster.zk_hosts) as bk:
+        h = await bk.create_ledger(3, 3, 2, PW)
+        await h.add_many([b"a", b"b", b"c"])
+        r = await bk.open_ledger(h.ledger_id, PW, recovery=False)
+
+        def closed() -> bool:
+            return r.metadata.is_closed
+
+        assert not closed()
+        assert r.last_entry <= 2  # what the bookies said, lagging the adds in flight
+        await h.close()
+        for _ in range(600):  # the watch fires on kazoo's thread, then on this loop
+            if closed():
+                break
+            await asyncio.sleep(0.05)
+        assert closed()
+        assert (r.lac, r.last_entry) == (2, 2)
+        assert await r.read(0, 2) == [b"a", b"b", b"c"]
+
+
 async def test_recovery_replaces_a_dead_bookie_when_write_back_needs_it(
     make_cluster: MakeCluster,
 ) -> None:

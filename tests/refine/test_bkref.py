@@ -36,9 +36,8 @@ REFUSALS = {
     "recovery_client_changes_ensemble",
     "recovery_client_resends_add",
     "node_wins_auditor_election",  # only the lowest vote can win (D16)
-    # bkref's read handle keeps the metadata of its open, and its LAC read takes the maximum
-    # of the last ensemble where BookKeeper's long poll takes one bookie's (docs/refine.md).
-    "reader_sees_close",
+    # bkref's LAC read takes the maximum of the last ensemble where BookKeeper's long poll
+    # takes one bookie's, and its read answer carries no LAC (docs/refine.md).
     "reader_receives_lac",
     "reader_reads_entry",
 }

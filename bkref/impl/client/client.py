@@ -161,6 +161,9 @@ class BookKeeper:
         if md.is_closed:
             h.lac = md.last_entry
         else:
+            # The handle follows the metadata from its open on, as BookKeeper's does (its
+            # listener is registered before the LAC read), and takes the close when it lands.
+            await self.zk_calls.watch_ledger(ledger_id, h.on_metadata)
             h.lac = await h.read_lac()
         return h
 

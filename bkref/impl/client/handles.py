@@ -54,6 +54,16 @@ class ReadHandle:
     def current_metadata(self) -> LedgerMetadata:
         return self.metadata
 
+    def on_metadata(self, metadata: LedgerMetadata, version: int) -> None:
+        """A version of the ledger's metadata from the client's watch. A newer one replaces
+        the handle's; once it is closed, its last entry is the handle's LAC, lower or
+        higher than the one learned from bookies (BookKeeper's ``setLedgerMetadata``)."""
+        if version <= self.version:
+            return
+        self.metadata, self.version = metadata, version
+        if metadata.is_closed:
+            self.lac = metadata.last_entry
+
     @property
     def last_entry(self) -> int:
         return self.metadata.last_entry if self.metadata.is_closed else self.lac

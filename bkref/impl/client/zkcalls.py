@@ -26,10 +26,12 @@ from kazoo.exceptions import (
     OperationTimeoutError,
     SessionExpiredError,
 )
+from kazoo.protocol.states import ZnodeStat
 
 from bkref.impl.client.errors import ZooKeeperError
 from bkref.impl.clock import SYSTEM_CLOCK, Clock
 from bkref.impl.core.metadata import LedgerMetadata
+from bkref.impl.meta import layout as paths
 from bkref.impl.meta.store import MetadataUnavailableError, ZkMetadataStore, connect
 
 __all__ = ["ZkCalls"]
@@ -129,6 +131,32 @@ class ZkCalls:
 
     async def list_ledgers(self) -> list[int]:
         return await self.call("list ledgers", self.store.list_ledgers)
+
+    async def watch_ledger(
+        self, ledger_id: int, on_change: Callable[[LedgerMetadata, int], None]
+    ) -> None:
+        """Call ``on_change(metadata, version)`` on the running event loop with the ledger's
+        metadata now and after every change, until the ledger is closed or deleted (a
+        read handle's metadata listener, as BookKeeper's ``ReadOnlyLedgerHandle``)."""
+        loop = asyncio.get_running_loop()
+        store = self.store
+
+        def changed(data: bytes | None, stat: ZnodeStat | None) -> bool | None:
+            if data is None or stat is None:
+                return False  # deleted: nothing more to watch
+            try:
+                md = LedgerMetadata.deserialize(data)
+                loop.call_soon_threadsafe(on_change, md, int(stat.version))
+            except (ValueError, RuntimeError):  # undecodable, or the loop is gone
+                return False
+            return False if md.is_closed else None
+
+        await self.call(
+            f"watch ledger {ledger_id}'s metadata",
+            store.zk.DataWatch,
+            paths.ledger_path(self.root, ledger_id),
+            changed,
+        )
 
     async def call(self, what: str, fn: Callable[..., T], *args: object, writes: bool = False) -> T:
         """``fn(*args)`` on a worker thread. ZooKeeper unreachable (no connection,
