@@ -132,11 +132,16 @@ class RecoveryClients:
                 f"recovery client {c} is {rc.phase.value} after error answers from "
                 f"{', '.join(waiting)}; the spec's recovery gave up"
             )
+        # As the spec's step: the attempt's requests to bookies that are not up failed with
+        # the connection; the rest are still delivered, their answers heard by nobody.
+        kept = []
         for f in d.inflight:
             if f.sender == c:
-                f.sender = ORPHAN
-                f.msg = (*f.msg[:4], sp.ORPHAN)
-        d.inflight = [f for f in d.inflight if f.sender != ORPHAN or d.bookies[f.msg[1]].up]
+                if d.bookies[f.msg[1]].up != sp.UP:
+                    continue
+                f.sender, f.msg = ORPHAN, (*f.msg[:4], sp.ORPHAN)
+            kept.append(f)
+        d.inflight = kept
         self.recoveries[c] = None
         self.last_request = {k: v for k, v in self.last_request.items() if k[0] != c}
         d.used[sp.B_GIVE_UP] += 1
