@@ -273,6 +273,7 @@ def abstract(d: BkrefDriver) -> State:
         cfg.elections - d.used[sp.B_ELECT],
         cfg.toggles - d.used[sp.B_TOGGLE],
         cfg.give_ups - d.used[sp.B_GIVE_UP],
+        cfg.repair_failures - d.used[sp.B_REPAIR_FAIL],
     )
     if d.autorecovery is not None:
         s = _autorecovery(d, lids, mask, s)

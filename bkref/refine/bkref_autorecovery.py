@@ -119,6 +119,7 @@ class AutoRecoveryActors:
         # (segment, filled, replaced bookie index) of each repair: the spec's ghost
         # meta_rereplicated, recorded as the worker's CAS lands (history, not state).
         self.rereplicated: dict[int, tuple[tuple[int, int, int], ...]] = {}
+        self.failing = -1  # the worker whose copies fail in this turn (worker_fails_repair)
         worker_config = WorkerConfig(grace_period_ms=0, backoff_ms=HOUR_MS // 2)
         auditor_config = AuditorConfig(
             lost_bookie_recovery_delay=0,
@@ -327,8 +328,23 @@ class AutoRecoveryActors:
 
     # ------------------------------------------------------------ workers
 
-    def worker_turn(self, w: int) -> tuple[Label, ...]:
-        """Worker ``w`` performs its actions until it took one step the spec can see."""
+    def worker_turn(self, w: int, *, fail_copies: bool = False) -> tuple[Label, ...]:
+        """Worker ``w`` performs its actions until it took one step the spec can see.
+
+        ``fail_copies`` (the spec's ``worker_fails_repair``): every copy of this turn finds
+        a repair slot busy, so the worker defers and lets the lock go: that release is
+        the failed repair."""
+        self.failing = w if fail_copies else -1
+        try:
+            seen = self._turn(w)
+        finally:
+            self.failing = -1
+        if fail_copies and seen == (("worker_releases_lock", (w,)),):
+            self.d.used[sp.B_REPAIR_FAIL] += 1
+            return (("worker_fails_repair", (w,)),)
+        return seen
+
+    def _turn(self, w: int) -> tuple[Label, ...]:
         n = self.nodes[w]
         core = n.worker
         if not n.outstanding and core.phase is WorkerPhase.RECOVERING:
@@ -388,6 +404,9 @@ class AutoRecoveryActors:
             core.on_probe(act, self._verdicts(act), self._tick())
             return None
         if isinstance(act, Copy):
+            if self.failing == w:
+                core.on_copy_busy()
+                return None
             try:
                 entries, nbytes = self._copy(act)
             except CopyFailedError as e:

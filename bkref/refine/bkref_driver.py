@@ -136,7 +136,7 @@ class BkrefDriver:
         self.recovery_requested = False  # a worker asked for the ledger's recovery
         self.writer_cas: WriteMetadata | None = None  # the ensemble-change CAS in flight
         self.inflight: list[InFlight] = []
-        self.used = [0] * 7  # faults injected, per budget slot
+        self.used = [0] * 8  # faults injected, per budget slot
         if cfg.writer and (cfg.writer_ledger_created or cfg.two_segments):
             self._existing_writer()
         self.autorecovery: AutoRecoveryActors | None = None
@@ -287,7 +287,8 @@ class BkrefDriver:
         try:
             if name.startswith("worker_") and ar is not None:
                 # A worker decides for itself: the step asked for is its turn.
-                return Performed(decided=ar.worker_turn(int(str(args[0]))))
+                w, fail = int(str(args[0])), name == "worker_fails_repair"
+                return Performed(decided=ar.worker_turn(w, fail_copies=fail))
             handler: Callable[..., tuple[Label, ...]] | None = getattr(self, "_" + name, None)
             if handler is None and name.startswith("recovery_client_"):
                 handler = getattr(self.rcs, name, None)

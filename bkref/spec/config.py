@@ -154,6 +154,9 @@ class Config:
     # Recovery attempts that may fail on error answers from bookies that are down (the client
     # then starts again: ``protocol.recovery_client_gives_up``).
     give_ups: int = 0
+    # Repair attempts a worker may abandon because a copy failed (a bookie that does not
+    # answer, a busy repair slot: ``protocol.worker_fails_repair``).
+    repair_failures: int = 0
     mutants: frozenset[str] = field(default_factory=frozenset)
     # Invariants that do not hold under this config's faults (e.g. Aq replicas
     # once disks may be wiped); the checker skips them and says so.
@@ -217,6 +220,7 @@ class Config:
             (self.elections, "auditor session loss(es)"),
             (self.toggles, "autorecovery disable(s)"),
             (self.give_ups, "recovery give-up(s)"),
+            (self.repair_failures, "failed repair(s)"),
         ):
             if n:
                 parts.append(f"{n} {what}")

@@ -76,10 +76,11 @@ _MERGE = replace(
     recovery_client=True,
     closed_ledgers=0,
     restarts=False,
+    repair_failures=1,
     description="AutoRecovery on the writer's open ledger of two segments, one crash "
     "without restart, an application's recovery beside the worker: the worker's swap of "
     "the closed first segment races the writer's ensemble change and the recovery's "
-    "close, each of which must keep the swap",
+    "close, each of which must keep the swap; a repair may fail and be taken again",
 )
 
 # Two recoveries over pipelined adds and a tailing reader (docs/findings/two-recoveries.md):
@@ -426,11 +427,12 @@ MUTANT_CONFIGS: dict[str, Config] = {
         recovery_client=False,
         writer_closes=False,
         losses=1,
-        description="config c-merge without the application's recovery, the writer never "
-        "closing, and a message loss: the worker's swap of the closed first segment (a "
-        "crash there) races the writer's ensemble change (an add lost in the last), as "
-        "bkref's worker copies a closed segment only while the last one names no lost "
-        "bookie",
+        repair_failures=0,
+        description="config c-merge without the application's recovery and its failed "
+        "repair, the writer never closing, and a message loss: the worker's swap of the "
+        "closed first segment (a crash there) races the writer's ensemble change (an add "
+        "lost in the last), as bkref's worker copies a closed segment only while the last "
+        "one names no lost bookie",
     ),
     "recovery-close-undoes-swap": _MERGE,
     "worker-skips-ledger-lock": _TWO_WORKERS,

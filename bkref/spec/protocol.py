@@ -102,7 +102,7 @@ MSG_NAMES = ("add", "fence_lac_read", "recovery_read")
 ORPHAN = -1
 
 # Budget slots.
-B_LOSS, B_DUP, B_CRASH, B_WIPE, B_ELECT, B_TOGGLE, B_GIVE_UP = 0, 1, 2, 3, 4, 5, 6
+B_LOSS, B_DUP, B_CRASH, B_WIPE, B_ELECT, B_TOGGLE, B_GIVE_UP, B_REPAIR_FAIL = range(8)
 
 Segment = tuple[int, tuple[int, ...]]  # (first entry id, ensemble of bookie indices)
 Segments = tuple[Segment, ...]
@@ -511,6 +511,7 @@ def initial_state(cfg: Config) -> State:
             cfg.elections,
             cfg.toggles,
             cfg.give_ups,
+            cfg.repair_failures,
         ),
     )
 
@@ -1869,6 +1870,33 @@ def worker_releases_lock(cfg: Config, s: State, w: int) -> State | None:
     )
 
 
+def worker_fails_repair(cfg: Config, s: State, w: int) -> State | None:
+    """A copy the worker needs fails, and it lets the lock go with fragments left.
+
+    Key points: BookKeeper's worker (``ReplicationWorker.rereplicate``, apache/bookkeeper
+    9590a97f) skips a fragment whose faulty entries it cannot read or whose
+    ``replicateLedgerFragment`` throws (a bookie handle not available, not enough
+    bookies), and if fragments remain it releases the lock
+    (``deferLedgerLockReleaseOfFailedLedger``); bkref's worker does the same on a failed
+    copy or a busy repair slot (``RepairRun.on_copy_busy``). The task stays for a later
+    attempt. An environment step, bounded by ``cfg.repair_failures``, and only where the
+    worker would copy (elsewhere ``worker_releases_lock`` is the same step).
+    """
+    bookie, ledger, _tv, _pending = s.wk[w]
+    if s.budget[B_REPAIR_FAIL] == 0 or not _worker_ready(s, w):
+        return None
+    if all(
+        worker_copies_fragment(cfg, s, w, idx) is None
+        for idx in range(len(s.meta_segments[ledger]))
+    ):
+        return None
+    return s._replace(
+        meta_lock=set_at(s.meta_lock, ledger, -1),
+        wk=set_at(s.wk, w, (bookie, -1, 0, None)),
+        budget=set_at(s.budget, B_REPAIR_FAIL, s.budget[B_REPAIR_FAIL] - 1),
+    )
+
+
 def _waits_for_close(s: State, ledger: int) -> bool:
     """The ledger is not closed and its last segment names a live bookie its task lists."""
     if s.meta_status[ledger] == CLOSED:
@@ -1914,6 +1942,8 @@ ENVIRONMENT_ACTIONS = frozenset(
         "operator_disables_autorecovery",
         # Caused by a bookie that is down: it may never happen.
         "recovery_client_gives_up",
+        # A copy that fails: a bookie that does not answer, a busy repair slot.
+        "worker_fails_repair",
     }
 )
 
@@ -2213,6 +2243,7 @@ def next_states(cfg: Config, s: State) -> list[Step]:
             emit(worker_verifies_ledger_replicated, w)
             emit(worker_deletes_task, w)
             emit(worker_releases_lock, w)
+            emit(worker_fails_repair, w)
         emit(operator_disables_autorecovery)
         emit(operator_enables_autorecovery)
     return out
@@ -2285,6 +2316,7 @@ ACTIONS: tuple[Callable[..., State | None], ...] = (
     worker_verifies_ledger_replicated,
     worker_deletes_task,
     worker_releases_lock,
+    worker_fails_repair,
     operator_disables_autorecovery,
     operator_enables_autorecovery,
 )

@@ -62,6 +62,13 @@ def unknown(mine: dict[str, list[Line]]) -> str:
     return ""
 
 
+def decided(mark: Line) -> int:
+    """When an auditor's mark was decided: when its audit read the registered bookies
+    (``decided``; a bookie that registers again after it is still marked lost), or
+    when it was logged (a periodic check's mark, traces without the stamp)."""
+    return int(mark.get("decided") or mark.t)
+
+
 def cut_off(restarts: Mapping[str, list[Line]], mine: dict[str, list[Line]]) -> str:
     """A bookie marked lost that served again, or whose worker went on, before it
     restarted or registered again: cut off from ZooKeeper (a pause, a partition, a
@@ -78,11 +85,12 @@ def cut_off(restarts: Mapping[str, list[Line]], mine: dict[str, list[Line]]) -> 
         for x in lines:
             if x.action not in MARKS:
                 continue
+            at = decided(x)
             for b, why in x["replicas"].items():
-                later = [t for t in acts.get(b, []) if t > x.t]
+                later = [t for t in acts.get(b, []) if t > at]
                 if why != "LOST" or not later:
                     continue
-                if not any(x.t < r.t < min(later) for r in restarts.get(b, [])):
+                if not any(at < r.t < min(later) for r in restarts.get(b, [])):
                     return (
                         f"{x.where()} marked {b} lost, and it went on before it restarted or "
                         "registered again (cut off from ZooKeeper, not crashed; the spec's "

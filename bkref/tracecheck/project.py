@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from bkref.spec.config import Config
 from bkref.tracecheck import autorecovery
 from bkref.tracecheck.load import CONNECTED, REGISTERED, REPLACEMENT, STOPPED, Line
-from bkref.tracecheck.names import COPY, HANDLES, MARKS, RECEIPTS, TAKEN
+from bkref.tracecheck.names import COPY, HANDLES, MARKS, RECEIPTS, RELEASE, TAKEN
 
 Key = tuple[str, str, int]  # (client node, bookie, request id): one request
 
@@ -351,6 +351,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     # One lane per actor: a process may host the writer and recovery clients of one
     # ledger, and it takes in their answers in an order of its own (callbacks, tasks).
     actors: dict[tuple[str, str], list[Event]] = {}
+    mark_event: dict[int, Event] = {}  # an auditor's mark line (its id) -> its event
     for n in sorted(mine):
         if n in bookie_nodes:
             continue
@@ -380,6 +381,8 @@ def project(run: Run, ledger: int) -> LedgerTrace:
                 ev.sends.append(send)
             if kind == "receipt":
                 receipts[(n, str(x["bookie"]), int(x["rid"]))] = ev
+            if x.action in MARKS:
+                mark_event[id(x)] = ev
             lane.append(ev)
     lanes.extend(actors.values())
     for n, x in failed:  # their adds answer no spec step; the target may keep them
@@ -390,23 +393,34 @@ def project(run: Run, ledger: int) -> LedgerTrace:
             # without logging its answer.
             lt.stray.setdefault(str(a["bookie"]), set()).add(int(a["entry"]))
 
-    # A registration matters only after a mark of the bookie as lost (it is back then).
+    # A registration matters only after a mark of the bookie as lost (it is back then),
+    # counted from when the mark was decided: a bookie that registered again while the
+    # auditor read its ledgers is marked lost all the same, and registers after the mark.
     marked_lost: dict[str, int] = {}
+    marks_of: dict[str, list[Line]] = defaultdict(list)
     for v in mine.values():
         for x in v:
             if x.action in MARKS:
                 for b, why in x["replicas"].items():
                     if why == "LOST":
-                        marked_lost[b] = min(marked_lost.get(b, x.t), x.t)
-    for n in sorted(bookie_nodes):
+                        at = autorecovery.decided(x)
+                        marked_lost[b] = min(marked_lost.get(b, at), at)
+                        marks_of[b].append(x)
+    overtaken: list[Event] = []  # registrations a mark decided before them was logged after
+    # A bookie marked lost crashes at the mark for the spec, and must come back at its
+    # restart or registration even if it took no step of the ledger (its adds timed out).
+    for n in sorted(bookie_nodes | (set(marked_lost) & run.bookies)):
         taken: list[Event] = []
         bookie_id = None
-        for x in sorted(run.restarts[n] + mine[n], key=lambda x: x.seq):
+        for x in sorted(run.restarts[n] + mine.get(n, []), key=lambda x: x.seq):
             if x.action == REGISTERED and not x.t > marked_lost.get(str(x["bookie"]), x.t):
                 continue
             if x.action in ("bookie_restarts", REGISTERED):
                 bookie_id = bookie_id or str(x["bookie"])
-                taken.append(Event("restart" if x.action != REGISTERED else "register", x))
+                ev = Event("restart" if x.action != REGISTERED else "register", x)
+                taken.append(ev)
+                if x.action == REGISTERED:
+                    overtaken.append(ev)
                 continue
             if x.get("ledger") != ledger or x.action not in HANDLES:
                 continue
@@ -442,6 +456,13 @@ def project(run: Run, ledger: int) -> LedgerTrace:
         taken.sort(key=lambda e: (e.line.get("decided") or e.t, e.line.seq))
         _order_conflicts(taken)
         lanes.extend([ev] for ev in taken)
+    for ev in overtaken:  # after the marks decided before it and logged after it
+        b = str(ev.line["bookie"])
+        ev.needs += [
+            mark_event[id(m)]
+            for m in marks_of[b]
+            if autorecovery.decided(m) < ev.t < m.t and id(m) in mark_event
+        ]
 
     for key, r in receipts.items():  # answers no bookie logged
         asked = sends.get(key)
@@ -551,6 +572,8 @@ def _config(lt: LedgerTrace, create: Line, sends: dict[Key, Send]) -> Config:
         autorecovery=autorecovery,
         workers=bookies if autorecovery else 1,  # worker w runs beside bookie bookies-1-w
         periodic_check="auditor_checks_ledger_replicas" in actions,
+        # Any release may be of a repair whose copy failed (a busy slot, no answer).
+        repair_failures=sum(1 for lane in lt.lanes for e in lane if e.line.action == RELEASE),
         reduce_dead_requests=False,
         bounded=False,
     )

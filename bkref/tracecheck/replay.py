@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from bkref.spec import protocol as p
 from bkref.spec.protocol import Msg, State
 from bkref.tracecheck.load import Line
-from bkref.tracecheck.names import CAS, COPY, MARKS, TAKEN
+from bkref.tracecheck.names import CAS, COPY, MARKS, RELEASE, TAKEN
 from bkref.tracecheck.project import Event, LedgerTrace, Send
 
 
@@ -336,6 +336,10 @@ class Replay:
                     definite=True,
                 )
         t = getattr(p, name)(cfg, s, *args)
+        if t is None and name == RELEASE:
+            # With fragments it could copy: a copy failed or found its repair slot busy
+            # (the spec's environment step; bkref's worker logs why in ``why``).
+            t = p.worker_fails_repair(cfg, s, w)
         if t is None and name == "worker_acquires_ledger_lock" and not self.marked:
             raise NotAllowedError(
                 "a worker took the lock of a ledger no auditor marked: it has no task",

@@ -14,7 +14,8 @@ import pytest
 
 from bkref.tracecheck.cli import check
 from bkref.tracecheck.load import read_dir
-from bkref.tracecheck.project import Run, project
+from bkref.tracecheck.names import MARKS
+from bkref.tracecheck.project import Event, Run, project
 from bkref.tracecheck.search import Verdict, search
 from tests.tracecheck.conftest import Repaired
 
@@ -197,3 +198,43 @@ def test_a_dedicated_worker_is_unknown(repaired: Repaired, tmp_path: Path) -> No
     v = _verdict(_changed(repaired, tmp_path, change), repaired.closed)
     assert v.verdict == "unknown", v.render()
     assert "dedicated worker" in v.reason
+
+
+def test_a_bookie_back_before_its_mark_was_written_is_back_after_the_mark(
+    repaired: Repaired, tmp_path: Path
+) -> None:
+    """An audit decides which bookies are lost when it reads the registrations, and writes
+    its marks after reading every ledger (seconds, with many): a bookie that registered
+    again in between is marked lost all the same. Its registration (``decided`` <= t <
+    the mark's t) must follow the mark, or the spec's bookie, crashed at the mark, never
+    comes back (a campaign had two ledgers unknown so). Without the stamp it is dropped."""
+    lost = [
+        json.loads(x)
+        for x in (repaired.traces / f"trace-{repaired.lost.replace(':', '_')}.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+    back = max(x["t"] for x in lost if x["action"] == "registered")
+
+    def late_mark(stamped: bool) -> Callable[[Lines], Lines]:
+        def change(lines: Lines) -> Lines:
+            for x in lines:
+                if x["action"] in MARKS and x.get("ledger") == repaired.closed:
+                    x["t"], x["decided"] = back + 1, back - 1
+                    if not stamped:
+                        del x["decided"]
+            return lines
+
+        return change
+
+    def registration(traces: Path) -> Event | None:
+        lt = project(Run(read_dir(traces)), repaired.closed)
+        return next(
+            (e for lane in lt.lanes for e in lane if e.kind == "register" and e.t == back),
+            None,
+        )
+
+    reg = registration(_changed(repaired, tmp_path / "stamped", late_mark(True)))
+    assert reg is not None
+    assert [n.line.action for n in reg.needs if n.line.action in MARKS]
+    assert registration(_changed(repaired, tmp_path / "unstamped", late_mark(False))) is None

@@ -109,6 +109,7 @@ class Auditor:
         self._inbox: list[Callable[[int], None]] = []  # core events from the watches
         self._queue: deque[AuditAction] = deque()
         self._rng = random.Random()
+        self._viewed: int | None = None  # when the last audit read the registered bookies
 
     def _now_ms(self) -> int:
         return self.clock.monotonic_ms()
@@ -306,7 +307,9 @@ class Auditor:
         else:  # a Mark outside an audit: the core emits them only in answer to ReadLedgers
             await _mark(self.urm, action)
             if self.tracer is not None:
-                _trace_mark(self.tracer, "auditor_marks_ledgers_of_lost_bookies", action)
+                _trace_mark(
+                    self.tracer, "auditor_marks_ledgers_of_lost_bookies", action, self._viewed
+                )
 
     # ------------------------------------------------------------ the audits
 
@@ -317,6 +320,10 @@ class Auditor:
             self.core.on_ledgers(None)
             return 0
         started = time.monotonic()
+        # What the marks decide on: the bookies registered now. The ledgers are read
+        # after (seconds, with many), and a bookie may register again meanwhile, before
+        # its mark is written: the trace check orders it after the mark then.
+        self._viewed = time.monotonic_ns()
         registered = await self._registered()
         leaving = await asyncio.to_thread(self.urm.decommissioning)
         ledgers = await self._ledgers()
@@ -328,7 +335,9 @@ class Auditor:
                 continue
             await _mark(self.urm, action)
             if self.tracer is not None:
-                _trace_mark(self.tracer, "auditor_marks_ledgers_of_lost_bookies", action)
+                _trace_mark(
+                    self.tracer, "auditor_marks_ledgers_of_lost_bookies", action, self._viewed
+                )
             marked += 1
         self.stats.audits += 1
         self.stats.marked += marked
@@ -438,13 +447,16 @@ async def _mark(urm: UnderreplicationManager, m: Mark) -> None:
     )
 
 
-def _trace_mark(tracer: Tracer, action: str, m: Mark) -> None:
-    """A mark as the spec's step: the ledger and the replicas it lists, with why."""
+def _trace_mark(tracer: Tracer, action: str, m: Mark, viewed: int | None = None) -> None:
+    """A mark as the spec's step: the ledger and the replicas it lists, with why, and
+    (``decided``) when the audit read the registered bookies it marks lost by."""
+    extra = {} if viewed is None else {"decided": viewed}
     tracer.step(
         action,
         ledger=m.ledger_id,
         replicas={b: r.name for b, r in sorted(m.replicas.items())},
         rewrite=m.rewrite,
+        **extra,
     )
 
 

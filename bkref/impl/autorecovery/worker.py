@@ -107,6 +107,7 @@ class ReplicationWorker:
         self.stats = WorkerStats()
         self._ledger_md: LedgerMetadata | None = None  # the locked ledger as last read
         self._queue: deque[WorkerAction] = deque()
+        self._why = ""  # why the attempt under way let (or will let) the lock go
         self._deferred: dict[int, str] = {}  # ledger -> why it was last left for later
         self._enabled = asyncio.Event()
         self._enabled.set()
@@ -184,7 +185,11 @@ class ReplicationWorker:
                 completed = await self._attempt(*current)
             finally:
                 if self.tracer is not None and started and not completed:
-                    self.tracer.step("worker_releases_lock", ledger=lid, worker=self.node_id)
+                    # why: the trace check tells a failed or deferred repair (spec:
+                    # worker_fails_repair) from one with nothing left to do here.
+                    self.tracer.step(
+                        "worker_releases_lock", ledger=lid, worker=self.node_id, why=self._why
+                    )
                 await self._end_attempt(lid)
         return attempted
 
@@ -209,13 +214,16 @@ class ReplicationWorker:
 
     async def _attempt(self, task: Task, version: int) -> bool:
         """Repair ``task``; True when its task was deleted (the lock with it)."""
+        self._why = ""
         try:
             done = await asyncio.wait_for(self.repair(task, version), REPAIR_TIMEOUT)
         except (RepairError, BKError, KazooException, TimeoutError) as e:
             log.warning("worker %s: ledger %d: %r", self.node_id, task.ledger_id, e)
+            self._why = f"failed: {e!r}"
             done = self._failed(repr(e))
         except Exception as e:  # e.g. the ledger deleted mid-repair, ZooKeeper gone for long
             log.exception("worker %s: ledger %d: repair failed", self.node_id, task.ledger_id)
+            self._why = f"failed: {e!r}"
             done = self._failed(repr(e))
         if done is None:  # deferred: grace period running, or nothing this worker can do
             return False
@@ -292,9 +300,11 @@ class ReplicationWorker:
                 self.core.on_completed(deleted)
                 return True
             elif isinstance(action, Defer):
+                self._why = f"deferred: {action.why}"
                 self._defer(lid, action.why)
                 return None
             elif isinstance(action, RecordFailure):
+                self._why = f"failed: {action.why}"
                 log.info("worker %s: %s", self.node_id, action.why)
                 self._queue.appendleft(action)  # performed by _attempt
                 return False
