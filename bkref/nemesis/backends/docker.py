@@ -31,11 +31,20 @@ daemon plays the node's page cache and disk, exactly as on the namespace
 backend (:class:`bkref.nemesis.backends.base.LazyfsDisks`). The containers need no
 FUSE device and no extra privilege. :class:`DockerBackend` keeps bookie data
 on plain bind mounts (``--no-lazyfs``) and cannot lose unsynced writes.
+
+Traces (``--trace``): the run's trace directory is bind-mounted into every bookie
+container at ``/traces``, where the bookie and its AutoRecovery write their files
+(as root; the host reads them); the workload and its writer processes run on the
+host and write there directly. The trace check compares ``t``, each node's
+``CLOCK_MONOTONIC``, across nodes: containers read the host's clock because
+Docker gives them no time namespace, and setup checks that each bookie's
+container has none.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import threading
 import uuid
@@ -57,6 +66,7 @@ from bkref.nemesis.lazyfs import LazyMount, daemons_in_namespace_of, stop_daemon
 T = TypeVar("T")
 LABEL = "bkref.run"
 DISK = "/disk"  # where a bookie container sees its lazyfs (its journal and ledgers)
+TRACES = "/traces"  # where a bookie container sees the run's trace directory
 
 
 class DockerBackendError(BackendError):
@@ -87,11 +97,9 @@ class DockerBackend(NodeNetwork):
         autorecovery: bool = True,
         trace_dir: Path | None = None,
     ) -> None:
-        if trace_dir is not None:
-            raise BackendError(
-                "the docker backend does not record traces yet: use --backend local or netns"
-            )
-        super().__init__(directory, bookies, plants=plants, autorecovery=autorecovery)
+        super().__init__(
+            directory, bookies, plants=plants, autorecovery=autorecovery, trace_dir=trace_dir
+        )
         self.engine = engine or DockerEngine()
         self.run_id = uuid.uuid4().hex[:8]
         self.network_name = f"bkref-{self.run_id}"
@@ -138,6 +146,8 @@ class DockerBackend(NodeNetwork):
 
     def setup(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        if self.trace_dir is not None:
+            self.trace_dir.mkdir(parents=True, exist_ok=True)  # ours, not the engine's
         if not self.engine.status().running:
             self.engine.start()
             self._started_engine = True
@@ -160,26 +170,39 @@ class DockerBackend(NodeNetwork):
         for b in self.bookies:
             self.prepare_disk(b)
             self._write_bookie(b)
-            argv = [
-                "bookie",
-                "/data/bookie.toml",
-                *(["--autorecovery"] if self.autorecovery else []),
-                *plant_argv(self.plants),
-            ]
-            entry = 'iptables-restore /data/nat.rules && exec bkref-node "$@"'
-            self._create(b, ["-c", entry, "--", *argv], entrypoint="sh")
+            self._create(b, self.bookie_command(b), entrypoint="sh")
+            if self.trace_dir is not None:
+                self._check_clock(b)
         self._wait_registered(self.bookies, {}, timeout=90)
 
     def data_dir(self, node: str) -> Path:
         mount = self.mounts.get(node)
         return mount.view if mount is not None else self.directory / node / "data"
 
-    def _create(self, node: str, command: list[str], entrypoint: str | None = None) -> None:
-        data = self.directory / node / "data"
-        data.mkdir(parents=True, exist_ok=True)
-        volumes = [(str(data), "/data")]
+    def bookie_command(self, b: str) -> list[str]:
+        """Bookie ``b``'s container command (for ``sh``): load its nat rules, then exec
+        the bookie, with AutoRecovery, planted bugs and traces as the run has them."""
+        argv = [
+            "bookie",
+            "/data/bookie.toml",
+            *(["--autorecovery"] if self.autorecovery else []),
+            *plant_argv(self.plants),
+            *self.trace_argv(TRACES),
+        ]
+        return ["-c", 'iptables-restore /data/nat.rules && exec bkref-node "$@"', "--", *argv]
+
+    def volumes(self, node: str) -> list[tuple[str, str]]:
+        """(host path, container path) bound into ``node``'s container: its data, and a
+        bookie's lazyfs and the run's trace directory."""
+        volumes = [(str(self.directory / node / "data"), "/data")]
         if node in self.mounts:
             volumes.append((str(self.mounts[node].mountpoint), DISK))
+        if node in self.bookies and self.trace_dir is not None:
+            volumes.append((str(self.trace_dir), TRACES))
+        return volumes
+
+    def _create(self, node: str, command: list[str], entrypoint: str | None = None) -> None:
+        (self.directory / node / "data").mkdir(parents=True, exist_ok=True)
         self.containers[node] = self.docker.run(
             IMAGE,
             command,
@@ -188,12 +211,23 @@ class DockerBackend(NodeNetwork):
             detach=True,
             networks=[self.network_name],
             ip=self.ip(node),
-            volumes=volumes,
+            volumes=self.volumes(node),
             labels={LABEL: self.run_id},
             cap_add=["NET_ADMIN"],
             sysctl={"net.ipv4.conf.all.route_localnet": "1"},
             entrypoint=entrypoint,
         )
+
+    def _check_clock(self, node: str) -> None:
+        """Refuse a container with a time namespace of its own: its monotonic clock would
+        not be the host's, and the trace check compares ``t`` across nodes."""
+        pid = self.docker.container.inspect(self.containers[node]).state.pid
+        other = foreign_time_namespace(pid) if pid else None
+        if other is not None:
+            raise DockerBackendError(
+                f"{node}'s container has a time namespace of its own ({other}): the "
+                "monotonic times of its trace cannot be compared with the other nodes'"
+            )
 
     def _write_zookeeper(self, z: str) -> None:
         data = self.directory / z / "data"
@@ -382,6 +416,17 @@ class LazyfsDockerBackend(LazyfsDisks, DockerBackend):
         return LazyMount(
             d / "backing", d / "disk", log=d / "lazyfs.log", namespace_of=self.engine.pid()
         )
+
+
+def foreign_time_namespace(pid: int) -> str | None:
+    """Process ``pid``'s time namespace if it is not this process's, else None (also when
+    the kernel has no time namespaces or ``pid`` is gone)."""
+    try:
+        theirs = os.readlink(f"/proc/{pid}/ns/time")
+        ours = os.readlink("/proc/self/ns/time")
+    except OSError:
+        return None
+    return theirs if theirs != ours else None
 
 
 def remove_run(docker: DockerClient, run_id: str | None = None) -> list[str]:
