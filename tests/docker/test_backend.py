@@ -84,3 +84,20 @@ def test_a_process_in_a_time_namespace_of_its_own_is_told_apart() -> None:
             assert other.startswith("time:[")
         finally:
             proc.kill()
+
+
+def test_a_node_drops_its_grudge_and_resets_connections_to_killed_nodes(tmp_path: Path) -> None:
+    backend = _backend(tmp_path, traced=False)
+    backend._grudge = {"bookie-0": frozenset({"zk1"})}
+    backend._down = {"bookie-0", "bookie-2"}
+    rules = backend.filter_rules("bookie-0")
+    assert rules[0] == "*filter"
+    assert rules[-1] == "COMMIT"
+    assert [r for r in rules if r.startswith("-A")] == [
+        f"-A INPUT -s {backend.ip('zk1')} -j DROP",
+        f"-A OUTPUT -d {backend.ip('bookie-2')}/32 -p tcp -j REJECT --reject-with tcp-reset",
+    ]
+    assert [r for r in backend.filter_rules("zk2") if r.startswith("-A")] == [
+        f"-A OUTPUT -d {backend.ip(b)}/32 -p tcp -j REJECT --reject-with tcp-reset"
+        for b in ("bookie-0", "bookie-2")
+    ]

@@ -21,6 +21,14 @@ so no ``docker exec``), re-applied when a container restarts; disk corruption
 on the bookies' data directories, bind mounts under the run directory (the
 host reads them for the dumps after the run).
 
+A killed container's address refuses connections (a TCP reset, made in the
+sender's own namespace), as a node whose bookie process died does on the
+namespace backend. Without it, packets to a stopped container are dropped and
+a client's connect waits for the container to come back: a request the client
+logged while its bookie was down would be taken by the restarted bookie, which
+the trace check, placing the unlogged crash at the auditor's mark, cannot
+explain.
+
 In :class:`LazyfsDockerBackend` (the default) bookie data is on lazyfs
 (:mod:`bkref.nemesis.lazyfs`), as on the namespace backend, so that it can lose
 what a bookie never fsynced: one daemon per bookie, a child of this process,
@@ -73,8 +81,8 @@ class DockerBackendError(BackendError):
     """The Docker cluster could not be set up or a node could not be (re)started."""
 
 
-def _sh(argv: list[str]) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+def _sh(argv: list[str], stdin: str | None = None) -> str:
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise DockerBackendError(f"`{' '.join(argv)}` failed: {done.stderr.strip()}")
     return done.stdout
@@ -111,6 +119,7 @@ class DockerBackend(NodeNetwork):
         self.mounts: dict[str, LazyMount] = {}
         self._grudge: dict[str, frozenset[str]] = {}
         self._paused: set[str] = set()
+        self._down: set[str] = set()  # killed and not started again: they refuse connections
         self._out: set[str] = set()
         self._started_engine = False
         self._lock = threading.Lock()
@@ -251,13 +260,16 @@ class DockerBackend(NodeNetwork):
         rules = ["*nat", *self.forwarding_rules(b, self.ip), "COMMIT"]
         (data / "nat.rules").write_text("\n".join(rules) + "\n")
 
-    def _engine_iptables(self, *args: str) -> str:
-        return _sh(["ip", "netns", "exec", self.engine.netns, "iptables", "-t", "nat", *args])
+    def _engine_iptables(self, *args: str, table: str = "nat") -> str:
+        return _sh(["ip", "netns", "exec", self.engine.netns, "iptables", "-t", table, *args])
 
     def _engine_nat(self) -> None:
-        """In the engine's namespace: 127.0.0.1:<port of a bookie> goes to its container."""
+        """In the engine's namespace: 127.0.0.1:<port of a bookie> goes to its container;
+        a chain of the filter table refuses connections to killed nodes."""
         _sh(["ip", "netns", "exec", self.engine.netns, "sysctl", "-qw",
              "net.ipv4.conf.all.route_localnet=1"])  # fmt: skip
+        self._engine_iptables("-N", self.chain, table="filter")
+        self._engine_iptables("-I", "OUTPUT", "-j", self.chain, table="filter")
         self._engine_iptables("-N", self.chain)
         self._engine_iptables("-I", "OUTPUT", "-j", self.chain)
         self._engine_iptables("-I", "POSTROUTING", "-o", self.bridge, "-s", "127.0.0.1/32",
@@ -268,6 +280,11 @@ class DockerBackend(NodeNetwork):
                                   "--to-destination", f"{self.ip(b)}:{port}")  # fmt: skip
 
     def _drop_engine_nat(self) -> None:
+        with contextlib.suppress(DockerBackendError):
+            self._engine_iptables("-D", "OUTPUT", "-j", self.chain, table="filter")
+        with contextlib.suppress(DockerBackendError):
+            self._engine_iptables("-F", self.chain, table="filter")
+            self._engine_iptables("-X", self.chain, table="filter")
         with contextlib.suppress(DockerBackendError):
             self._engine_iptables("-D", "OUTPUT", "-j", self.chain)
         with contextlib.suppress(DockerBackendError):
@@ -305,6 +322,7 @@ class DockerBackend(NodeNetwork):
         with contextlib.suppress(DockerException):  # already down
             self.docker.container.kill(c)
         self.docker.container.inspect(c)  # waits for the engine to see it stop
+        self._set_down(node, True)
 
     def start(self, node: str) -> None:
         c = self._container(node)
@@ -315,6 +333,7 @@ class DockerBackend(NodeNetwork):
         stale = self._registered([node]) if node in self.ports else {}
         self.docker.container.start(c)
         self._apply(node)
+        self._set_down(node, False)
         if node in self.ports:
             self._wait_registered([node], stale, timeout=60)
 
@@ -333,17 +352,45 @@ class DockerBackend(NodeNetwork):
                     self.docker.container.unpause(c)
                 self._paused.discard(node)
 
-    def _in_node(self, node: str, *argv: str) -> None:
+    def _in_node(self, node: str, *argv: str, stdin: str | None = None) -> None:
         """Run a command in a running container's network namespace (from the host)."""
         pid = self.docker.container.inspect(self._container(node)).state.pid
         if not pid:
             return  # down: its rules are applied when it starts again
-        _sh(["nsenter", "-t", str(pid), "-n", *argv])
+        _sh(["nsenter", "-t", str(pid), "-n", *argv], stdin)
+
+    def filter_rules(self, node: str) -> list[str]:
+        """``node``'s filter table: packets from the nodes its grudge names dropped, and
+        connections to killed nodes reset."""
+        return [
+            "*filter",
+            ":INPUT ACCEPT [0:0]",
+            ":FORWARD ACCEPT [0:0]",
+            ":OUTPUT ACCEPT [0:0]",
+            *(f"-A INPUT -s {self.ip(o)} -j DROP" for o in sorted(self._grudge.get(node, ()))),
+            *(f"-A OUTPUT {self._refused(o)}" for o in sorted(self._down - {node})),
+            "COMMIT",
+        ]
+
+    def _refused(self, node: str) -> str:
+        return f"-d {self.ip(node)}/32 -p tcp -j REJECT --reject-with tcp-reset"
 
     def _apply(self, node: str) -> None:
-        self._in_node(node, "iptables", "-F", "INPUT")
-        for other in sorted(self._grudge.get(node, frozenset())):
-            self._in_node(node, "iptables", "-A", "INPUT", "-s", self.ip(other), "-j", "DROP")
+        self._in_node(node, "iptables-restore", stdin="\n".join(self.filter_rules(node)) + "\n")
+
+    def _set_down(self, node: str, down: bool) -> None:
+        """Make connections to ``node`` refused (``down``) or not, from everywhere."""
+        if down == (node in self._down):
+            return
+        if down:
+            self._down.add(node)
+            self._engine_iptables("-A", self.chain, *self._refused(node).split(), table="filter")
+        else:
+            self._down.discard(node)
+            self._engine_iptables("-D", self.chain, *self._refused(node).split(), table="filter")
+        for other in self.network:
+            if other != node:
+                self._apply(other)
 
     def partition(self, grudge: Mapping[str, frozenset[str]]) -> None:
         unknown = (set(grudge) | set().union(*grudge.values())) - set(self.network)
