@@ -9,7 +9,10 @@ A node (a bookie, a client, an AutoRecovery process, the nemesis) that is given 
 - ``action``: the name of the spec's action the step is (``bkref.spec.protocol.ACTIONS``;
   ``impl`` does not import the spec, a test holds the names equal);
 - ``seq``: the node's own order of its steps, from 0;
-- ``t``: the node's monotonic clock in nanoseconds (for display; only ``seq`` orders);
+- ``t``: the node's monotonic clock in nanoseconds. ``seq`` orders a node's own steps;
+  the check compares ``t`` across nodes too (which client opened a connection, which
+  answer came first), so a run's nodes must share one monotonic clock: processes of one
+  host, and containers without a time namespace of their own (Docker makes none);
 - the rest: the arguments the spec's action takes, in real names (ledger ids, bookie ids,
   entry ids, metadata versions), and what links a step to steps of other nodes (request
   ids, metadata versions).
@@ -61,15 +64,23 @@ def _complete_lines(path: Path) -> int:
 class Tracer:
     """Writes one node's protocol steps; safe to share between the node's threads."""
 
-    def __init__(self, directory: Path, node: str) -> None:
+    def __init__(self, directory: Path, node: str, *, new: bool = False) -> None:
+        """``new``: the node must not have a file yet (FileExistsError if it has); the
+        file is created, so two processes cannot both take the name."""
         directory.mkdir(parents=True, exist_ok=True)
         self.node = node
         self.path = trace_path(directory, node)
-        # A restarted node (a bookie after a crash) continues its own file and numbering.
-        # The file exists from a node's first start on: finding it, this start is a restart.
-        self.restarted = self.path.exists()
-        self._seq = _complete_lines(self.path)
-        self._file = self.path.open("a", buffering=1, encoding="utf-8")
+        if new:
+            self.restarted = False
+            self._seq = 0
+            self._file = self.path.open("x", buffering=1, encoding="utf-8")
+        else:
+            # A restarted node (a bookie after a crash) continues its own file and
+            # numbering. The file exists from a node's first start on: finding it, this
+            # start is a restart.
+            self.restarted = self.path.exists()
+            self._seq = _complete_lines(self.path)
+            self._file = self.path.open("a", buffering=1, encoding="utf-8")
         self._lock = threading.Lock()
 
     def step(self, action: str, **args: Any) -> None:  # noqa: ANN401 - JSON values
@@ -95,3 +106,15 @@ class Tracer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def new_node_tracer(directory: Path, prefix: str) -> Tracer:
+    """A tracer for a process that is a new node at each start: ``<prefix>-<k>``, the
+    first k = 0, 1, ... with no file in ``directory`` yet. Not named by the pid: a
+    process in a container has the same pid at every start of the container."""
+    k = 0
+    while True:
+        try:
+            return Tracer(directory, f"{prefix}-{k}", new=True)
+        except FileExistsError:
+            k += 1

@@ -148,9 +148,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--trace",
         action="store_true",
-        help="every bookie, writer and client logs its protocol steps in run-*/traces, and "
-        "the run's checks replay them through the spec (bkref trace check); local and "
-        "netns backends",
+        help="every bookie, its AutoRecovery, every writer and the client log their protocol "
+        "steps in run-*/traces, and the run's checks replay them through the spec (bkref "
+        "trace check)",
     )
     p.add_argument(
         "--trace-budget",
@@ -263,15 +263,11 @@ def main(argv: list[str]) -> int:
         return _bad(f"--quorum {args.quorum}: the ensemble is larger than --bookies {args.bookies}")
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         return _bad(f"--out {args.out}: not a directory")
-    if args.trace and args.backend == "docker":
-        return _bad("--trace: the docker backend does not record traces yet (local or netns)")
     if not args.trace_budget > 0:
         return _bad(f"--trace-budget {args.trace_budget}: must be positive")
     backend_name = _choose_backend(args.backend, console)
     if backend_name is None:
         return 2
-    if args.trace and backend_name == "docker":
-        return _bad("--trace: the docker backend does not record traces yet (local or netns)")
     default = (
         DEFAULT_KINDS
         if backend_name == "local"

@@ -1,15 +1,19 @@
-"""Short campaigns on the Docker backend: valid, a planted bug caught, the host untouched."""
+"""Short campaigns on the Docker backend: valid, traced, a planted bug caught, the host
+untouched."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from bkref.impl.trace import trace_path
 from bkref.nemesis.backends.docker import LazyfsDockerBackend
 from bkref.nemesis.docker_engine import DockerEngine, missing_packages
 from bkref.nemesis.runner import RunSpec, run_once
@@ -65,6 +69,73 @@ def test_short_docker_campaign_is_valid_and_leaves_the_host_as_it_was(
     assert not engine.status().running
     assert not (Path("/run/netns") / engine.netns).exists()
     assert host_network() == before
+
+
+def _adds_in_order(traces: Path) -> tuple[int, int]:
+    """(adds, adds out of order): a writer's add is sent, decided by the bookie and its
+    answer taken in, in that order by ``t``, read from the host's clock (the writers) and
+    the containers' (the bookies)."""
+    sent: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    got: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    decided: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    for f in traces.glob("trace-*.jsonl"):
+        for x in map(json.loads, f.read_text().splitlines()):
+            if x["action"] in ("writer_sends_add", "writer_resends_add"):
+                for r in x["sends"]:
+                    sent[(r["bookie"], x["ledger"], r["entry"], r["rid"])].append(x["t"])
+            elif x["action"] == "writer_receives_add_response":
+                got[(x["bookie"], x["ledger"], x["entry"], x["rid"])].append(x["t"])
+            elif x["action"] == "bookie_handles_add":
+                decided[(x["bookie"], x["ledger"], x["entry"], x["rid"])].append(
+                    x.get("decided") or x["t"]
+                )
+    # Request ids are a connection's: keep the requests no other client's ids collide with.
+    whole = [k for k, v in decided.items() if len(v) == len(sent[k]) == len(got[k]) == 1]
+    late = [k for k in whole if not sent[k][0] <= decided[k][0] <= got[k][0]]
+    return len(whole), len(late)
+
+
+def test_a_traced_docker_campaign_is_explained_by_the_spec(
+    tmp_path: Path, engine: DockerEngine
+) -> None:
+    # Seed 23 pauses bookie-1, then kills bookie-0 and bookie-1 for a second each: each
+    # starts again in its container, where its process has the pid it had before.
+    spec = RunSpec(
+        seed=23,
+        duration=20.0,
+        faults=("kill", "pause"),
+        bookies=4,
+        workload=WorkloadSpec(),
+        trace=True,
+        trace_budget=120.0,
+    )
+    traces = tmp_path / "run" / "traces"
+    backend = LazyfsDockerBackend(
+        tmp_path / "cluster", spec.bookies, engine=engine, trace_dir=traces
+    )
+    result = run_once(spec, backend, tmp_path / "run", lambda _: None)
+
+    assert result.error is None, result.error
+    assert result.faults.get("kill") == 2
+    assert result.valid is True, {k: c["anomalies"][:3] for k, c in result.checks.items()}
+    trace = result.checks["trace"]
+    assert trace["counts"]["violation"] == 0
+    assert trace["counts"]["explained"] > 0, trace
+    # The bookies wrote into the host's directory, through their containers' bind mounts.
+    for port in backend.ports.values():
+        assert trace_path(traces, f"127.0.0.1:{port}").stat().st_size > 0
+    assert trace_path(traces, "client").stat().st_size > 0
+    assert any(traces.glob("trace-writer-*.jsonl"))
+    # Each start of a bookie's AutoRecovery is a node of its own, its pid notwithstanding.
+    starts = {
+        b: len(list(traces.glob(f"trace-autorecovery-127.0.0.1_{port}-*.jsonl")))
+        for b, port in backend.ports.items()
+    }
+    assert starts == {"bookie-0": 2, "bookie-1": 2, "bookie-2": 1, "bookie-3": 1}
+    # One monotonic clock: no add is decided before it is sent or answered after its receipt.
+    adds, late = _adds_in_order(traces)
+    assert adds > 1000
+    assert late == 0
 
 
 def test_power_losses_on_docker_drop_only_what_bookies_never_acknowledged(

@@ -16,7 +16,7 @@ import pytest
 
 from bkref.impl.client.client import BookKeeper
 from bkref.impl.testing import eventually, repaired_off
-from bkref.impl.trace import REGISTERED, Tracer, trace_path
+from bkref.impl.trace import REGISTERED, Tracer, new_node_tracer, trace_path
 from bkref.spec.protocol import ACTIONS
 from tests.impl.autorecovery_helpers import FAST, PW
 from tests.impl.conftest import MakeCluster, ZkView
@@ -60,6 +60,28 @@ def test_a_restarted_node_continues_its_numbering_and_drops_a_cut_last_line(
         (0, "bookie_handles_add"),
         (1, "bookie_restarts"),
     ]
+
+
+def test_each_start_of_a_new_node_process_gets_a_file_of_its_own(tmp_path: Path) -> None:
+    """Two starts in one process (so with one pid, as two starts of a container's
+    bookie): each a node of its own, numbered from 0, the first free start count taken."""
+    with new_node_tracer(tmp_path, "autorecovery-127.0.0.1:3181") as first:
+        first.step("node_wins_auditor_election")
+    (tmp_path / "trace-autorecovery-127.0.0.1_3181-2.jsonl").touch()  # an unrelated file
+    with new_node_tracer(tmp_path, "autorecovery-127.0.0.1:3181") as second:
+        second.step("node_wins_auditor_election")
+    with new_node_tracer(tmp_path, "autorecovery-127.0.0.1:3181") as third:
+        pass
+    assert [first.node, second.node, third.node] == [
+        "autorecovery-127.0.0.1:3181-0",
+        "autorecovery-127.0.0.1:3181-1",
+        "autorecovery-127.0.0.1:3181-3",
+    ]
+    assert not any(t.restarted for t in (first, second, third))
+    for t in (first, second):
+        assert [(x["node"], x["seq"]) for x in _lines(t.path)] == [(t.node, 0)]
+    with pytest.raises(FileExistsError):
+        Tracer(tmp_path, first.node, new=True)
 
 
 def test_steps_from_many_threads_get_distinct_consecutive_numbers(tmp_path: Path) -> None:

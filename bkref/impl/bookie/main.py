@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ from bkref.impl.bookie.config import BookieConfig, ConfigError, load_for_cli
 from bkref.impl.bookie.cookie import CookieMismatchError
 from bkref.impl.bookie.server import Bookie
 from bkref.impl.cli.plants import add_plant_argument, plants_of
-from bkref.impl.trace import Tracer
+from bkref.impl.trace import Tracer, new_node_tracer
 
 
 def cancel_on_signals() -> asyncio.AbstractEventLoop:
@@ -55,7 +54,9 @@ def main(argv: list[str]) -> int:
         type=Path,
         metavar="DIR",
         help="write the protocol steps this bookie takes (the spec's action names, one JSON "
-        "line each) to DIR/trace-<bookie id>.jsonl, for `bkref trace check` (default: off)",
+        "line each) to DIR/trace-<bookie id>.jsonl, and its AutoRecovery's, a new node at "
+        "each start, to DIR/trace-autorecovery-<bookie id>-<k>.jsonl, for `bkref trace "
+        "check` (default: off)",
     )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO (default), WARNING, ERROR")
     add_plant_argument(p, "this bookie's storage and its AutoRecovery")
@@ -115,12 +116,13 @@ def main(argv: list[str]) -> int:
         if args.autorecovery or config.autoRecoveryDaemonEnabled:
             from bkref.impl.autorecovery.service import AutoRecovery
 
-            # Its client is a node of its own in the trace; named with the pid, so that
-            # the request ids of a restarted process are not taken for the last one's.
+            # Its client is a node of its own in the trace, a new one at each start of
+            # the process, so that the request ids of a restarted process are not taken
+            # for the last one's (by a start count: in a container the pid repeats).
             ar_tracer = (
                 None
                 if args.trace is None
-                else Tracer(args.trace, f"autorecovery-{config.bookie_id}-{os.getpid()}")
+                else new_node_tracer(args.trace, f"autorecovery-{config.bookie_id}")
             )
             ar = AutoRecovery(config, plants=plants, tracer=ar_tracer)
             await asyncio.gather(bookie.serve(), ar.run())

@@ -81,9 +81,12 @@ class Backend(ABC):
         # Every bookie (and its AutoRecovery) logs its protocol steps here (--trace).
         self.trace_dir = None if trace_dir is None else Path(trace_dir).resolve()
 
-    def trace_argv(self) -> list[str]:
-        """A bookie's ``--trace DIR`` arguments (none when the run records no traces)."""
-        return [] if self.trace_dir is None else ["--trace", str(self.trace_dir)]
+    def trace_argv(self, inside: str | None = None) -> list[str]:
+        """A bookie's ``--trace DIR`` arguments (none when the run records no traces);
+        ``inside``: the directory as the bookie sees it, if not at the host's path."""
+        if self.trace_dir is None:
+            return []
+        return ["--trace", inside if inside is not None else str(self.trace_dir)]
 
     @property
     def session_timeout(self) -> float:

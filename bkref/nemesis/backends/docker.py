@@ -21,6 +21,14 @@ so no ``docker exec``), re-applied when a container restarts; disk corruption
 on the bookies' data directories, bind mounts under the run directory (the
 host reads them for the dumps after the run).
 
+A killed container's address refuses connections (a TCP reset, made in the
+sender's own namespace), as a node whose bookie process died does on the
+namespace backend. Without it, packets to a stopped container are dropped and
+a client's connect waits for the container to come back: a request the client
+logged while its bookie was down would be taken by the restarted bookie, which
+the trace check, placing the unlogged crash at the auditor's mark, cannot
+explain.
+
 In :class:`LazyfsDockerBackend` (the default) bookie data is on lazyfs
 (:mod:`bkref.nemesis.lazyfs`), as on the namespace backend, so that it can lose
 what a bookie never fsynced: one daemon per bookie, a child of this process,
@@ -31,11 +39,20 @@ daemon plays the node's page cache and disk, exactly as on the namespace
 backend (:class:`bkref.nemesis.backends.base.LazyfsDisks`). The containers need no
 FUSE device and no extra privilege. :class:`DockerBackend` keeps bookie data
 on plain bind mounts (``--no-lazyfs``) and cannot lose unsynced writes.
+
+Traces (``--trace``): the run's trace directory is bind-mounted into every bookie
+container at ``/traces``, where the bookie and its AutoRecovery write their files
+(as root; the host reads them); the workload and its writer processes run on the
+host and write there directly. The trace check compares ``t``, each node's
+``CLOCK_MONOTONIC``, across nodes: containers read the host's clock because
+Docker gives them no time namespace, and setup checks that each bookie's
+container has none.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import threading
 import uuid
@@ -57,14 +74,15 @@ from bkref.nemesis.lazyfs import LazyMount, daemons_in_namespace_of, stop_daemon
 T = TypeVar("T")
 LABEL = "bkref.run"
 DISK = "/disk"  # where a bookie container sees its lazyfs (its journal and ledgers)
+TRACES = "/traces"  # where a bookie container sees the run's trace directory
 
 
 class DockerBackendError(BackendError):
     """The Docker cluster could not be set up or a node could not be (re)started."""
 
 
-def _sh(argv: list[str]) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+def _sh(argv: list[str], stdin: str | None = None) -> str:
+    done = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise DockerBackendError(f"`{' '.join(argv)}` failed: {done.stderr.strip()}")
     return done.stdout
@@ -87,11 +105,9 @@ class DockerBackend(NodeNetwork):
         autorecovery: bool = True,
         trace_dir: Path | None = None,
     ) -> None:
-        if trace_dir is not None:
-            raise BackendError(
-                "the docker backend does not record traces yet: use --backend local or netns"
-            )
-        super().__init__(directory, bookies, plants=plants, autorecovery=autorecovery)
+        super().__init__(
+            directory, bookies, plants=plants, autorecovery=autorecovery, trace_dir=trace_dir
+        )
         self.engine = engine or DockerEngine()
         self.run_id = uuid.uuid4().hex[:8]
         self.network_name = f"bkref-{self.run_id}"
@@ -103,6 +119,7 @@ class DockerBackend(NodeNetwork):
         self.mounts: dict[str, LazyMount] = {}
         self._grudge: dict[str, frozenset[str]] = {}
         self._paused: set[str] = set()
+        self._down: set[str] = set()  # killed and not started again: they refuse connections
         self._out: set[str] = set()
         self._started_engine = False
         self._lock = threading.Lock()
@@ -138,6 +155,8 @@ class DockerBackend(NodeNetwork):
 
     def setup(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        if self.trace_dir is not None:
+            self.trace_dir.mkdir(parents=True, exist_ok=True)  # ours, not the engine's
         if not self.engine.status().running:
             self.engine.start()
             self._started_engine = True
@@ -160,26 +179,39 @@ class DockerBackend(NodeNetwork):
         for b in self.bookies:
             self.prepare_disk(b)
             self._write_bookie(b)
-            argv = [
-                "bookie",
-                "/data/bookie.toml",
-                *(["--autorecovery"] if self.autorecovery else []),
-                *plant_argv(self.plants),
-            ]
-            entry = 'iptables-restore /data/nat.rules && exec bkref-node "$@"'
-            self._create(b, ["-c", entry, "--", *argv], entrypoint="sh")
+            self._create(b, self.bookie_command(b), entrypoint="sh")
+            if self.trace_dir is not None:
+                self._check_clock(b)
         self._wait_registered(self.bookies, {}, timeout=90)
 
     def data_dir(self, node: str) -> Path:
         mount = self.mounts.get(node)
         return mount.view if mount is not None else self.directory / node / "data"
 
-    def _create(self, node: str, command: list[str], entrypoint: str | None = None) -> None:
-        data = self.directory / node / "data"
-        data.mkdir(parents=True, exist_ok=True)
-        volumes = [(str(data), "/data")]
+    def bookie_command(self, b: str) -> list[str]:
+        """Bookie ``b``'s container command (for ``sh``): load its nat rules, then exec
+        the bookie, with AutoRecovery, planted bugs and traces as the run has them."""
+        argv = [
+            "bookie",
+            "/data/bookie.toml",
+            *(["--autorecovery"] if self.autorecovery else []),
+            *plant_argv(self.plants),
+            *self.trace_argv(TRACES),
+        ]
+        return ["-c", 'iptables-restore /data/nat.rules && exec bkref-node "$@"', "--", *argv]
+
+    def volumes(self, node: str) -> list[tuple[str, str]]:
+        """(host path, container path) bound into ``node``'s container: its data, and a
+        bookie's lazyfs and the run's trace directory."""
+        volumes = [(str(self.directory / node / "data"), "/data")]
         if node in self.mounts:
             volumes.append((str(self.mounts[node].mountpoint), DISK))
+        if node in self.bookies and self.trace_dir is not None:
+            volumes.append((str(self.trace_dir), TRACES))
+        return volumes
+
+    def _create(self, node: str, command: list[str], entrypoint: str | None = None) -> None:
+        (self.directory / node / "data").mkdir(parents=True, exist_ok=True)
         self.containers[node] = self.docker.run(
             IMAGE,
             command,
@@ -188,12 +220,23 @@ class DockerBackend(NodeNetwork):
             detach=True,
             networks=[self.network_name],
             ip=self.ip(node),
-            volumes=volumes,
+            volumes=self.volumes(node),
             labels={LABEL: self.run_id},
             cap_add=["NET_ADMIN"],
             sysctl={"net.ipv4.conf.all.route_localnet": "1"},
             entrypoint=entrypoint,
         )
+
+    def _check_clock(self, node: str) -> None:
+        """Refuse a container with a time namespace of its own: its monotonic clock would
+        not be the host's, and the trace check compares ``t`` across nodes."""
+        pid = self.docker.container.inspect(self.containers[node]).state.pid
+        other = foreign_time_namespace(pid) if pid else None
+        if other is not None:
+            raise DockerBackendError(
+                f"{node}'s container has a time namespace of its own ({other}): the "
+                "monotonic times of its trace cannot be compared with the other nodes'"
+            )
 
     def _write_zookeeper(self, z: str) -> None:
         data = self.directory / z / "data"
@@ -217,13 +260,16 @@ class DockerBackend(NodeNetwork):
         rules = ["*nat", *self.forwarding_rules(b, self.ip), "COMMIT"]
         (data / "nat.rules").write_text("\n".join(rules) + "\n")
 
-    def _engine_iptables(self, *args: str) -> str:
-        return _sh(["ip", "netns", "exec", self.engine.netns, "iptables", "-t", "nat", *args])
+    def _engine_iptables(self, *args: str, table: str = "nat") -> str:
+        return _sh(["ip", "netns", "exec", self.engine.netns, "iptables", "-t", table, *args])
 
     def _engine_nat(self) -> None:
-        """In the engine's namespace: 127.0.0.1:<port of a bookie> goes to its container."""
+        """In the engine's namespace: 127.0.0.1:<port of a bookie> goes to its container;
+        a chain of the filter table refuses connections to killed nodes."""
         _sh(["ip", "netns", "exec", self.engine.netns, "sysctl", "-qw",
              "net.ipv4.conf.all.route_localnet=1"])  # fmt: skip
+        self._engine_iptables("-N", self.chain, table="filter")
+        self._engine_iptables("-I", "OUTPUT", "-j", self.chain, table="filter")
         self._engine_iptables("-N", self.chain)
         self._engine_iptables("-I", "OUTPUT", "-j", self.chain)
         self._engine_iptables("-I", "POSTROUTING", "-o", self.bridge, "-s", "127.0.0.1/32",
@@ -234,6 +280,11 @@ class DockerBackend(NodeNetwork):
                                   "--to-destination", f"{self.ip(b)}:{port}")  # fmt: skip
 
     def _drop_engine_nat(self) -> None:
+        with contextlib.suppress(DockerBackendError):
+            self._engine_iptables("-D", "OUTPUT", "-j", self.chain, table="filter")
+        with contextlib.suppress(DockerBackendError):
+            self._engine_iptables("-F", self.chain, table="filter")
+            self._engine_iptables("-X", self.chain, table="filter")
         with contextlib.suppress(DockerBackendError):
             self._engine_iptables("-D", "OUTPUT", "-j", self.chain)
         with contextlib.suppress(DockerBackendError):
@@ -271,6 +322,7 @@ class DockerBackend(NodeNetwork):
         with contextlib.suppress(DockerException):  # already down
             self.docker.container.kill(c)
         self.docker.container.inspect(c)  # waits for the engine to see it stop
+        self._set_down(node, True)
 
     def start(self, node: str) -> None:
         c = self._container(node)
@@ -281,6 +333,7 @@ class DockerBackend(NodeNetwork):
         stale = self._registered([node]) if node in self.ports else {}
         self.docker.container.start(c)
         self._apply(node)
+        self._set_down(node, False)
         if node in self.ports:
             self._wait_registered([node], stale, timeout=60)
 
@@ -299,17 +352,45 @@ class DockerBackend(NodeNetwork):
                     self.docker.container.unpause(c)
                 self._paused.discard(node)
 
-    def _in_node(self, node: str, *argv: str) -> None:
+    def _in_node(self, node: str, *argv: str, stdin: str | None = None) -> None:
         """Run a command in a running container's network namespace (from the host)."""
         pid = self.docker.container.inspect(self._container(node)).state.pid
         if not pid:
             return  # down: its rules are applied when it starts again
-        _sh(["nsenter", "-t", str(pid), "-n", *argv])
+        _sh(["nsenter", "-t", str(pid), "-n", *argv], stdin)
+
+    def filter_rules(self, node: str) -> list[str]:
+        """``node``'s filter table: packets from the nodes its grudge names dropped, and
+        connections to killed nodes reset."""
+        return [
+            "*filter",
+            ":INPUT ACCEPT [0:0]",
+            ":FORWARD ACCEPT [0:0]",
+            ":OUTPUT ACCEPT [0:0]",
+            *(f"-A INPUT -s {self.ip(o)} -j DROP" for o in sorted(self._grudge.get(node, ()))),
+            *(f"-A OUTPUT {self._refused(o)}" for o in sorted(self._down - {node})),
+            "COMMIT",
+        ]
+
+    def _refused(self, node: str) -> str:
+        return f"-d {self.ip(node)}/32 -p tcp -j REJECT --reject-with tcp-reset"
 
     def _apply(self, node: str) -> None:
-        self._in_node(node, "iptables", "-F", "INPUT")
-        for other in sorted(self._grudge.get(node, frozenset())):
-            self._in_node(node, "iptables", "-A", "INPUT", "-s", self.ip(other), "-j", "DROP")
+        self._in_node(node, "iptables-restore", stdin="\n".join(self.filter_rules(node)) + "\n")
+
+    def _set_down(self, node: str, down: bool) -> None:
+        """Make connections to ``node`` refused (``down``) or not, from everywhere."""
+        if down == (node in self._down):
+            return
+        if down:
+            self._down.add(node)
+            self._engine_iptables("-A", self.chain, *self._refused(node).split(), table="filter")
+        else:
+            self._down.discard(node)
+            self._engine_iptables("-D", self.chain, *self._refused(node).split(), table="filter")
+        for other in self.network:
+            if other != node:
+                self._apply(other)
 
     def partition(self, grudge: Mapping[str, frozenset[str]]) -> None:
         unknown = (set(grudge) | set().union(*grudge.values())) - set(self.network)
@@ -382,6 +463,17 @@ class LazyfsDockerBackend(LazyfsDisks, DockerBackend):
         return LazyMount(
             d / "backing", d / "disk", log=d / "lazyfs.log", namespace_of=self.engine.pid()
         )
+
+
+def foreign_time_namespace(pid: int) -> str | None:
+    """Process ``pid``'s time namespace if it is not this process's, else None (also when
+    the kernel has no time namespaces or ``pid`` is gone)."""
+    try:
+        theirs = os.readlink(f"/proc/{pid}/ns/time")
+        ours = os.readlink("/proc/self/ns/time")
+    except OSError:
+        return None
+    return theirs if theirs != ours else None
 
 
 def remove_run(docker: DockerClient, run_id: str | None = None) -> list[str]:
