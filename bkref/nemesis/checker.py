@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -132,6 +133,15 @@ def check_cluster(events: list[dict[str, Any]]) -> dict[str, Any]:
     return {"valid": not anomalies, "anomalies": anomalies}
 
 
+def reason_kind(reason: str) -> str:
+    """Why a ledger is unknown, without what differs between ledgers: a node's step
+    (``node #seq action(args)``) and numbers; its first clause."""
+    text = re.sub(r"\S+ #\d+ \w+\([^)]*\)", "<step>", reason)
+    text = re.sub(r"[\w.-]+:\d+", "<bookie>", text)
+    text = re.sub(r"\d[\d,.]*", "N", text)
+    return text.split(";")[0][:100]
+
+
 def check_traces(trace_dir: Path, budget: float) -> dict[str, Any]:
     """``bkref trace check`` on a run's traces, in a process of its own (its wall time
     and peak memory are the check's alone); raises if the check could not run."""
@@ -161,7 +171,8 @@ def check_traces(trace_dir: Path, budget: float) -> dict[str, Any]:
         for v in verdicts
         if v["verdict"] == "violation"
     ]
-    unknown = Counter(v["reason"].split(":")[0][:80] for v in verdicts if v["verdict"] == "unknown")
+    undecided = [v for v in verdicts if v["verdict"] == "unknown"]
+    unknown = Counter(reason_kind(v["reason"]) for v in undecided)
     return {
         "valid": not anomalies,
         "anomalies": anomalies,
@@ -173,6 +184,7 @@ def check_traces(trace_dir: Path, budget: float) -> dict[str, Any]:
             "steps": sum(v["steps"] for v in verdicts),
         },
         "unknown_reasons": dict(unknown.most_common(10)),
+        "unknown_ledgers": [{"ledger": v["ledger"], "reason": v["reason"]} for v in undecided[:20]],
         "seconds": round(seconds, 1),
         "peak_mib": round(usage.ru_maxrss / 1024, 1),  # ru_maxrss is in KiB on Linux
     }

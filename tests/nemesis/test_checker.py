@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bkref.linearizability.testing import HistoryBuilder
-from bkref.nemesis.checker import check_durability, check_replication
+from bkref.nemesis.checker import check_durability, check_replication, reason_kind
 
 
 def _good() -> HistoryBuilder:
@@ -123,3 +123,16 @@ def test_a_cluster_that_did_not_converge_is_an_anomaly_first(tmp_path: Path) -> 
     first = found["anomalies"][0]
     assert (first["kind"], first["tasks_left"]) == ("not-repaired-after-heal", 1)
     assert first["message"] == "the cluster did not converge within 120.0 s"
+
+
+def test_unknown_ledgers_are_counted_by_why_not_by_which_node() -> None:
+    """The run's summary groups unknown ledgers by their reason's kind: the same gap on
+    two ledgers (other nodes, bookies, numbers) is one line; two gaps are two."""
+    a = (
+        "autorecovery-127.0.0.1:3181-0 #5 auditor_marks_ledgers_of_lost_bookies(replicas="
+        "{'127.0.0.1:3185': 'LOST'}, rewrite=True) marked 127.0.0.1:3185 lost, and it went on"
+    )
+    b = a.replace("3181-0 #5", "3182-1 #270").replace("3185", "3183")
+    budget = "the time budget (10 s) ran out after 65063 configurations; deepest refusal"
+    assert reason_kind(a) == reason_kind(b) == "<step> marked <bookie> lost, and it went on"
+    assert reason_kind(budget) == "the time budget (N s) ran out after N configurations"
