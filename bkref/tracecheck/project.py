@@ -57,7 +57,7 @@ class Send:
 
 @dataclass(eq=False)
 class Event:
-    kind: str  # step, handle, receipt, restart, register
+    kind: str  # step, handle, receipt, crash, restart, register
     line: Line
     lane: int = -1
     pos: int = -1
@@ -121,7 +121,7 @@ def conflict(x: Event, y: Event) -> bool:
     LAC the read answers), nor an add and a recovery read of the same entry, or of any
     entry if the read fences and the add is the writer's. A restart orders everything.
     """
-    if {"restart", "register"} & {x.kind, y.kind}:
+    if {"crash", "restart", "register"} & {x.kind, y.kind}:
         return True
     a, r = (x, y) if x.line.action == "bookie_handles_add" else (y, x)
     if a.line.action != "bookie_handles_add" or r.line.action == "bookie_handles_add":
@@ -151,7 +151,7 @@ def _order_conflicts(taken: list[Event]) -> None:
     reads_at: dict[int, list[Event]] = defaultdict(list)
     for ev in taken:
         base = [] if last is None else [last]
-        if ev.kind in ("restart", "register"):
+        if ev.kind in ("crash", "restart", "register"):
             ev.needs = base + since
             last, since = ev, []
             for index in (adds, lac_fences, fence_reads):
@@ -180,6 +180,17 @@ def _order_conflicts(taken: list[Event]) -> None:
 
 def _with(x: Line, **args: object) -> Line:
     return Line(x.node, x.seq, x.t, x.action, x.args | args)
+
+
+def _crash_before(lines: list[Line], restart: Line) -> Line:
+    """The crash no node logs before a bookie's ``restart``: after the last line the
+    bookie logged (of any ledger), which times it for the search's first order. A
+    separate step, so that what others did while the bookie was down (a worker copying
+    its fragments away) can come between it and the restart."""
+    i = restart.seq
+    last = lines[i - 1] if 0 < i <= len(lines) and lines[i - 1].seq == i - 1 else None
+    t = last.t + 1 if last is not None else restart.t - 1
+    return Line(restart.node, restart.seq, t, "bookie_crashes", {"bookie": restart["bookie"]})
 
 
 def _steps(lines: list[Line], ledger: int) -> list[Line]:
@@ -415,6 +426,8 @@ def project(run: Run, ledger: int) -> LedgerTrace:
         for x in sorted(run.restarts[n] + mine.get(n, []), key=lambda x: x.seq):
             if x.action == REGISTERED and not x.t > marked_lost.get(str(x["bookie"]), x.t):
                 continue
+            if x.action == "bookie_restarts":
+                taken.append(Event("crash", _crash_before(run.nodes[n], x)))
             if x.action in ("bookie_restarts", REGISTERED):
                 bookie_id = bookie_id or str(x["bookie"])
                 ev = Event("restart" if x.action != REGISTERED else "register", x)

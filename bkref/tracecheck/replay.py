@@ -113,6 +113,12 @@ class Replay:
         """The spec states ``ev`` may lead to from ``s``; NotAllowedError if none."""
         if ev.kind == "receipt":
             yield s  # its answer was folded into the bookie's step
+        elif ev.kind == "crash":
+            b = self.lt.bookies.index(str(ev.line["bookie"]))
+            t = p.bookie_crashes(self.cfg, s, b) if s.b_up[b] == p.UP else s
+            if t is None:
+                raise NotAllowedError(f"bookie b{b} cannot crash here")
+            yield t
         elif ev.kind == "restart":
             yield self._restart(ev, s)
         elif ev.kind == "register":

@@ -238,3 +238,29 @@ def test_a_bookie_back_before_its_mark_was_written_is_back_after_the_mark(
     assert reg is not None
     assert [n.line.action for n in reg.needs if n.line.action in MARKS]
     assert registration(_changed(repaired, tmp_path / "unstamped", late_mark(False))) is None
+
+
+def test_a_bookie_s_crash_is_a_step_of_its_own_before_its_restart(repaired: Repaired) -> None:
+    """No node logs a crash. It is a step between the bookie's last logged line and its
+    restart, so that a worker may copy the fragments of a bookie that is down and not
+    yet marked lost (BookKeeper's worker checks every bookie of the ledger): a campaign
+    had two such ledgers unknown while the crash was taken only at the restart."""
+    lt = project(Run(read_dir(repaired.traces)), repaired.closed)
+    events = [e for lane in lt.lanes for e in lane]
+    restarts = [e for e in events if e.kind == "restart" and e.line["bookie"] == repaired.lost]
+    assert restarts
+    for r in restarts:
+        (crash,) = [n for n in r.needs if n.kind == "crash"]
+        assert crash.line["bookie"] == repaired.lost
+        assert crash.t < r.t
+        # After every step the bookie took of this ledger before its restart.
+        before = [
+            e
+            for e in events
+            if e.kind == "handle" and e.line.node == r.line.node and e.line.seq < r.line.seq
+        ]
+        assert before
+        assert all(e.t < crash.t for e in before)
+        # Ordered after them: they are its needs (since the restart before, if any).
+        since = max((x.line.seq for x in restarts if x.line.seq < r.line.seq), default=-1)
+        assert {id(e) for e in before if e.line.seq > since} <= {id(n) for n in crash.needs}
