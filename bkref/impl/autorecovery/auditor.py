@@ -305,11 +305,9 @@ class Auditor:
             await self.check_ledgers()
             self.core.on_checked(self._now_ms())
         else:  # a Mark outside an audit: the core emits them only in answer to ReadLedgers
-            await _mark(self.urm, action)
-            if self.tracer is not None:
-                _trace_mark(
-                    self.tracer, "auditor_marks_ledgers_of_lost_bookies", action, self._viewed
-                )
+            await _mark(
+                self.urm, action, self.tracer, "auditor_marks_ledgers_of_lost_bookies", self._viewed
+            )
 
     # ------------------------------------------------------------ the audits
 
@@ -333,11 +331,9 @@ class Auditor:
             if not isinstance(action, Mark):
                 self._queue.append(action)
                 continue
-            await _mark(self.urm, action)
-            if self.tracer is not None:
-                _trace_mark(
-                    self.tracer, "auditor_marks_ledgers_of_lost_bookies", action, self._viewed
-                )
+            await _mark(
+                self.urm, action, self.tracer, "auditor_marks_ledgers_of_lost_bookies", self._viewed
+            )
             marked += 1
         self.stats.audits += 1
         self.stats.marked += marked
@@ -416,9 +412,7 @@ async def check_replicas(
                 lid,
                 sorted(action.replicas),
             )
-            await _mark(urm, action)
-            if tracer is not None:
-                _trace_mark(tracer, "auditor_checks_ledger_replicas", action)
+            await _mark(urm, action, tracer, "auditor_checks_ledger_replicas")
             marked.append(action)
     return marked
 
@@ -441,10 +435,23 @@ async def probe_fragment(bk: BookKeeper, digest: Digest, probe: Probe) -> dict[i
     return dict(zip(probe.entries, got, strict=True))
 
 
-async def _mark(urm: UnderreplicationManager, m: Mark) -> None:
-    await asyncio.to_thread(
-        partial(urm.mark, m.ledger_id, m.replicas, m.priority, rewrite=m.rewrite)
-    )
+async def _mark(
+    urm: UnderreplicationManager,
+    m: Mark,
+    tracer: Tracer | None = None,
+    action: str = "",
+    viewed: int | None = None,
+) -> None:
+    """Write the mark, and log it as the spec step ``action`` in the same thread: an audit
+    cancelled meanwhile (its session lost) cannot leave a task in ZooKeeper that no
+    trace line explains (a traced Docker campaign had a worker lock such a task)."""
+
+    def write() -> None:
+        urm.mark(m.ledger_id, m.replicas, m.priority, rewrite=m.rewrite)
+        if tracer is not None:
+            _trace_mark(tracer, action, m, viewed)
+
+    await asyncio.to_thread(write)
 
 
 def _trace_mark(tracer: Tracer, action: str, m: Mark, viewed: int | None = None) -> None:

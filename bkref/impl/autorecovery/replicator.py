@@ -202,10 +202,17 @@ async def perform_repair_step(
         lid = action.ledger_id
         if owns_lock is not None and not await asyncio.to_thread(owns_lock):
             raise RepairError(f"ledger {lid}: lost the ledger's lock (session expired?)")
+
+        def cas() -> int:
+            # Written and logged in one thread: a repair cancelled meanwhile (its time
+            # out) cannot leave a metadata write that no trace line explains.
+            version = bk.meta.cas_ledger(lid, action.metadata, action.expected_version)
+            if tracer is not None:
+                _trace_cas(tracer, action, "written", version)
+            return version
+
         try:
-            version = await asyncio.to_thread(
-                bk.meta.cas_ledger, lid, action.metadata, action.expected_version
-            )
+            version = await asyncio.to_thread(cas)
         except MetadataConflictError as e:
             if e.current is None:
                 raise NoSuchLedgerError(lid) from None
@@ -213,8 +220,6 @@ async def perform_repair_step(
                 _trace_cas(tracer, action, "conflict", e.version)
             core.on_cas_conflict(e.current, e.version)
             return 0, 0
-        if tracer is not None:
-            _trace_cas(tracer, action, "written", version)
         log.info(
             "ledger %d segment %d: replica %s replaced by %s",
             lid,

@@ -235,6 +235,17 @@ class ReplicationWorker:
             await asyncio.to_thread(self.urm.record_failure, action.ledger_id, action.version)
         return done
 
+    def _complete(self, lid: int, version: int) -> bool:
+        """Delete the task (if still at ``version``) and log it in the same thread: an
+        attempt cancelled meanwhile (its time out) cannot leave an unlogged delete."""
+        deleted = self.urm.complete(lid, version)
+        if self.tracer is not None:
+            self.tracer.step(
+                "worker_deletes_task", ledger=lid, worker=self.node_id, version=version,
+                deleted=deleted,
+            )  # fmt: skip
+        return deleted
+
     def _failed(self, why: str) -> bool:
         self._queue.clear()
         self.core.on_failed(why, self._now_ms())
@@ -285,15 +296,7 @@ class ReplicationWorker:
                         "worker_verifies_ledger_replicated", ledger=lid, worker=self.node_id
                     )
             elif isinstance(action, CompleteTask):
-                deleted = await asyncio.to_thread(self.urm.complete, lid, action.version)
-                if self.tracer is not None:
-                    self.tracer.step(
-                        "worker_deletes_task",
-                        ledger=lid,
-                        worker=self.node_id,
-                        version=action.version,
-                        deleted=deleted,
-                    )
+                deleted = await asyncio.to_thread(self._complete, lid, action.version)
                 if deleted and action.repaired:
                     self.stats.repaired += 1
                     log.info("worker %s: ledger %d repaired", self.node_id, lid)
