@@ -136,7 +136,7 @@ def check_cluster(events: list[dict[str, Any]]) -> dict[str, Any]:
 def reason_kind(reason: str) -> str:
     """Why a ledger is unknown, without what differs between ledgers: a node's step
     (``node #seq action(args)``) and numbers; its first clause."""
-    text = re.sub(r"\S+ #\d+ \w+\([^)]*\)", "<step>", reason)
+    text = re.sub(r"\S+ #\d+( \w+\([^)]*\))?", "<step>", reason)
     text = re.sub(r"[\w.-]+:\d+", "<bookie>", text)
     text = re.sub(r"\d[\d,.]*", "N", text)
     return text.split(";")[0][:100]

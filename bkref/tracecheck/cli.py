@@ -54,12 +54,23 @@ def check(directory: Path, budget: float, only: list[int]) -> list[Verdict]:
         left = budget - (now - start)
         if left <= 0:
             v = Verdict(ledger, "unknown", reason=f"the time budget ({budget:g} s) ran out")
+            v.out_of_time = True
         else:
             # One hard ledger may not starve the others: each gets its share of what is
             # left, and at least LEDGER_SHARE seconds while that much is left.
             share = max(left / (len(ledgers) - i), min(left, LEDGER_SHARE))
             v = search(project(run, ledger), share)
         out.append(v)
+    # What the first pass left of the budget goes to the ledgers that ran out of their
+    # share (the search starts again: its visited set is not kept between passes).
+    again = [i for i, v in enumerate(out) if v.out_of_time]
+    for k, i in enumerate(again):
+        left = budget - (time.monotonic() - start)
+        if left <= LEDGER_SHARE:
+            break
+        v = search(project(run, out[i].ledger), left / (len(again) - k))
+        if not v.out_of_time or v.configurations > out[i].configurations:
+            out[i] = v
     return out
 
 

@@ -50,6 +50,7 @@ class Verdict:
     event: str = ""  # violation: the event no spec behaviour allows
     state: str = ""  # violation: the spec state before it
     offered: list[str] = field(default_factory=list)  # violation: what the spec allowed
+    out_of_time: bool = False  # unknown because the time budget ran out
 
     def render(self) -> str:
         head = f"ledger {self.ledger}: {self.verdict}"
@@ -260,6 +261,7 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
                 if lt.caveat:  # what may be why no order was found in time
                     v.reason = f"{lt.caveat}; {v.reason}"
                 v.seconds, v.configurations = time.monotonic() - start, len(seen)
+                v.out_of_time = True
                 return v
             nxt = next(stack[-1], None)
             if nxt is None:

@@ -12,8 +12,11 @@ from typing import Any
 import pytest
 
 from bkref.spec.protocol import ACTIONS
+from bkref.tracecheck import cli
+from bkref.tracecheck import search as tracecheck_search
 from bkref.tracecheck.cli import check, main
 from bkref.tracecheck.load import CONNECTED, REGISTERED, REPLACEMENT, STOPPED
+from bkref.tracecheck.project import LedgerTrace
 from bkref.tracecheck.search import Verdict
 from tests.tracecheck.conftest import Recorded
 
@@ -230,3 +233,23 @@ def test_every_line_is_a_spec_action_or_a_connection(recorded: Recorded) -> None
         "bookie_handles_recovery_read",
         CONNECTED,
     } <= seen
+
+
+def test_ledgers_out_of_their_share_get_what_the_budget_has_left(
+    recorded: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger that ran out of its share of the budget is searched again with what the
+    first pass left, instead of staying unknown while the budget is mostly unspent."""
+    calls: dict[int, list[float]] = {}
+    real = tracecheck_search.search
+
+    def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
+        calls.setdefault(lt.ledger, []).append(budget)
+        # The first pass runs out at once, as a hard ledger's share would.
+        return real(lt, 0.0 if len(calls[lt.ledger]) == 1 else budget)
+
+    plain = [(v.ledger, v.verdict) for v in check(recorded.traces, 120.0, [])]
+    monkeypatch.setattr(cli, "search", search)
+    verdicts = check(recorded.traces, 120.0, [])
+    assert [(v.ledger, v.verdict) for v in verdicts] == plain  # none left unknown
+    assert all(len(b) == 2 and b[1] > cli.LEDGER_SHARE for b in calls.values()), calls
