@@ -373,31 +373,45 @@ def _expand_batch(
     # Chunks of the batch, not of the layer: a chunk as big as the batch keeps a worker idle.
     size = max(500, len(batch) // (workers * 16))
     chunks = [range(k, min(k + size, len(batch))) for k in range(0, len(batch), size)]
-    new = tuple.__new__
     fps = visited.fingerprints
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        for chunk, (counts, codes, fresh, keys, verdicts, names) in zip(
-            chunks, pool.imap(_expand_chunk, chunks), strict=True
-        ):
-            pos = 0
-            for i, n in zip(chunk, counts, strict=True):
-                succ: list[int | Fresh] = []
-                checked: list[str | None] = []
-                for code in codes[pos : pos + n]:
-                    if code >= 0:
-                        succ.append(code)
-                        checked.append(None)
+    pool = multiprocessing.get_context("fork").Pool(workers)
+    results = pool.imap(_expand_chunk, chunks)
+    try:
+        yield from _merge(chunks, results, fps)
+    finally:
+        # Never Pool.terminate() (what ``with`` does) while workers may still be sending
+        # results: its result thread stops reading, a worker blocked on a full pipe keeps
+        # the queue's lock, and terminate() waits for it forever (seen on a loaded
+        # machine, when a violation ended the layer early). Let them finish, then close.
+        pool.close()
+        pool.join()
+
+
+def _merge(
+    chunks: list[range], results: Iterator[Chunk], fps: bool
+) -> Iterator[tuple[int, list[str], list[int | Fresh], list[str | None]]]:
+    """The workers' answers per state of the batch, as the serial expansion gives them."""
+    new = tuple.__new__
+    for chunk, (counts, codes, fresh, keys, verdicts, names) in zip(chunks, results, strict=True):
+        pos = 0
+        for i, n in zip(chunk, counts, strict=True):
+            succ: list[int | Fresh] = []
+            checked: list[str | None] = []
+            for code in codes[pos : pos + n]:
+                if code >= 0:
+                    succ.append(code)
+                    checked.append(None)
+                else:
+                    # With fingerprints a new state stays marshalled for the layer file.
+                    f = fresh[-1 - code]
+                    if fps:
+                        succ.append((keys[-1 - code], None, cast(bytes, f)))
                     else:
-                        # With fingerprints a new state stays marshalled for the layer file.
-                        f = fresh[-1 - code]
-                        if fps:
-                            succ.append((keys[-1 - code], None, cast(bytes, f)))
-                        else:
-                            st = new(State, f)
-                            succ.append((st, st, None))
-                        checked.append(verdicts[-1 - code])
-                yield i, names[pos : pos + n], succ, checked
-                pos += n
+                        st = new(State, f)
+                        succ.append((st, st, None))
+                    checked.append(verdicts[-1 - code])
+            yield i, names[pos : pos + n], succ, checked
+            pos += n
 
 
 def _expand_chunk(chunk: range) -> Chunk:
