@@ -119,7 +119,6 @@ class AutoRecoveryActors:
         # (segment, filled, replaced bookie index) of each repair: the spec's ghost
         # meta_rereplicated, recorded as the worker's CAS lands (history, not state).
         self.rereplicated: dict[int, tuple[tuple[int, int, int], ...]] = {}
-        self.failing = -1  # the worker whose copies fail in this turn (worker_fails_repair)
         worker_config = WorkerConfig(grace_period_ms=0, backoff_ms=HOUR_MS // 2)
         auditor_config = AuditorConfig(
             lost_bookie_recovery_delay=0,
@@ -334,17 +333,13 @@ class AutoRecoveryActors:
         ``fail_copies`` (the spec's ``worker_fails_repair``): every copy of this turn finds
         a repair slot busy, so the worker defers and lets the lock go: that release is
         the failed repair."""
-        self.failing = w if fail_copies else -1
-        try:
-            seen = self._turn(w)
-        finally:
-            self.failing = -1
+        seen = self._turn(w, fail_copies)
         if fail_copies and seen == (("worker_releases_lock", (w,)),):
             self.d.used[sp.B_REPAIR_FAIL] += 1
             return (("worker_fails_repair", (w,)),)
         return seen
 
-    def _turn(self, w: int) -> tuple[Label, ...]:
+    def _turn(self, w: int, fail_copies: bool) -> tuple[Label, ...]:
         n = self.nodes[w]
         core = n.worker
         if not n.outstanding and core.phase is WorkerPhase.RECOVERING:
@@ -370,13 +365,15 @@ class AutoRecoveryActors:
                     return ()  # it looked and found nothing it could take: a stutter
                 raise ImplementationError(f"worker {w} stalled in {core.phase.value}")
             act = n.outstanding.popleft()
-            seen = self._perform(n, act)
+            seen = self._perform(n, act, fail_copies)
             n.outstanding.extend(core.take_actions())
             if seen is not None:
                 return seen
         raise ImplementationError(f"worker {w} took 100 actions without a spec step")
 
-    def _perform(self, n: Node, act: WorkerAction) -> tuple[Label, ...] | None:
+    def _perform(
+        self, n: Node, act: WorkerAction, fail_copies: bool = False
+    ) -> tuple[Label, ...] | None:
         """Perform one of ``n``'s actions; the spec step it completes, if any."""
         core, w = n.worker, n.index
         d = self.d
@@ -404,7 +401,7 @@ class AutoRecoveryActors:
             core.on_probe(act, self._verdicts(act), self._tick())
             return None
         if isinstance(act, Copy):
-            if self.failing == w:
+            if fail_copies:
                 core.on_copy_busy()
                 return None
             try:

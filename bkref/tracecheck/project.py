@@ -471,11 +471,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
         lanes.extend([ev] for ev in taken)
     for ev in overtaken:  # after the marks decided before it and logged after it
         b = str(ev.line["bookie"])
-        ev.needs += [
-            mark_event[id(m)]
-            for m in marks_of[b]
-            if autorecovery.decided(m) < ev.t < m.t and id(m) in mark_event
-        ]
+        ev.needs += [mark_event[id(m)] for m in marks_of[b] if autorecovery.decided(m) < ev.t < m.t]
 
     for key, r in receipts.items():  # answers no bookie logged
         asked = sends.get(key)

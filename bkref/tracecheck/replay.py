@@ -85,9 +85,6 @@ class Replay:
                     if x.kind == "add" and x.handled is None:
                         key = (lt.bookies.index(x.bookie), x.entry)
                         self.unanswered.setdefault(key, []).append(x)
-        # Per worker metadata write, the worker's last copy since it took the lock or
-        # last wrote (None if there is none): BookKeeper's replicator, like the spec's
-        # worker, writes a new replica only after copying the fragment to it.
         # (segment, bookie) of every worker swap in the trace: the bookie it wrote in.
         self.swapped_in = {
             (int(ev.line["segment"]), str(ev.line["bookie"]))
@@ -95,6 +92,9 @@ class Replay:
             for ev in lane
             if ev.line.action == CAS
         }
+        # Per worker metadata write, the worker's last copy since it took the lock or
+        # last wrote (None if there is none): BookKeeper's replicator, like the spec's
+        # worker, writes a new replica only after copying the fragment to it.
         self.copy_before: dict[int, Line | None] = {}
         for lane in lt.lanes:
             copy: Line | None = None
@@ -115,7 +115,7 @@ class Replay:
             yield s  # its answer was folded into the bookie's step
         elif ev.kind == "crash":
             b = self.lt.bookies.index(str(ev.line["bookie"]))
-            t = p.bookie_crashes(self.cfg, s, b) if s.b_up[b] == p.UP else s
+            t = self._down(s, b)
             if t is None:
                 raise NotAllowedError(f"bookie b{b} cannot crash here")
             yield t
@@ -128,12 +128,16 @@ class Replay:
         else:
             yield from self._step(ev, s)
 
+    def _down(self, s: State, b: int) -> State | None:
+        """``s`` with bookie ``b`` crashed (as it is, if it is down already)."""
+        return p.bookie_crashes(self.cfg, s, b) if s.b_up[b] == p.UP else s
+
     def _restart(self, ev: Event, s: State) -> State:
         """``bookie_crashes`` then ``bookie_restarts``; what the bookie replayed must be
         what the spec's bookie kept: every entry it stored, its fence and its LAC."""
         cfg, wl = self.cfg, self.cfg.writer_ledger
         b = self.lt.bookies.index(str(ev.line["bookie"]))
-        t = p.bookie_crashes(cfg, s, b) if s.b_up[b] == p.UP else s
+        t = self._down(s, b)
         t = None if t is None else p.bookie_restarts(cfg, t, b)
         if t is None:
             raise NotAllowedError(f"bookie b{b} cannot crash and restart here")

@@ -185,8 +185,8 @@ class ReplicationWorker:
                 completed = await self._attempt(*current)
             finally:
                 if self.tracer is not None and started and not completed:
-                    # why: the trace check tells a failed or deferred repair (spec:
-                    # worker_fails_repair) from one with nothing left to do here.
+                    # why: for a reader of the trace, a failed or deferred repair (the
+                    # spec's worker_fails_repair) or one with nothing left to do here.
                     self.tracer.step(
                         "worker_releases_lock", ledger=lid, worker=self.node_id, why=self._why
                     )
