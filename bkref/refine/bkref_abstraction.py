@@ -28,7 +28,8 @@ Variable by variable (what is read, from where):
   numbered 1, 2, ... in the order they led (ZooKeeper's sequence numbers skip).
 - ``b_up``: the harness's record (UP while the storage is open, DOWN after a
   crash, REFUSED when the cookie check refused a restart on a wiped disk); with
-  AutoRecovery the registration znode exists exactly while UP.
+  AutoRecovery, UNREGISTERED where the storage is open and the registration znode
+  is gone (its session expired).
 - ``b_signed[b][e]``: the LAC in the header of the writer's ledger's entry ``e`` as
   bookie ``b`` stores it (read back from its storage, or from what survived its
   crash); -2 where it stores none.
@@ -153,8 +154,15 @@ def abstract(d: BkrefDriver) -> State:
 
     # --- bookies
     up, ledgers, signed = [], [], []
+    # With AutoRecovery the bookies register in ZooKeeper: one serving without its
+    # registration lost its session (``bookie_loses_session``).
+    registered = d.autorecovery.registered() if d.autorecovery is not None else None
     for node in d.bookies:
-        up.append(node.up)
+        up.append(
+            sp.UNREGISTERED
+            if node.up == sp.UP and registered is not None and node.name not in registered
+            else node.up
+        )
         per_ledger = []
         for lid in lids:
             if node.up == sp.UP:
@@ -274,6 +282,7 @@ def abstract(d: BkrefDriver) -> State:
         cfg.toggles - d.used[sp.B_TOGGLE],
         cfg.give_ups - d.used[sp.B_GIVE_UP],
         cfg.repair_failures - d.used[sp.B_REPAIR_FAIL],
+        cfg.session_losses - d.used[sp.B_SESSION],
     )
     if d.autorecovery is not None:
         s = _autorecovery(d, lids, mask, s)
@@ -348,6 +357,7 @@ def _autorecovery(
         meta_autorecovery=1 if ar.urm.is_enabled() else 0,
         meta_auditor=(max(ar.epochs.values(), default=0), holder),
         wk=tuple(wk),
+        wk_seen=(0,) * len(wk),  # not observed: see ``bkref.refine.observe``
         au_leads=tuple(leads),
         au_stale=1 if stale else 0,
         rc_requested=1 if d.recovery_requested else 0,

@@ -136,7 +136,7 @@ class BkrefDriver:
         self.recovery_requested = False  # a worker asked for the ledger's recovery
         self.writer_cas: WriteMetadata | None = None  # the ensemble-change CAS in flight
         self.inflight: list[InFlight] = []
-        self.used = [0] * 8  # faults injected, per budget slot
+        self.used = [0] * (sp.B_SESSION + 1)  # faults injected, per budget slot
         if cfg.writer and (cfg.writer_ledger_created or cfg.two_segments):
             self._existing_writer()
         self.autorecovery: AutoRecoveryActors | None = None
@@ -412,9 +412,34 @@ class BkrefDriver:
         self.bookies[b].crash()
         self.inflight = [f for f in self.inflight if f.msg[1] != b]
         self.used[sp.B_CRASH] += 1
-        if self.autorecovery is not None:  # its session, and so its registration, is gone
-            self.zk.delete(f"{layout.available(self.root)}/{self.bookies[b].name}")
+        if self.autorecovery is not None and self._unregister(b):
             self.autorecovery.bookies_changed()
+        return ()
+
+    def _unregister(self, b: int) -> bool:
+        """Its session, and so its registration, is gone; False if it was gone already."""
+        path = f"{layout.available(self.root)}/{self.bookies[b].name}"
+        if self.zk.exists(path) is None:
+            return False
+        self.zk.delete(path)
+        return True
+
+    def _bookie_loses_session(self, b: int) -> tuple[Label, ...]:
+        """ZooKeeper expires the bookie's session: its registration znode goes, as the
+        server deletes a dead session's ephemeral nodes; the bookie serves on."""
+        if self.autorecovery is None or not self._unregister(b):
+            raise CannotTakeStepError(f"b{b} has no registration to lose")
+        self.used[sp.B_SESSION] += 1
+        self.autorecovery.bookies_changed()
+        return ()
+
+    def _bookie_registers_again(self, b: int) -> tuple[Label, ...]:
+        """Its new session registers it, as ``bkref.impl.bookie.registration`` does on
+        kazoo's CONNECTED after LOST."""
+        if self.autorecovery is None:
+            raise CannotTakeStepError(f"b{b} registers only where AutoRecovery watches")
+        self.autorecovery.register(b)
+        self.autorecovery.bookies_changed()
         return ()
 
     def _bookie_restarts(self, b: int) -> tuple[Label, ...]:

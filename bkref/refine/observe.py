@@ -35,6 +35,12 @@ guard or an invariant reads and forgets the rest:
    invariant deems repair quiescent; the implementation's side of both is the
    audit itself, whose marks are compared. The machine judges the invariants
    of the implementation's state with the spec's ``au_missed``.
+8. ``wk_seen``, each worker's view of the lost bookies taken with its lock: bkref's
+   worker keeps no such mask apart from the fragments it decided to copy
+   (``WorkerCore.run``). The spec's guards read the spec's own (the machine moves
+   the spec along the implementation's steps), so a copy bkref makes of a bookie it
+   saw lost and that came back since is checked against the spec's view; it is
+   not compared as a variable.
 
 Each removal keeps the guards' and invariants' verdicts (``au_missed`` given
 back), so a projected match is a match for every decision the spec makes.
@@ -77,6 +83,7 @@ def project(cfg: Config, s: State) -> State:
     return s._replace(
         meta_task=tuple((0, lost) for _v, lost in s.meta_task),
         wk=wk,
+        wk_seen=(0,) * len(wk),
         au_stale=s.au_stale if auditor_node(s) >= 0 else 0,
         au_missed=0,
         w_version=0,

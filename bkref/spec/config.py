@@ -157,6 +157,9 @@ class Config:
     # Repair attempts a worker may abandon because a copy failed (a bookie that does not
     # answer, a busy repair slot: ``protocol.worker_fails_repair``).
     repair_failures: int = 0
+    # ZooKeeper sessions of running bookies that may expire (``protocol.bookie_loses_session``):
+    # the bookie serves on, unregistered, until it registers again.
+    session_losses: int = 0
     mutants: frozenset[str] = field(default_factory=frozenset)
     # Invariants that do not hold under this config's faults (e.g. Aq replicas
     # once disks may be wiped); the checker skips them and says so.
@@ -221,6 +224,7 @@ class Config:
             (self.toggles, "autorecovery disable(s)"),
             (self.give_ups, "recovery give-up(s)"),
             (self.repair_failures, "failed repair(s)"),
+            (self.session_losses, "bookie session loss(es)"),
         ):
             if n:
                 parts.append(f"{n} {what}")

@@ -220,6 +220,17 @@ CONFIGS: dict[str, Config] = {
         ),
         _MERGE,
         replace(
+            _MERGE,
+            name="c-session",
+            crashes=0,
+            session_losses=1,
+            repair_failures=0,
+            description="a bookie cut off from ZooKeeper while it runs: its session expires, "
+            "the auditor marks its ledgers and the worker moves its replica of the open "
+            "ledger's closed segment, or asks for the ledger's recovery, while the writer's "
+            "adds and the recovery's fencing still reach it; it registers again later",
+        ),
+        replace(
             _C,
             name="c-open-check",
             bookies=5,

@@ -16,6 +16,7 @@ from bkref.spec.protocol import (
     NONE,
     RC_CLOSED,
     REFUSED,
+    SERVING,
     UP,
     W_CLOSED,
     W_NONE,
@@ -110,7 +111,7 @@ def _readable(s: State, b: int, ledger: int, e: int) -> bool:
     synced, unsynced, _f, _lac = s.b_ledgers[b][ledger]
     if s.b_up[b] == REFUSED:
         return False
-    return bool(synced & bit(e)) or (s.b_up[b] == UP and bool(unsynced & bit(e)))
+    return bool(synced & bit(e)) or (s.b_up[b] in SERVING and bool(unsynced & bit(e)))
 
 
 def AllAckedEntriesAreReadable(cfg: Config, s: State) -> bool:

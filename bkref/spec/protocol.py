@@ -86,9 +86,12 @@ RC_NAMES = ("IDLE", "FENCING", "READING", "WRITING", "CLOSED")
 RD_NONE, RD_OPEN, RD_CLOSED = 0, 1, 2
 RD_NAMES = ("NONE", "OPEN", "CLOSED")
 
-# Bookie liveness (b_up).
-DOWN, UP, REFUSED = 0, 1, 2
-UP_NAMES = ("DOWN", "UP", "REFUSED")
+# Bookie liveness (b_up). UNREGISTERED: running and serving, but its ZooKeeper session
+# expired and took its registration: the auditor and the workers' checkers take it for
+# lost, while clients' requests still reach it (``bookie_loses_session``).
+DOWN, UP, REFUSED, UNREGISTERED = 0, 1, 2, 3
+UP_NAMES = ("DOWN", "UP", "REFUSED", "UNREGISTERED")
+SERVING = (UP, UNREGISTERED)  # a bookie that takes requests
 
 # Request kinds. A request is (kind, bookie, entry, a, b); all concern the
 # writer's ledger. ADD: a = piggybacked LAC, b = sender (0: the writer, c + 1:
@@ -102,7 +105,7 @@ MSG_NAMES = ("add", "fence_lac_read", "recovery_read")
 ORPHAN = -1
 
 # Budget slots.
-B_LOSS, B_DUP, B_CRASH, B_WIPE, B_ELECT, B_TOGGLE, B_GIVE_UP, B_REPAIR_FAIL = range(8)
+B_LOSS, B_DUP, B_CRASH, B_WIPE, B_ELECT, B_TOGGLE, B_GIVE_UP, B_REPAIR_FAIL, B_SESSION = range(9)
 
 Segment = tuple[int, tuple[int, ...]]  # (first entry id, ensemble of bookie indices)
 Segments = tuple[Segment, ...]
@@ -172,7 +175,8 @@ class State(NamedTuple):
     meta_autorecovery: int  # 1 enabled, 0 disabled by the operator
     meta_auditor: tuple[int, int]  # (election epoch, node holding the leader znode or -1)
     # --- bookies, one slot per bookie
-    b_up: tuple[int, ...]  # DOWN / UP / REFUSED (wiped disk, cookie mismatch)
+    # DOWN / UP / REFUSED (wiped disk, cookie mismatch) / UNREGISTERED (session expired)
+    b_up: tuple[int, ...]
     b_ledgers: tuple[tuple[LedgerOnBookie, ...], ...]  # per ledger: synced, unsynced, fenced, LAC
     # Per bookie, per entry of the writer's ledger: the LAC its stored copy is signed with
     # (the one piggybacked on the add that stored it; -2: none stored). A worker's copy
@@ -197,6 +201,10 @@ class State(NamedTuple):
     rd: tuple[tuple[int, int, int, int], ...]
     # --- replication workers: (own bookie, ledger locked or -1, task version, pending copy)
     wk: tuple[tuple[int, int, int, tuple[int, int, int] | None], ...]
+    # Per worker, the bookies of its ledger it found lost when it took the lock (mask; 0
+    # without a lock): its checker's view, which it copies from even where a bookie came
+    # back since (``worker_copies_fragment``).
+    wk_seen: tuple[int, ...]
     # --- auditor candidates (one per worker node): epoch it believes it leads, 0 none
     au_leads: tuple[int, ...]
     au_stale: int  # 1 when bookie registrations changed since the auditor's last audit
@@ -207,7 +215,8 @@ class State(NamedTuple):
     au_missed: int
     # --- network and environment
     msgs: tuple[Msg, ...]  # messages in flight, a sorted multiset
-    # losses, duplicates, crashes, wipes, elections, disables, recovery give-ups left
+    # losses, duplicates, crashes, wipes, elections, disables, recovery give-ups, failed
+    # repairs and bookie session losses left
     budget: tuple[int, ...]
 
 
@@ -499,6 +508,7 @@ def initial_state(cfg: Config) -> State:
         rc_requested=0,
         rd=((RD_NONE, -1, 0, 0),) * cfg.readers,
         wk=wk,
+        wk_seen=(0,) * len(wk),
         au_leads=au_leads,
         au_stale=0,
         au_missed=0,
@@ -512,6 +522,7 @@ def initial_state(cfg: Config) -> State:
             cfg.toggles,
             cfg.give_ups,
             cfg.repair_failures,
+            cfg.session_losses,
         ),
     )
 
@@ -792,7 +803,7 @@ def bookie_handles_add(cfg: Config, s: State, m: Msg, reply_lost: int) -> State 
     writer or the recovery client, unless it is lost.
     """
     kind, b, e, lac, rec = m
-    if kind != ADD or s.b_up[b] != UP:
+    if kind != ADD or s.b_up[b] not in SERVING:
         # unreachable: next_states hands a request only to its kind's handler, and only while
         # its bookie is up.
         return None
@@ -830,7 +841,7 @@ def bookie_syncs_journal(cfg: Config, s: State, b: int) -> State | None:
     """A bookie's journal fsync makes its unsynced entries durable (mutant runs only)."""
     wl = cfg.writer_ledger
     synced, unsynced, fenced, lac = ledger_on(s, b, wl)
-    if s.b_up[b] != UP or not unsynced:
+    if s.b_up[b] not in SERVING or not unsynced:
         # unreachable: next_states offers it only for a live bookie with unsynced entries.
         return None
     # unreachable: no entry is ever unsynced in the correct spec (``bookie_handles_add`` syncs
@@ -846,7 +857,7 @@ def bookie_handles_fencing_lac_read(cfg: Config, s: State, m: Msg, reply_lost: i
     or the old writer could still write to it); the fence is durable.
     """
     kind, b, _e, _a, c = m
-    if kind != FENCE or s.b_up[b] != UP:
+    if kind != FENCE or s.b_up[b] not in SERVING:
         # unreachable: next_states hands a request only to its kind's handler, and only while
         # its bookie is up.
         return None
@@ -865,7 +876,7 @@ def bookie_handles_fencing_lac_read(cfg: Config, s: State, m: Msg, reply_lost: i
 def bookie_handles_recovery_read(cfg: Config, s: State, m: Msg, reply_lost: int) -> State | None:
     """A bookie answers a recovery read (found or NoSuchEntry), fencing first if asked."""
     kind, b, e, fence, c = m
-    if kind != READ or s.b_up[b] != UP:
+    if kind != READ or s.b_up[b] not in SERVING:
         # unreachable: next_states hands a request only to its kind's handler, and only while
         # its bookie is up.
         return None
@@ -894,7 +905,7 @@ def bookie_crashes(cfg: Config, s: State, b: int) -> State | None:
     which the auditor notices. The mutant ``fence-lost-on-restart`` forgets
     fences (BOOKKEEPER-500: before its fix, a fence lived only in memory).
     """
-    if s.b_up[b] != UP or s.budget[B_CRASH] == 0:
+    if s.b_up[b] not in SERVING or s.budget[B_CRASH] == 0:
         # unreachable: next_states offers it only for a live bookie while a crash is left.
         return None
     keep = 0 if "fence-lost-on-restart" in cfg.mutants else 1
@@ -907,7 +918,8 @@ def bookie_crashes(cfg: Config, s: State, b: int) -> State | None:
         b_up=set_at(s.b_up, b, DOWN),
         b_ledgers=set_at(s.b_ledgers, b, ledgers),
         b_signed=set_at(s.b_signed, b, signed),
-        au_stale=1 if cfg.autorecovery else 0,
+        # an unregistered bookie's crash changes no registration
+        au_stale=1 if cfg.autorecovery and s.b_up[b] == UP else s.au_stale,
         msgs=_drop_messages_of(s.msgs, b),
         budget=set_at(s.budget, B_CRASH, s.budget[B_CRASH] - 1),
     )
@@ -941,6 +953,37 @@ def bookie_restarts_with_wiped_disk(cfg: Config, s: State, b: int) -> State | No
         au_stale=1 if cfg.autorecovery and up == UP else s.au_stale,
         budget=set_at(s.budget, B_WIPE, s.budget[B_WIPE] - 1),
     )
+
+
+def bookie_loses_session(cfg: Config, s: State, b: int) -> State | None:
+    """A running bookie's ZooKeeper session expires (a long pause, a partition from
+    ZooKeeper alone): its registration goes with it, and it serves on, unregistered.
+
+    Key points: the auditor sees a lost bookie and marks its ledgers; a worker's
+    checker takes it for unavailable and copies its fragments elsewhere
+    (``LedgerChecker.verifyLedgerFragment`` asks ``BookieWatcherImpl.isBookieUnavailable``,
+    which reads the registrations; apache/bookkeeper 9590a97f), while the writer's
+    adds, fencing and reads still reach it. Nothing of what it stored or fenced
+    changes. It registers again when its client has a new session
+    (``bookie_registers_again``; ``BookieStateManager``'s registration listener).
+    """
+    if s.b_up[b] != UP or s.budget[B_SESSION] == 0:
+        # unreachable: next_states offers it only for a registered bookie while one is left.
+        return None
+    return s._replace(
+        b_up=set_at(s.b_up, b, UNREGISTERED),
+        au_stale=1 if cfg.autorecovery else 0,
+        budget=set_at(s.budget, B_SESSION, s.budget[B_SESSION] - 1),
+    )
+
+
+def bookie_registers_again(cfg: Config, s: State, b: int) -> State | None:
+    """An unregistered bookie registers under a new session (weakly fair: ZooKeeper comes
+    back). The auditor sees the registration change, as at a restart."""
+    if s.b_up[b] != UNREGISTERED:
+        # unreachable: next_states offers it only for an unregistered bookie.
+        return None
+    return s._replace(b_up=set_at(s.b_up, b, UP), au_stale=1 if cfg.autorecovery else 0)
 
 
 # ================================================================== NETWORK ACTIONS
@@ -1119,7 +1162,7 @@ def recovery_client_receives_read_response(
 
 def recovery_client_retries_request(cfg: Config, s: State, c: int, b: int) -> State | None:
     """A fencing LAC read or recovery read to a live bookie was lost: it is sent again."""
-    if s.b_up[b] != UP:
+    if s.b_up[b] not in SERVING:
         # unreachable: ``_emit_retries`` offers only live bookies.
         return None
     r = recovery_of(s, c)
@@ -1184,13 +1227,13 @@ def recovery_client_gives_up(cfg: Config, s: State, c: int) -> State | None:
         # unreachable: next_states offers it only while the recovery client is FENCING or
         # READING.
         return None
-    if not unanswered or any(up[b] == UP for b in bookies_of(unanswered)):
+    if not unanswered or any(up[b] in SERVING for b in bookies_of(unanswered)):
         return None  # an answer may still come
     msgs = []
     for m in s.msgs:
         if m[4] != (c + 1 if m[0] == ADD else c):
             msgs.append(m)
-        elif up[m[1]] == UP:
+        elif up[m[1]] in SERVING:
             msgs.append((m[0], m[1], m[2], m[3], ORPHAN))
     return s._replace(
         rc=with_recovery(s, c, Recovery._make(idle_recovery(cfg))),
@@ -1402,7 +1445,7 @@ def reader_receives_lac(cfg: Config, s: State, r: int, b: int) -> State | None:
     """
     wl = cfg.writer_ledger
     handle, lac, polling, returned = s.rd[r]
-    if not polling or s.b_up[b] != UP or not _ledger_bookies(s, wl) >> b & 1:
+    if not polling or s.b_up[b] not in SERVING or not _ledger_bookies(s, wl) >> b & 1:
         # unreachable: next_states offers it only while a LAC read is in flight, for a live
         # bookie the segments name.
         return None
@@ -1422,7 +1465,7 @@ def reader_reads_entry(cfg: Config, s: State, r: int, e: int, b: int) -> State |
     """
     wl = cfg.writer_ledger
     handle, lac, polling, returned = s.rd[r]
-    if handle == RD_NONE or e > lac or s.b_up[b] != UP or not _stored(s, b, wl) >> e & 1:
+    if handle == RD_NONE or e > lac or s.b_up[b] not in SERVING or not _stored(s, b, wl) >> e & 1:
         # unreachable: next_states offers it only to an open handle, for an entry up to its
         # LAC and a live bookie that stores it.
         return None
@@ -1575,22 +1618,24 @@ def node_wins_auditor_election(cfg: Config, s: State, node: int) -> State | None
 # ================================================================== WORKER ACTIONS
 
 
-def _segment_needs_repair(cfg: Config, s: State, ledger: int, idx: int) -> int:
+def _segment_needs_repair(cfg: Config, s: State, ledger: int, idx: int, seen: int = 0) -> int:
     """The first bookie of the segment that a worker may repair (``_needing_repair``), or -1."""
-    return next(_needing_repair(cfg, s, ledger, idx), -1)
+    return next(_needing_repair(cfg, s, ledger, idx, seen), -1)
 
 
-def _needing_repair(cfg: Config, s: State, ledger: int, idx: int) -> Iterator[int]:
+def _needing_repair(cfg: Config, s: State, ledger: int, idx: int, seen: int = 0) -> Iterator[int]:
     """The bookies of the segment a worker may repair, in ensemble order: the lost (not
-    live) ones, then the live ones of a closed segment that its task lists and that miss
-    entries of the segment (ENTRIES_MISSING). The worker checks those replicas itself,
-    whichever audit listed them and why: a bookie listed as lost that came back missing
-    entries is repaired, one the check found missing entries that has them now is not.
-    BookKeeper's ``ReplicationWorker.rereplicate`` (9590a97) runs its ``LedgerChecker``
-    over the ledger (``getUnderreplicatedFragments``) rather than trust the task."""
+    registered) ones and those of ``seen`` (the worker's view, ``State.wk_seen``), then the
+    live ones of a closed segment that its task lists and that miss entries of the segment
+    (ENTRIES_MISSING). The worker checks those replicas itself, whichever audit listed
+    them and why: a bookie listed as lost that came back missing entries is repaired,
+    one the check found missing entries that has them now is not. BookKeeper's
+    ``ReplicationWorker.rereplicate`` (9590a97) runs its ``LedgerChecker`` over the ledger
+    (``getUnderreplicatedFragments``) rather than trust the task, once: it then
+    replicates every fragment that check found, a bookie back since or not."""
     ens = s.meta_segments[ledger][idx][1]
     for b in ens:
-        if s.b_up[b] != UP:
+        if s.b_up[b] != UP or seen >> b & 1:
             if "open-segment-without-entries-skipped" in cfg.mutants and not _checker_sees(
                 cfg, s, ledger, idx, b
             ):
@@ -1642,16 +1687,22 @@ def worker_acquires_ledger_lock(cfg: Config, s: State, w: int, ledger: int) -> S
     it anyway and two workers repair it at once).
     """
     bookie, locked, _v, _p = s.wk[w]
-    if locked >= 0 or not s.meta_autorecovery or s.b_up[bookie] != UP:
+    if locked >= 0 or not s.meta_autorecovery or s.b_up[bookie] not in SERVING:
         return None
     version, lost = s.meta_task[ledger]
     if not lost:
         return None
     if s.meta_lock[ledger] >= 0 and "worker-skips-ledger-lock" not in cfg.mutants:
         return None
+    seen = 0
+    for _f, ens in s.meta_segments[ledger]:
+        for b in ens:
+            if s.b_up[b] != UP:
+                seen |= bit(b)
     return s._replace(
         meta_lock=set_at(s.meta_lock, ledger, w),
         wk=set_at(s.wk, w, (bookie, ledger, version, None)),
+        wk_seen=set_at(s.wk_seen, w, seen),
     )
 
 
@@ -1668,15 +1719,16 @@ def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int, lost: int = 
     turn, alike; a replayed trace (``bkref.tracecheck``) names the one it copied.
     """
     bookie, ledger, tv, _pending = s.wk[w]
-    if not _worker_ready(s, w) or s.b_up[bookie] != UP:
+    if not _worker_ready(s, w) or s.b_up[bookie] not in SERVING:
         return None
     if not segment_is_closed(s, ledger, idx) and (
         "repair-open-segment-without-fence" not in cfg.mutants or s.meta_status[ledger] == NONE
     ):
         return None
+    seen = s.wk_seen[w]
     if lost < 0:
-        lost = _segment_needs_repair(cfg, s, ledger, idx)
-    elif lost not in _needing_repair(cfg, s, ledger, idx):
+        lost = _segment_needs_repair(cfg, s, ledger, idx, seen)
+    elif lost not in _needing_repair(cfg, s, ledger, idx, seen):
         # unreachable: next_states never names the lost bookie; only a replayed trace
         # (bkref.tracecheck) does, and a refusal there is a finding of the replay.
         return None
@@ -1691,7 +1743,9 @@ def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int, lost: int = 
         ws = write_set(cfg, segs, e)
         if not ws & bit(lost):
             continue
-        sources = [x for x in bookies_of(ws) if s.b_up[x] == UP and _stored(s, x, ledger) & bit(e)]
+        sources = [
+            x for x in bookies_of(ws) if s.b_up[x] in SERVING and _stored(s, x, ledger) & bit(e)
+        ]
         if sources:
             copied |= bit(e)
             signed = _signed_lac(cfg, s, ledger, e, sources)
@@ -1784,7 +1838,7 @@ def worker_fences_open_ledger(cfg: Config, s: State, w: int) -> State | None:
     last = len(s.meta_segments[ledger]) - 1
     status = s.meta_status[ledger]
     if status != IN_RECOVERY and (
-        status != OPEN or _segment_needs_repair(cfg, s, ledger, last) < 0
+        status != OPEN or _segment_needs_repair(cfg, s, ledger, last, s.wk_seen[w]) < 0
     ):
         return None
     return s._replace(rc_requested=1, wk=set_at(s.wk, w, (bookie, ledger, tv, RECOVERING)))
@@ -1834,6 +1888,7 @@ def worker_deletes_task(cfg: Config, s: State, w: int) -> State | None:
         meta_task=tasks,
         meta_lock=set_at(s.meta_lock, ledger, -1),
         wk=set_at(s.wk, w, (bookie, -1, 0, None)),
+        wk_seen=set_at(s.wk_seen, w, 0),
     )
 
 
@@ -1866,7 +1921,9 @@ def worker_releases_lock(cfg: Config, s: State, w: int) -> State | None:
     ):
         return None
     return s._replace(
-        meta_lock=set_at(s.meta_lock, ledger, -1), wk=set_at(s.wk, w, (bookie, -1, 0, None))
+        meta_lock=set_at(s.meta_lock, ledger, -1),
+        wk=set_at(s.wk, w, (bookie, -1, 0, None)),
+        wk_seen=set_at(s.wk_seen, w, 0),
     )
 
 
@@ -1893,6 +1950,7 @@ def worker_fails_repair(cfg: Config, s: State, w: int) -> State | None:
     return s._replace(
         meta_lock=set_at(s.meta_lock, ledger, -1),
         wk=set_at(s.wk, w, (bookie, -1, 0, None)),
+        wk_seen=set_at(s.wk_seen, w, 0),
         budget=set_at(s.budget, B_REPAIR_FAIL, s.budget[B_REPAIR_FAIL] - 1),
     )
 
@@ -1936,6 +1994,7 @@ ENVIRONMENT_ACTIONS = frozenset(
         "bookie_crashes",
         "bookie_restarts",
         "bookie_restarts_with_wiped_disk",
+        "bookie_loses_session",
         "network_loses_message",
         "network_duplicates_message",
         "auditor_loses_session",
@@ -2055,7 +2114,7 @@ def dead_request(cfg: Config, s: State, m: Msg) -> bool:
     compares the verdicts of both on every small config and mutant).
     """
     kind, b, e, a, rec = m
-    if s.b_up[b] != UP:
+    if s.b_up[b] not in SERVING:
         return False  # the disk may yet be wiped: a later delivery could fence it again
     synced, _u, fenced, lac = s.b_ledgers[b][cfg.writer_ledger]
     if kind != ADD:
@@ -2182,11 +2241,11 @@ def next_states(cfg: Config, s: State) -> list[Step]:
                 emit(reader_sees_close, i)
             if polling:
                 for b in bookies_of(_ledger_bookies(s, wl)):
-                    if up[b] == UP:
+                    if up[b] in SERVING:
                         emit(reader_receives_lac, i, b)
             for e in range(lac + 1):
                 for b in range(n):
-                    if up[b] == UP and _stored(s, b, wl) >> e & 1:
+                    if up[b] in SERVING and _stored(s, b, wl) >> e & 1:
                         emit(reader_reads_entry, i, e, b)
     # messages: each distinct message once
     loss = s.budget[B_LOSS]
@@ -2197,7 +2256,7 @@ def next_states(cfg: Config, s: State) -> list[Step]:
             continue
         prev = m
         handler = HANDLERS[m[0]]
-        if up[m[1]] == UP:  # a request to a bookie that is not up waits
+        if up[m[1]] in SERVING:  # a request to a bookie that is not up waits
             emit(handler, m, 0)
             if m[0] == ADD and loss and cfg.reply_losses:  # stored, but unheard
                 emit(handler, m, 1)
@@ -2209,12 +2268,17 @@ def next_states(cfg: Config, s: State) -> list[Step]:
     wl = cfg.writer_ledger
     crash = s.budget[B_CRASH]
     wipe = s.budget[B_WIPE]
+    session = s.budget[B_SESSION]
     for b in range(n):
-        if up[b] == UP:
+        if up[b] in SERVING:
             if s.b_ledgers[b][wl][1]:
                 emit(bookie_syncs_journal, b)
             if crash:
                 emit(bookie_crashes, b)
+            if up[b] == UNREGISTERED:
+                emit(bookie_registers_again, b)
+            elif session:
+                emit(bookie_loses_session, b)
         elif up[b] == DOWN:
             if cfg.restarts:
                 emit(bookie_restarts, b)
@@ -2253,7 +2317,7 @@ def _emit_retries(emit: Callable[..., None], up: tuple[int, ...], c: int, candid
     """``recovery_client_retries_request`` of client ``c`` for the live bookies among
     ``candidates`` (a mask)."""
     for b in bookies_of(candidates):
-        if up[b] == UP:
+        if up[b] in SERVING:
             emit(recovery_client_retries_request, c, b)
 
 
@@ -2287,6 +2351,8 @@ ACTIONS: tuple[Callable[..., State | None], ...] = (
     bookie_crashes,
     bookie_restarts,
     bookie_restarts_with_wiped_disk,
+    bookie_loses_session,
+    bookie_registers_again,
     network_loses_message,
     network_duplicates_message,
     recovery_client_starts_recovery,

@@ -61,6 +61,7 @@ def rename(s: State, perm: tuple[int, ...]) -> State:
             (perm[b], lg, v, p if p is None or p[1] < 0 else (p[0], perm[p[1]], p[2]))
             for b, lg, v, p in s.wk
         ),
+        wk_seen=tuple(mm(x, perm) for x in s.wk_seen),
         msgs=tuple(msgs),
     )
 

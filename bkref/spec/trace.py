@@ -88,8 +88,12 @@ def describe(s: State) -> dict[str, str]:
             + f" returned {_entries(returned)}"
         )
     for w, (bookie, ledger, tv, pending) in enumerate(s.wk):
+        seen = s.wk_seen[w]
         out[f"worker{w}"] = f"on b{bookie}, " + (
-            f"L{ledger} task v{tv} {_pending(pending)}" if ledger >= 0 else "idle"
+            f"L{ledger} task v{tv} {_pending(pending)}"
+            + (f" saw lost {_bookies(seen)}" if seen else "")
+            if ledger >= 0
+            else "idle"
         )
     out["auditor"] = (
         " ".join(f"node{n}:epoch {e}" for n, e in enumerate(s.au_leads))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 
-from bkref.tracecheck.load import Line
+from bkref.tracecheck.load import REGISTERED, Line
 from bkref.tracecheck.names import CAS, COPY, HANDLES, LOCK, MARKS, REASONS, RELEASE
 
 
@@ -69,31 +69,30 @@ def decided(mark: Line) -> int:
     return int(mark.get("decided") or mark.t)
 
 
-def cut_off(restarts: Mapping[str, list[Line]], mine: dict[str, list[Line]]) -> str:
-    """A bookie marked lost that served again, or whose worker went on, before it
-    restarted or registered again: cut off from ZooKeeper (a pause, a partition, a
-    session expiry) while it ran, which the spec (its lost bookie has crashed) can
-    explain only where the mark may be ordered after what the bookie did."""
-    acts: dict[str, list[int]] = defaultdict(list)  # bookie -> times it or its worker acted
+def cut_off(restarts: Mapping[str, list[Line]], mine: dict[str, list[Line]]) -> dict[int, set[str]]:
+    """Per auditor mark (the ``id`` of its line), the bookies it marked lost that were cut
+    off from ZooKeeper rather than crashed: each registered again before it restarted, or
+    answered a request of the ledger before it did (its session expired while it ran: a
+    pause, a partition from ZooKeeper). For the spec, their sessions expired
+    (``bookie_loses_session``); a bookie marked lost otherwise crashed."""
+    acts: dict[str, list[int]] = defaultdict(list)  # bookie -> times it answered
     for lines in mine.values():
         for x in lines:
             if x.action in HANDLES:
                 acts[str(x["bookie"])].append(x.t)
-            elif x.action.startswith("worker_"):
-                acts[str(x.get("worker") or x.get("bookie"))].append(x.t)
+    out: dict[int, set[str]] = {}
     for lines in mine.values():
         for x in lines:
             if x.action not in MARKS:
                 continue
             at = decided(x)
             for b, why in x["replicas"].items():
-                later = [t for t in acts.get(b, []) if t > at]
-                if why != "LOST" or not later:
+                if why != "LOST":
                     continue
-                if not any(at < r.t < min(later) for r in restarts.get(b, [])):
-                    return (
-                        f"{x.where()} marked {b} lost, and it went on before it restarted or "
-                        "registered again (cut off from ZooKeeper, not crashed; the spec's "
-                        "lost bookie has crashed)"
-                    )
-    return ""
+                back = next((r for r in restarts.get(b, []) if r.t > at), None)
+                until = back.t if back is not None else float("inf")
+                if (back is not None and back.action == REGISTERED) or any(
+                    at < t < until for t in acts.get(b, [])
+                ):
+                    out.setdefault(id(x), set()).add(b)
+    return out

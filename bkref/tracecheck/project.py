@@ -95,9 +95,9 @@ class LedgerTrace:
     recoveries: list[str] = field(default_factory=list)  # recovery client index -> name
     cfg: Config | None = None
     unknown: str = ""  # why the ledger cannot be checked, if it cannot
-    # What the spec models otherwise than the run went: a violation is unknown then
-    # (some behaviour may explain the run; none found is the model's gap, not a bug).
-    caveat: str = ""
+    # Auditor mark (``id`` of its line) -> bookies it marked lost whose ZooKeeper session
+    # had expired while they ran (``autorecovery.cut_off``): the rest had crashed.
+    cut_off: dict[int, set[str]] = field(default_factory=dict)
     # Bookie id -> entries that copies which then failed left on it: no metadata names
     # them there and the spec's copy never made them (it is whole or not at all).
     stray: dict[str, set[int]] = field(default_factory=dict)
@@ -330,7 +330,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     if why:
         lt.unknown = why
         return lt
-    lt.caveat = autorecovery.cut_off(run.restarts, mine)
+    lt.cut_off = autorecovery.cut_off(run.restarts, mine)
     mine = {n: v for n, v in mine.items() if v}
     bookie_nodes = {n for n in mine if n in run.bookies}
     creates = [x for n, v in mine.items() for x in v if x.action == "writer_creates_ledger"]
@@ -576,8 +576,15 @@ def _config(lt: LedgerTrace, create: Line, sends: dict[Key, Send]) -> Config:
         recovery_clients=max(1, len(lt.recoveries)),
         losses=len(sends) + handles,
         reply_losses=True,
-        # A bookie the auditor marks lost has crashed, for the spec: a crash not logged.
+        # A bookie the auditor marks lost has crashed, or its session expired while it ran:
+        # neither is logged.
         crashes=restarts + (bookies if autorecovery else 0),
+        session_losses=sum(
+            list(e.line["replicas"].values()).count("LOST")
+            for lane in lt.lanes
+            for e in lane
+            if e.line.action in MARKS
+        ),
         autorecovery=autorecovery,
         workers=bookies if autorecovery else 1,  # worker w runs beside bookie bookies-1-w
         periodic_check="auditor_checks_ledger_replicas" in actions,

@@ -130,7 +130,7 @@ class Replay:
 
     def _down(self, s: State, b: int) -> State | None:
         """``s`` with bookie ``b`` crashed (as it is, if it is down already)."""
-        return p.bookie_crashes(self.cfg, s, b) if s.b_up[b] == p.UP else s
+        return p.bookie_crashes(self.cfg, s, b) if s.b_up[b] in p.SERVING else s
 
     def _restart(self, ev: Event, s: State) -> State:
         """``bookie_crashes`` then ``bookie_restarts``; what the bookie replayed must be
@@ -191,16 +191,17 @@ class Replay:
         )
 
     def _register(self, ev: Event, s: State) -> State:
-        """A bookie registered in ZooKeeper. One the spec has down was marked lost by the
-        auditor while its session had expired (a pause, a partition from ZooKeeper):
-        for the spec it crashed then and restarts now, with what it had (where it
-        answered in between, the ledger has a ``caveat``: see ``autorecovery.cut_off``)."""
+        """A bookie registered in ZooKeeper: one whose session expired while it ran
+        registers again (the spec's bookie does not restart: it never stopped)."""
         b = self.lt.bookies.index(str(ev.line["bookie"]))
         if s.b_up[b] == p.UP:
             return s
-        t = p.bookie_restarts(self.cfg, s, b)
+        t = p.bookie_registers_again(self.cfg, s, b)
         if t is None:
-            raise NotAllowedError(f"b{b} cannot restart here")
+            # The mark before took it for crashed; the other choice is the mark's to try.
+            raise NotAllowedError(
+                f"b{b} registered again without a restart; the spec has it {p.UP_NAMES[s.b_up[b]]}"
+            )
         return t
 
     def _checked_sends(self, ev: Event, s: State, t: State, consumed: Msg | None = None) -> State:
@@ -238,7 +239,7 @@ class Replay:
         if fn is None or fn not in p.ACTIONS:
             raise NotAllowedError(f"{name} is not an action of the spec")
         if name in MARKS:
-            yield self._mark(ev, s)
+            yield from self._mark(ev, s)
             return
         if name.startswith("worker_"):
             yield self._worker(ev, s)
@@ -269,20 +270,38 @@ class Replay:
             self._check_outcome(name, str(outcome), line.get("last"), s, t)
         yield self._checked_sends(ev, s, t)
 
-    def _mark(self, ev: Event, s: State) -> State:
-        """An auditor's mark. A bookie it marks lost has crashed for the spec (the crash
-        no node logs is taken here, if the spec's bookie is still up). An audit that no
-        loss or election preceded is the spec's audit all the same: the spec's auditor
-        audits only then, a reduction for the model checker (another audit marks the
-        same bookies again, with a new task version), which a replay cannot assume."""
-        cfg, lt, wl, line = self.cfg, self.lt, self.cfg.writer_ledger, ev.line
+    def _mark(self, ev: Event, s: State) -> Iterator[State]:
+        """An auditor's mark. A bookie it marks lost that the spec has registered crashed
+        or had its session expire while it ran (neither is logged, both are taken here):
+        the projection's guess first (``LedgerTrace.cut_off``), then the other choice."""
+        lt, line = self.lt, ev.line
         replicas = {lt.bookies.index(str(b)): str(r) for b, r in line["replicas"].items()}
-        for b, why in sorted(replicas.items()):
-            if why == "LOST" and s.b_up[b] == p.UP:
-                t = p.bookie_crashes(cfg, s, b)
-                if t is None:
-                    raise NotAllowedError(f"b{b} is marked lost, and no crash is left")
-                s = t
+        lost = [b for b, why in sorted(replicas.items()) if why == "LOST" and s.b_up[b] == p.UP]
+        cut = {lt.bookies.index(b) for b in lt.cut_off.get(id(line), ())}
+        refusals: list[NotAllowedError] = []
+        for expired in (cut, set(lost) - cut) if lost else (cut,):
+            t: State | None = s
+            for b in lost:
+                if t is not None:
+                    fn = p.bookie_loses_session if b in expired else p.bookie_crashes
+                    t = fn(self.cfg, t, b)
+            if t is None:
+                refusals.append(NotAllowedError("a bookie is marked lost, and no fault is left"))
+                continue
+            try:
+                yield self._audit(ev, replicas, t)
+            except NotAllowedError as e:
+                refusals.append(e)
+        if len(refusals) == (2 if lost else 1):
+            raise refusals[0]
+
+    def _audit(self, ev: Event, replicas: dict[int, str], s: State) -> State:
+        """The audit of an auditor's mark, from ``s`` where the bookies it marks lost are
+        lost. An audit that no loss or election preceded is the spec's audit all the same:
+        the spec's auditor audits only then, a reduction for the model checker (another
+        audit marks the same bookies again, with a new task version), which a replay
+        cannot assume."""
+        cfg, wl, line = self.cfg, self.cfg.writer_ledger, ev.line
         want = sum(1 << b for b in replicas)
         if line.action == "auditor_checks_ledger_replicas" and not want & ~s.meta_task[wl][1]:
             return s  # the check adds only bookies not listed yet: it wrote nothing

@@ -258,8 +258,6 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
                     v.reason += (
                         f"; deepest refusal after {sr.deepest[0]} steps: {ev.describe()}: {why}"
                     )
-                if lt.caveat:  # what may be why no order was found in time
-                    v.reason = f"{lt.caveat}; {v.reason}"
                 v.seconds, v.configurations = time.monotonic() - start, len(seen)
                 v.out_of_time = True
                 return v
@@ -301,11 +299,6 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
             "an AutoRecovery step decided on a view read earlier (the spec's worker sees the "
             f"state of the moment); no order found explains {v.event}: {v.reason}"
         )
-    # Never cry wolf where the model and the run part ways, unless no order of the other
-    # nodes' steps could matter (a definite refusal: a bookie's own answers and replay).
-    if lt.caveat and not definite:
-        v.verdict = "unknown"
-        v.reason = f"{lt.caveat}; no order found explains {v.event}: {v.reason}"
     return v
 
 
