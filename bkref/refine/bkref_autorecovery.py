@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from bkref.impl.core.audit import (
@@ -250,8 +250,18 @@ class AutoRecoveryActors:
         self._audit(n)
         return ()
 
-    def _audit(self, n: Node) -> None:
-        """``n``'s due audit: read the ledgers and perform its marks."""
+    def auditor_marks_from_earlier_scan(self, ledger: int) -> tuple[Label, ...]:
+        """The due audit, its scan having read ``ledger`` before the workers' swaps: bkref's
+        auditor reads every ledger, then marks, so a swap may land in between."""
+        n = self._leader()
+        if n is None or not n.auditor.stale:
+            raise CannotDecideError("no auditor has an audit due")
+        self._audit(n, earlier=ledger)
+        return ()
+
+    def _audit(self, n: Node, earlier: int = -1) -> None:
+        """``n``'s due audit: read the ledgers and perform its marks (the spec's ledger
+        ``earlier`` as it was before the recorded swaps)."""
         n.auditor.tick(max(self._tick(), n.auditor.audit_due_at or 0))
         acts = n.auditor.take_actions()
         if acts != [ReadLedgers()]:
@@ -261,6 +271,8 @@ class AutoRecoveryActors:
         ledgers = []
         for lid in self.d.store.list_ledgers():
             md, _version = self.d.store.read_ledger(lid)
+            if earlier >= 0 and self.d.spec_ledger(lid) == earlier:
+                md = self._before_swaps(md, self.rereplicated.get(earlier, ()))
             ledgers.append((lid, md))
         view = AuditView(frozenset(self.registered()), frozenset(), ledgers)
         n.auditor.on_ledgers(view)
@@ -268,6 +280,20 @@ class AutoRecoveryActors:
             if not isinstance(act, Mark):
                 raise ImplementationError(f"auditor {n.node_id} asked for {act} in an audit")
             self.urm.mark(act.ledger_id, act.replicas, act.priority, rewrite=act.rewrite)
+
+    def _before_swaps(
+        self, md: LedgerMetadata, swaps: tuple[tuple[int, int, int], ...]
+    ) -> LedgerMetadata:
+        """``md`` as read before the swaps: ``bkref.spec.protocol.before_swaps`` on names."""
+        names = [b.name for b in self.d.bookies]
+        index = {name: i for i, name in enumerate(names)}
+        spec = tuple((g.first_entry, tuple(index[b] for b in g.ensemble)) for g in md.segments)
+        earlier = sp.before_swaps(spec, swaps)
+        segments = tuple(
+            replace(g, ensemble=tuple(names[b] for b in ens))
+            for g, (_f, ens) in zip(md.segments, earlier, strict=True)
+        )
+        return replace(md, segments=segments)
 
     def auditor_checks_ledger_replicas(self, ledger: int) -> tuple[Label, ...]:
         """The leader's check of one ledger, every entry read (verification at 100%): a
@@ -331,8 +357,8 @@ class AutoRecoveryActors:
         """Worker ``w`` performs its actions until it took one step the spec can see.
 
         ``fail_copies`` (the spec's ``worker_fails_repair``): every copy of this turn finds
-        a repair slot busy, so the worker defers and lets the lock go: that release is
-        the failed repair."""
+        a repair slot busy, or the task's delete fails on a ZooKeeper error, so the
+        worker lets the lock go: that release is the failed repair."""
         seen = self._turn(w, fail_copies)
         if fail_copies and seen == (("worker_releases_lock", (w,)),):
             self.d.used[sp.B_REPAIR_FAIL] += 1
@@ -431,6 +457,11 @@ class AutoRecoveryActors:
             return (("worker_updates_segment_ensemble", (w,)),)
         if isinstance(act, Verified):
             return (("worker_verifies_ledger_replicated", (w,)),)
+        if isinstance(act, CompleteTask) and fail_copies:
+            # The delete fails on a ZooKeeper error (connection loss): the worker counts a
+            # failure and lets the lock go, the task kept (the spec's worker_fails_repair).
+            core.on_failed("ZooKeeper connection lost deleting the task", self._tick())
+            return None
         if isinstance(act, CompleteTask):
             core.on_completed(self.urm.complete(act.ledger_id, act.version))
             unlock = core.take_actions()

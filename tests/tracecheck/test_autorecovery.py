@@ -264,3 +264,60 @@ def test_a_bookie_s_crash_is_a_step_of_its_own_before_its_restart(repaired: Repa
         # Ordered after them: they are its needs (since the restart before, if any).
         since = max((x.line.seq for x in restarts if x.line.seq < r.line.seq), default=-1)
         assert {id(e) for e in before if e.line.seq > since} <= {id(n) for n in crash.needs}
+
+
+def test_a_mark_from_a_scan_older_than_the_worker_s_swap_is_explained(
+    repaired: Repaired, tmp_path: Path
+) -> None:
+    """An audit reads every ledger, then marks: one that read the closed ledger before the
+    worker swapped the lost bookie out marks that bookie after the swap, in a ledger
+    that no longer names it (a Docker campaign had seven such ledgers unknown). The
+    spec's ``auditor_marks_from_earlier_scan``; a mark of a bookie the ledger never had
+    stays a violation."""
+    lines = [
+        json.loads(x)
+        for f in sorted(repaired.traces.glob("trace-autorecovery-*.jsonl"))
+        for x in f.read_text().splitlines()
+    ]
+    swap = next(
+        x
+        for x in lines
+        if x["action"] == "worker_updates_segment_ensemble" and x["ledger"] == repaired.closed
+    )
+    after = max(x["t"] for x in lines if x.get("ledger") == repaired.closed)
+
+    worker = swap["bookie"]
+
+    def stale_mark(who: str) -> Callable[[Lines], Lines]:
+        def change(lines: Lines) -> Lines:
+            node = lines[0]["node"] if lines else ""
+            if node == swap["node"]:  # the worker takes the new task and finds nothing to do
+                x = {"node": node, "ledger": repaired.closed, "worker": worker}
+                return [
+                    *lines,
+                    {**x, "t": after + 2, "action": "worker_acquires_ledger_lock", "version": 0}
+                    | {"bookie": worker},
+                    {**x, "t": after + 3, "action": "worker_verifies_ledger_replicated"},
+                    {**x, "t": after + 4, "action": "worker_deletes_task", "version": 0}
+                    | {"deleted": True},
+                ]
+            if not any(x["action"] == "node_wins_auditor_election" for x in lines):
+                return lines
+            mark = {
+                "node": node,
+                "t": after + 1,
+                "action": "auditor_marks_ledgers_of_lost_bookies",
+                "ledger": repaired.closed,
+                "replicas": {who: "LOST"},
+                "rewrite": True,
+                "decided": swap["t"] - 1,
+            }
+            return [*lines, mark]
+
+        return change
+
+    v = _verdict(_changed(repaired, tmp_path, stale_mark(repaired.lost)), repaired.closed)
+    assert v.verdict == "explained", v.render()
+    never = "127.0.0.1:1"  # no bookie of the run
+    v = _verdict(_changed(repaired, tmp_path / "never", stale_mark(never)), repaired.closed)
+    assert v.verdict != "explained", v.render()
