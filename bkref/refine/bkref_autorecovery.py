@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bkref.impl.core.audit import (
@@ -250,18 +250,8 @@ class AutoRecoveryActors:
         self._audit(n)
         return ()
 
-    def auditor_marks_from_earlier_scan(self, ledger: int) -> tuple[Label, ...]:
-        """The due audit, its scan having read ``ledger`` before the workers' swaps: bkref's
-        auditor reads every ledger, then marks, so a swap may land in between."""
-        n = self._leader()
-        if n is None or not n.auditor.stale:
-            raise CannotDecideError("no auditor has an audit due")
-        self._audit(n, earlier=ledger)
-        return ()
-
-    def _audit(self, n: Node, earlier: int = -1) -> None:
-        """``n``'s due audit: read the ledgers and perform its marks (the spec's ledger
-        ``earlier`` as it was before the recorded swaps)."""
+    def _audit(self, n: Node) -> None:
+        """``n``'s due audit: read the ledgers and perform its marks."""
         n.auditor.tick(max(self._tick(), n.auditor.audit_due_at or 0))
         acts = n.auditor.take_actions()
         if acts != [ReadLedgers()]:
@@ -271,8 +261,6 @@ class AutoRecoveryActors:
         ledgers = []
         for lid in self.d.store.list_ledgers():
             md, _version = self.d.store.read_ledger(lid)
-            if earlier >= 0 and self.d.spec_ledger(lid) == earlier:
-                md = self._before_swaps(md, self.rereplicated.get(earlier, ()))
             ledgers.append((lid, md))
         view = AuditView(frozenset(self.registered()), frozenset(), ledgers)
         n.auditor.on_ledgers(view)
@@ -280,20 +268,6 @@ class AutoRecoveryActors:
             if not isinstance(act, Mark):
                 raise ImplementationError(f"auditor {n.node_id} asked for {act} in an audit")
             self.urm.mark(act.ledger_id, act.replicas, act.priority, rewrite=act.rewrite)
-
-    def _before_swaps(
-        self, md: LedgerMetadata, swaps: tuple[tuple[int, int, int], ...]
-    ) -> LedgerMetadata:
-        """``md`` as read before the swaps: ``bkref.spec.protocol.before_swaps`` on names."""
-        names = [b.name for b in self.d.bookies]
-        index = {name: i for i, name in enumerate(names)}
-        spec = tuple((g.first_entry, tuple(index[b] for b in g.ensemble)) for g in md.segments)
-        earlier = sp.before_swaps(spec, swaps)
-        segments = tuple(
-            replace(g, ensemble=tuple(names[b] for b in ens))
-            for g, (_f, ens) in zip(md.segments, earlier, strict=True)
-        )
-        return replace(md, segments=segments)
 
     def auditor_checks_ledger_replicas(self, ledger: int) -> tuple[Label, ...]:
         """The leader's check of one ledger, every entry read (verification at 100%): a

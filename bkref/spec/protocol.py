@@ -1521,55 +1521,6 @@ def _audit(s: State) -> State:
     return s._replace(meta_task=tuple(tasks), au_stale=0, au_missed=0)
 
 
-def before_swaps(segments: Segments, swaps: tuple[tuple[int, int, int], ...]) -> Segments:
-    """``segments`` as a read before the recorded worker swaps (``meta_rereplicated``) saw
-    them: in each swapped segment, the bookie the swap replaced instead of the one it
-    brought in (where that one is still there)."""
-    out = list(segments)
-    for idx, filled, replaced in swaps:
-        if replaced >= 0 and idx < len(out) and filled in out[idx][1]:
-            first, ens = out[idx]
-            out[idx] = (first, tuple(replaced if b == filled else b for b in ens))
-    return tuple(out)
-
-
-def auditor_marks_from_earlier_scan(cfg: Config, s: State, ledger: int) -> State | None:
-    """An audit whose scan read ``ledger`` before a worker's swap: it marks the ledger with
-    the lost bookies of that earlier read, which may name a bookie the ledger no longer has.
-
-    Key points: BookKeeper's ``Auditor.auditBookies`` builds its bookie-to-ledgers index
-    by reading every ledger's metadata, then marks the ledgers of each lost bookie
-    (apache/bookkeeper 9590a97f); bkref's auditor likewise reads every ledger, then marks.
-    A ledger read before a replication worker's swap still names the bookie the swap
-    replaced: if that bookie is lost, the mark names it, and a worker that takes the
-    task finds nothing to copy and deletes it. Only in an audit that is due
-    (``au_stale``), and only where the earlier read marks otherwise than the current one
-    (else it is ``auditor_marks_ledgers_of_lost_bookies``). The earlier read is the one
-    before every recorded swap, a reduction: a read between two swaps of one ledger is
-    not modelled.
-    """
-    if not s.au_stale or auditor_node(s) < 0 or not s.meta_autorecovery:
-        return None
-    swaps = s.meta_rereplicated[ledger]
-    if not swaps:
-        return None
-    now = before = 0
-    for _f, ens in s.meta_segments[ledger]:
-        for b in ens:
-            if s.b_up[b] != UP:
-                now |= bit(b)
-    for _f, ens in before_swaps(s.meta_segments[ledger], swaps):
-        for b in ens:
-            if s.b_up[b] != UP:
-                before |= bit(b)
-    if before == now:
-        return None
-    t = _audit(s)
-    version, lost = s.meta_task[ledger]
-    tasks = set_at(t.meta_task, ledger, (version + 1, lost | before) if before else (version, lost))
-    return t._replace(meta_task=tasks)
-
-
 def auditor_runs_periodic_bookie_check(cfg: Config, s: State) -> State | None:
     """The auditor's periodic bookie check (``auditorPeriodicBookieCheckInterval``): an audit
     with no registration change behind it.
@@ -2343,9 +2294,6 @@ def next_states(cfg: Config, s: State) -> list[Step]:
     # auditor and workers
     if cfg.autorecovery:
         emit(auditor_marks_ledgers_of_lost_bookies)
-        if s.au_stale:
-            for lg in range(cfg.ledgers):
-                emit(auditor_marks_from_earlier_scan, lg)
         emit(auditor_runs_periodic_bookie_check)
         if cfg.periodic_check:
             for lg in range(cfg.ledgers):
@@ -2430,7 +2378,6 @@ ACTIONS: tuple[Callable[..., State | None], ...] = (
     reader_reads_entry,
     reader_sees_close,
     auditor_marks_ledgers_of_lost_bookies,
-    auditor_marks_from_earlier_scan,
     auditor_runs_periodic_bookie_check,
     auditor_checks_ledger_replicas,
     auditor_loses_session,

@@ -300,8 +300,7 @@ class Replay:
         lost. An audit that no loss or election preceded is the spec's audit all the same:
         the spec's auditor audits only then, a reduction for the model checker (another
         audit marks the same bookies again, with a new task version), which a replay
-        cannot assume; so is an audit whose scan read the ledger before a worker's swap
-        (``auditor_marks_from_earlier_scan``)."""
+        cannot assume."""
         cfg, wl, line = self.cfg, self.cfg.writer_ledger, ev.line
         want = sum(1 << b for b in replicas)
         if line.action == "auditor_checks_ledger_replicas" and not want & ~s.meta_task[wl][1]:
@@ -314,11 +313,6 @@ class Replay:
             ) or p.auditor_runs_periodic_bookie_check(cfg, s)
             if after is None and p.auditor_node(s) >= 0 and s.meta_autorecovery:
                 after = p._audit(s)  # the spec's audit, see the docstring
-            if after is None or want & ~after.meta_task[wl][1]:
-                # Its scan read the ledger before a worker's swap: a mark of a bookie the
-                # ledger no longer has.
-                due = s._replace(au_stale=1)
-                after = p.auditor_marks_from_earlier_scan(cfg, due, wl) or after
         if after is None:
             raise NotAllowedError(f"the spec does not enable {line.action} here")
         marked = after.meta_task[wl][1]

@@ -110,21 +110,3 @@ def test_a_worker_copies_what_it_saw_lost_with_its_lock_even_once_it_is_back(
             assert t.wk_seen[w] == sum(1 << b for b in down)
         elif name in ("worker_releases_lock", "worker_deletes_task", "worker_fails_repair"):
             assert t.wk_seen[int(str(args[0]))] == 0
-
-
-def test_an_audit_that_read_a_ledger_before_a_swap_marks_a_bookie_it_no_longer_has() -> None:
-    """``auditor_marks_from_earlier_scan`` on ``c-race`` (two crashes, a worker's swap):
-    the mark names a lost bookie the swap took out of the ledger; a worker that takes the
-    task finds nothing to copy."""
-    cfg = NAMED["c-race"]
-    marks = [
-        (s, a, t) for s, (name, a), t in _steps(cfg) if name == "auditor_marks_from_earlier_scan"
-    ]
-    assert marks
-    for s, args, t in marks:
-        ledger = int(str(args[0]))
-        named = {b for _f, ens in t.meta_segments[ledger] for b in ens}
-        listed = {b for b in range(cfg.bookies) if t.meta_task[ledger][1] >> b & 1}
-        assert listed - named, "it names a bookie the ledger no longer has"
-        assert all(s.b_up[b] != UP for b in listed - named)
-        assert t.meta_task[ledger][0] == s.meta_task[ledger][0] + 1

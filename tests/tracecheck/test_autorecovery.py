@@ -266,14 +266,16 @@ def test_a_bookie_s_crash_is_a_step_of_its_own_before_its_restart(repaired: Repa
         assert {id(e) for e in before if e.line.seq > since} <= {id(n) for n in crash.needs}
 
 
-def test_a_mark_from_a_scan_older_than_the_worker_s_swap_is_explained(
+def test_a_mark_from_a_scan_older_than_the_worker_s_swap_is_unknown_not_a_violation(
     repaired: Repaired, tmp_path: Path
 ) -> None:
-    """An audit reads every ledger, then marks: one that read the closed ledger before the
-    worker swapped the lost bookie out marks that bookie after the swap, in a ledger
-    that no longer names it (a Docker campaign had seven such ledgers unknown). The
-    spec's ``auditor_marks_from_earlier_scan``; a mark of a bookie the ledger never had
-    stays a violation."""
+    """An audit reads the registrations, every ledger, then marks: one that read the closed
+    ledger before the worker swapped the lost bookie out marks that bookie after the
+    swap, in a ledger that no longer names it, and a worker takes the new task and finds
+    nothing to do (a Docker campaign had six such ledgers). The spec's audit reads the
+    metadata of the moment, so no order explains the worker's lock: unknown, never a
+    violation, until the spec has the step (a first attempt, which undid every swap of
+    the ledger, let an audit miss a bookie lost after the swap: config c-short)."""
     lines = [
         json.loads(x)
         for f in sorted(repaired.traces.glob("trace-autorecovery-*.jsonl"))
@@ -317,7 +319,5 @@ def test_a_mark_from_a_scan_older_than_the_worker_s_swap_is_explained(
         return change
 
     v = _verdict(_changed(repaired, tmp_path, stale_mark(repaired.lost)), repaired.closed)
-    assert v.verdict == "explained", v.render()
-    never = "127.0.0.1:1"  # no bookie of the run
-    v = _verdict(_changed(repaired, tmp_path / "never", stale_mark(never)), repaired.closed)
-    assert v.verdict != "explained", v.render()
+    assert v.verdict == "unknown", v.render()
+    assert "worker_acquires_ledger_lock" in v.reason
