@@ -274,8 +274,9 @@ def test_a_mark_from_a_scan_older_than_the_worker_s_swap_is_unknown_not_a_violat
     swap, in a ledger that no longer names it, and a worker takes the new task and finds
     nothing to do (a Docker campaign had six such ledgers). The spec's audit reads the
     metadata of the moment, so most orders refuse the worker's lock: unknown (or
-    explained by some order), never a violation, until the spec has the step (a first attempt, which undid every swap of
-    the ledger, let an audit miss a bookie lost after the swap: config c-short)."""
+    explained by some order), never a violation, until the spec has the step (a first
+    attempt, which undid every swap of the ledger, let an audit miss a bookie lost
+    after the swap: config c-short)."""
     lines = [
         json.loads(x)
         for f in sorted(repaired.traces.glob("trace-autorecovery-*.jsonl"))
