@@ -319,9 +319,13 @@ def test_a_mark_from_a_scan_older_than_the_worker_s_swap_is_unknown_not_a_violat
 
         return change
 
-    v = _verdict(_changed(repaired, tmp_path, stale_mark(repaired.lost)), repaired.closed)
-    # Whether some order of the run's other steps explains it depends on the recorded
-    # run's timings (under load, one did): never a violation.
+    traces = _changed(repaired, tmp_path, stale_mark(repaired.lost))
+    v = _verdict(traces, repaired.closed, budget=20.0)
+    # Whether some order of the run's other steps explains it, and how long the search
+    # takes to say, depends on the recorded run's timings: never a violation.
     assert v.verdict in ("unknown", "explained"), v.render()
     if v.verdict == "unknown":
-        assert "an AutoRecovery step decided on a view read earlier" in v.reason
+        assert (
+            "an AutoRecovery step decided on a view read earlier" in v.reason
+            or "time budget (20 s) ran out" in v.reason
+        ), v.render()
