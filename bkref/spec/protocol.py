@@ -1625,8 +1625,8 @@ def _segment_needs_repair(cfg: Config, s: State, ledger: int, idx: int, seen: in
 
 def _needing_repair(cfg: Config, s: State, ledger: int, idx: int, seen: int = 0) -> Iterator[int]:
     """The bookies of the segment a worker may repair, in ensemble order: the lost (not
-    registered) ones and those of ``seen`` (the worker's view, ``State.wk_seen``), then the
-    live ones of a closed segment that its task lists and that miss entries of the segment
+    registered) ones, those of ``seen`` (the worker's view, ``State.wk_seen``) back since,
+    then the live ones of a closed segment that its task lists and that miss entries of the segment
     (ENTRIES_MISSING). The worker checks those replicas itself, whichever audit listed
     them and why: a bookie listed as lost that came back missing entries is repaired,
     one the check found missing entries that has them now is not. BookKeeper's
@@ -1635,11 +1635,16 @@ def _needing_repair(cfg: Config, s: State, ledger: int, idx: int, seen: int = 0)
     replicates every fragment that check found, a bookie back since or not."""
     ens = s.meta_segments[ledger][idx][1]
     for b in ens:
-        if s.b_up[b] != UP or seen >> b & 1:
+        if s.b_up[b] != UP:
             if "open-segment-without-entries-skipped" in cfg.mutants and not _checker_sees(
                 cfg, s, ledger, idx, b
             ):
                 continue
+            yield b
+    # Those back since, after: a worker that looked later (bkref's reads the ledger and
+    # the registrations after taking the lock) copies the lost ones first, or only them.
+    for b in ens:
+        if seen >> b & 1 and s.b_up[b] == UP:
             yield b
     if segment_is_closed(s, ledger, idx):
         listed = s.meta_task[ledger][1]
