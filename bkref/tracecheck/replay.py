@@ -278,8 +278,9 @@ class Replay:
         replicas = {lt.bookies.index(str(b)): str(r) for b, r in line["replicas"].items()}
         lost = [b for b, why in sorted(replicas.items()) if why == "LOST" and s.b_up[b] == p.UP]
         cut = {lt.bookies.index(b) for b in lt.cut_off.get(id(line), ())}
+        choices = [cut, set(lost) - cut] if lost else [cut]  # which of them lost a session
         refusals: list[NotAllowedError] = []
-        for expired in (cut, set(lost) - cut) if lost else (cut,):
+        for expired in choices:
             t: State | None = s
             for b in lost:
                 if t is not None:
@@ -292,7 +293,7 @@ class Replay:
                 yield self._audit(ev, replicas, t)
             except NotAllowedError as e:
                 refusals.append(e)
-        if len(refusals) == (2 if lost else 1):
+        if len(refusals) == len(choices):  # no choice led anywhere
             raise refusals[0]
 
     def _audit(self, ev: Event, replicas: dict[int, str], s: State) -> State:

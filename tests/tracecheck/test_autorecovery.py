@@ -266,7 +266,7 @@ def test_a_bookie_s_crash_is_a_step_of_its_own_before_its_restart(repaired: Repa
         assert {id(e) for e in before if e.line.seq > since} <= {id(n) for n in crash.needs}
 
 
-def test_a_mark_from_a_scan_older_than_the_worker_s_swap_is_unknown_not_a_violation(
+def test_a_mark_from_a_scan_older_than_the_worker_s_swap_is_never_a_violation(
     repaired: Repaired, tmp_path: Path
 ) -> None:
     """An audit reads the registrations, every ledger, then marks: one that read the closed
