@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from bkref.impl.core.audit import (
@@ -51,6 +51,7 @@ from bkref.impl.core.audit import (
     ReadLedgers,
     Verdict,
     judge,
+    plan_marks,
 )
 from bkref.impl.core.digest import Digest, master_key
 from bkref.impl.core.frames import (
@@ -61,7 +62,7 @@ from bkref.impl.core.frames import (
     ReadResponse,
     Status,
 )
-from bkref.impl.core.metadata import LedgerMetadata
+from bkref.impl.core.metadata import LedgerMetadata, Segment
 from bkref.impl.core.repair_run import CasReplica, Copy, ReadOpenLac
 from bkref.impl.core.replication import WorkerConfig, WorkerCore, WorkerPhase
 from bkref.impl.core.worker_actions import (
@@ -238,6 +239,26 @@ class AutoRecoveryActors:
         if n is None or not n.auditor.stale:
             raise CannotDecideError("no auditor has an audit due")
         self._audit(n)
+        return ()
+
+    def auditor_marks_from_earlier_scan(self, ledger: int) -> tuple[Label, ...]:
+        """The due audit, then the marks bkref's audit writes for ``ledger`` when it read the
+        ledger before the worker's swaps landed: ``plan_marks`` over the metadata as it was
+        before them (each replaced bookie back in place), written with the auditor's mark.
+        bkref's one audit does both from one read; the driver splits it in two calls."""
+        n = self._leader()
+        if n is None or not n.auditor.stale:
+            raise CannotDecideError("no auditor has an audit due")
+        self._audit(n)
+        d = self.d
+        lid = d.ledger_ids()[ledger]
+        md, _version = d.store.read_ledger(lid)
+        now = tuple((g.first_entry, tuple(d.index[b] for b in g.ensemble)) for g in md.segments)
+        before = sp.segments_before_swaps(now, self.rereplicated.get(ledger, ()))
+        segments = tuple(Segment(f, tuple(d.bookies[b].name for b in ens)) for f, ens in before)
+        earlier = replace(md, segments=segments)
+        for act in plan_marks([(lid, earlier)], frozenset(self.registered()), frozenset()):
+            self.urm.mark(act.ledger_id, act.replicas, act.priority, rewrite=act.rewrite)
         return ()
 
     def auditor_runs_periodic_bookie_check(self) -> tuple[Label, ...]:

@@ -99,6 +99,12 @@ MUTANTS: dict[str, str] = {
         "the auditor keeps auditing after its ZooKeeper session expired, while "
         "another node wins the next election"
     ),
+    "audit-marks-only-its-earlier-scan": (
+        "an audit whose read of a ledger came before a worker's swap marks from that read "
+        "alone and counts as the audit of every loss before its marks: a bookie the swap "
+        "brought in and that went down in between is never marked (the model checker's "
+        "find in a draft of the spec's step for such marks)"
+    ),
 }
 
 

@@ -448,6 +448,7 @@ MUTANT_CONFIGS: dict[str, Config] = {
     "recovery-close-undoes-swap": _MERGE,
     "worker-skips-ledger-lock": _TWO_WORKERS,
     "auditor-without-election": _TWO_WORKERS,
+    "audit-marks-only-its-earlier-scan": CONFIGS["c-short"],
     "auditor-acts-after-session-loss": replace(
         _TWO_WORKERS,
         name="m-auditor-session",

@@ -1521,6 +1521,65 @@ def _audit(s: State) -> State:
     return s._replace(meta_task=tuple(tasks), au_stale=0, au_missed=0)
 
 
+def auditor_marks_from_earlier_scan(cfg: Config, s: State, ledger: int) -> State | None:
+    """The due audit, whose read of ``ledger`` came before a worker's swap there: its mark
+    also names the bookie the swap replaced, if that bookie is not up.
+
+    Key points: the auditor reads the registered bookies, then every ledger's
+    metadata one by one (seconds, with many), and writes its marks after; a
+    worker's swap that lands in between leaves the mark naming a bookie the
+    ledger no longer has. Such a mark bumps the task's version (a worker's
+    versioned delete fails) or creates a task a worker must then find
+    nothing to do in. The step is the audit of the moment (every loss marked,
+    the due audit done) plus the bookies the swaps replaced: a mark from the
+    earlier read alone, taken as the due audit, misses a swapped-in bookie
+    lost before it (the mutant ``audit-marks-only-its-earlier-scan``; in
+    bkref that loss is a registration change, audited again). An
+    over-approximation: any bookie a swap replaced, not only those replaced
+    while the audit ran (the spec keeps no ghost of when it read).
+    """
+    if not s.au_stale or auditor_node(s) < 0 or not s.meta_autorecovery:
+        return None
+    return audit_from_earlier_scan(cfg, s, ledger)
+
+
+def audit_from_earlier_scan(cfg: Config, s: State, ledger: int) -> State | None:
+    """An audit's marks with ``ledger``'s replaced bookies (not up) added, if that adds any.
+    The trace check takes it for a mark at any time, as it takes :func:`_audit`."""
+    stale = 0
+    for _idx, _filled, replaced in s.meta_rereplicated[ledger]:
+        if replaced >= 0 and s.b_up[replaced] != UP:
+            stale |= bit(replaced)
+    t = _audit(s)
+    if "audit-marks-only-its-earlier-scan" in cfg.mutants:
+        u = _audit(_before_swaps(s, ledger))._replace(meta_segments=s.meta_segments)
+        return u if u != t else None
+    version, lost = t.meta_task[ledger]
+    if not stale & ~lost:
+        return None  # the audit of the moment marks as much
+    if version == s.meta_task[ledger][0]:
+        version += 1  # the audit of the moment left this ledger's task alone
+    return t._replace(meta_task=set_at(t.meta_task, ledger, (version, lost | stale)))
+
+
+def _before_swaps(s: State, ledger: int) -> State:
+    """``s`` with ``ledger``'s segments as before the recorded swaps (for the mutant)."""
+    segs = segments_before_swaps(s.meta_segments[ledger], s.meta_rereplicated[ledger])
+    return s._replace(meta_segments=set_at(s.meta_segments, ledger, segs))
+
+
+def segments_before_swaps(segments: Segments, swaps: tuple[tuple[int, int, int], ...]) -> Segments:
+    """``segments`` as a read before the recorded worker swaps (``meta_rereplicated``) saw
+    them: each replaced bookie back where the swap put another."""
+    segs = list(segments)
+    undo = [(i, f, r) for i, f, r in swaps if r >= 0]
+    for _ in undo:  # a chain of swaps in one segment is undone one link per round
+        for idx, filled, replaced in undo:
+            first, ens = segs[idx]
+            segs[idx] = (first, tuple(replaced if b == filled else b for b in ens))
+    return tuple(segs)
+
+
 def auditor_runs_periodic_bookie_check(cfg: Config, s: State) -> State | None:
     """The auditor's periodic bookie check (``auditorPeriodicBookieCheckInterval``): an audit
     with no registration change behind it.
@@ -2299,6 +2358,10 @@ def next_states(cfg: Config, s: State) -> list[Step]:
     # auditor and workers
     if cfg.autorecovery:
         emit(auditor_marks_ledgers_of_lost_bookies)
+        if s.au_stale:
+            for lg in range(cfg.ledgers):
+                if s.meta_rereplicated[lg]:
+                    emit(auditor_marks_from_earlier_scan, lg)
         emit(auditor_runs_periodic_bookie_check)
         if cfg.periodic_check:
             for lg in range(cfg.ledgers):
@@ -2383,6 +2446,7 @@ ACTIONS: tuple[Callable[..., State | None], ...] = (
     reader_reads_entry,
     reader_sees_close,
     auditor_marks_ledgers_of_lost_bookies,
+    auditor_marks_from_earlier_scan,
     auditor_runs_periodic_bookie_check,
     auditor_checks_ledger_replicas,
     auditor_loses_session,

@@ -301,7 +301,8 @@ class Replay:
         lost. An audit that no loss or election preceded is the spec's audit all the same:
         the spec's auditor audits only then, a reduction for the model checker (another
         audit marks the same bookies again, with a new task version), which a replay
-        cannot assume."""
+        cannot assume; so is the audit that read the ledger before a worker's swap
+        (``auditor_marks_from_earlier_scan``), where the mark names a bookie it replaced."""
         cfg, wl, line = self.cfg, self.cfg.writer_ledger, ev.line
         want = sum(1 << b for b in replicas)
         if line.action == "auditor_checks_ledger_replicas" and not want & ~s.meta_task[wl][1]:
@@ -314,6 +315,9 @@ class Replay:
             ) or p.auditor_runs_periodic_bookie_check(cfg, s)
             if after is None and p.auditor_node(s) >= 0 and s.meta_autorecovery:
                 after = p._audit(s)  # the spec's audit, see the docstring
+            if after is not None and want & ~after.meta_task[wl][1]:
+                # It read the ledger before a worker's swap: it names the bookie replaced.
+                after = p.audit_from_earlier_scan(cfg, s, wl) or after
         if after is None:
             raise NotAllowedError(f"the spec does not enable {line.action} here")
         marked = after.meta_task[wl][1]

@@ -31,6 +31,7 @@ CAUGHT_BY = {
     "worker-skips-ledger-lock": "AtMostOneWorkerHoldsLedgerLock",
     "auditor-without-election": "OneAuditorPerElectionEpoch",
     "auditor-acts-after-session-loss": "OneAuditorPerElectionEpoch",
+    "audit-marks-only-its-earlier-scan": "AllClosedLedgersRepairedWhenQuiescent",
     "recovery-piggybacks-its-own-lac": "ReadersSeeOnlyTheClosedLedger",
 }
 
