@@ -84,11 +84,13 @@ class _Search:
     """Depth-first over configurations (lane positions, spec state), remembering the
     configurations it has been to, and the deepest one (for the report).
 
-    Each configuration carries its *frontier*: the events that may be taken there. A
-    ledger has a lane per bookie step, so scanning every lane for its next event would
-    cost the number of events per step; an event only becomes takeable when its lane
-    reaches it, when a step it needs is taken, or (a bookie step heard at its receipt)
-    when the client's lane reaches the receipt, and the frontier follows exactly those.
+    Each configuration carries its *frontier*: the events that may be taken there, each
+    its lane's next with every step it needs done. A ledger has a lane per bookie step,
+    so scanning every lane (or every lane's next event: a bookie's adds wait for the
+    writer to send them) would cost the ledger's length per step; an event only becomes
+    takeable when its lane reaches it, when the last step it needs is taken, or (a bookie
+    step heard at its receipt) when the client's lane reaches the receipt, and the
+    frontier follows exactly those. It holds about the requests in flight.
     """
 
     def __init__(self, lt: LedgerTrace) -> None:
@@ -159,7 +161,8 @@ class _Search:
         return cur[1] & bits == bits and all(self.done(n, cur) for n in self.need_rest[id(ev)])
 
     def start(self) -> frozenset[Event]:
-        return frozenset(lane[0] for lane in self.lanes if lane)
+        cur: Cursors = ((0,) * len(self.end[0]), 0)
+        return frozenset(lane[0] for lane in self.lanes if lane and self.ready(lane[0], cur))
 
     def candidates(self, cur: Cursors, frontier: frozenset[Event]) -> list[tuple[Event, str]]:
         """Each frontier event that is its lane's next and whose needs are done, with how
@@ -169,9 +172,7 @@ class _Search:
         the trace allows a lost answer. A receipt alone follows a step taken early or
         lost."""
         out: list[tuple[Event, str]] = []
-        for ev in frontier:
-            if self.at(ev.lane, cur) != ev.pos or not self.ready(ev, cur):
-                continue
+        for ev in frontier:  # each its lane's next, its needs done (``_next_frontier``)
             rc = ev.receipt
             if ev.kind == "handle" and rc is not None:
                 if self.at(rc.lane, cur) == rc.pos:
@@ -185,7 +186,8 @@ class _Search:
     def _next_frontier(
         self, frontier: frozenset[Event], cur: Cursors, taken: list[Event]
     ) -> frozenset[Event]:
-        new = set(frontier) - set(taken)
+        kept = frontier - set(taken)  # still their lanes' next, their needs still done
+        new: set[Event] = set()
         for ev in taken:
             lane = self.lanes[ev.lane]
             if ev.pos + 1 < len(lane):
@@ -195,7 +197,9 @@ class _Search:
                 if handle is not None:
                     new.add(handle)  # the client is at its receipt: it may be heard now
             new.update(self.dependents.get(id(ev), ()))
-        return frozenset(e for e in new if self.at(e.lane, cur) == e.pos)
+        return kept.union(
+            e for e in new if e not in kept and self.at(e.lane, cur) == e.pos and self.ready(e, cur)
+        )
 
     def expand(
         self, cur: Cursors, s: State, frontier: frozenset[Event]
@@ -266,9 +270,10 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
                 stack.pop()
                 continue
             after, t, frontier = nxt
-            if (after, t) in seen:
+            known = len(seen)
+            seen.add((after, t))  # hashed once: a state's hash costs the ledger's length
+            if len(seen) == known:
                 continue
-            seen.add((after, t))
             if after == end:
                 v.verdict, v.replayed = "explained", lt.steps
                 v.seconds, v.configurations = time.monotonic() - start, len(seen)

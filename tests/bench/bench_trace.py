@@ -171,8 +171,6 @@ def run(quick: bool) -> str:
         before = statistics.median(r["rate"] for r in results["before"])
         text += f"\nTracing off runs at {off / before:.0%} of the code before tracing.\n"
     return text + (
-        "\nThe trace check is quadratic in a ledger's length: a fencing recovery read needs "
-        "every earlier add of its bookie and waits in the search's frontier until they are "
-        "done. A campaign's ledgers (150 entries) go about ten times faster per step "
-        "(BENCHMARKS.md, 'Trace check on campaigns').\n"
+        "\nHow the check's time grows with a ledger's length: BENCHMARKS.md, 'Trace check "
+        "against a ledger's length'; on campaigns: 'Trace check on campaigns'.\n"
     )

@@ -146,7 +146,8 @@ def test_a_bookie_cut_off_from_zookeeper_while_it_ran_is_explained(
     its session expired while it ran (a pause, a partition from ZooKeeper), the spec's
     ``bookie_loses_session`` and ``bookie_registers_again``. With no registration after
     the mark, the worker found replicated a ledger whose bookie the spec still has
-    unregistered: unknown (a worker's view), never a violation."""
+    unregistered: never a violation; unknown (a worker's view), unless the recorded run
+    lost that bookie itself (its fixture under load)."""
     writer = [
         json.loads(x) for x in (repaired.traces / "trace-writer.jsonl").read_text().splitlines()
     ]
@@ -155,7 +156,17 @@ def test_a_bookie_cut_off_from_zookeeper_while_it_ran_is_explained(
         for x in writer
         if x["action"] == "writer_creates_ledger" and x["ledger"] == repaired.closed
     )
-    alive = create["ensemble"][1]  # it took the writer's adds after the mark below
+    # A bookie that took the writer's adds after the mark below; one the recorded run never
+    # marked lost, if there is one (under load a bookie's session may expire for real).
+    marked = {
+        b
+        for f in repaired.traces.glob("trace-autorecovery-*.jsonl")
+        for x in map(json.loads, f.read_text().splitlines())
+        if x["action"] in MARKS and x.get("ledger") == repaired.closed
+        for b, why in x["replicas"].items()
+        if why == "LOST"
+    }
+    alive = next((b for b in create["ensemble"][1:] if b not in marked), create["ensemble"][1])
 
     def early_mark(lines: Lines) -> Lines:
         if not any(x["action"] == "node_wins_auditor_election" for x in lines):
@@ -182,8 +193,10 @@ def test_a_bookie_cut_off_from_zookeeper_while_it_ran_is_explained(
     assert v.verdict == "explained", v.render()
 
     v = _verdict(_changed(repaired, tmp_path / "never-back", early_mark), repaired.closed)
-    assert v.verdict == "unknown", v.render()
-    assert "worker_verifies_ledger_replicated" in v.reason
+    assert v.verdict != "violation", v.render()
+    if alive not in marked:  # else the run's own loss and repair of it may explain it
+        assert v.verdict == "unknown", v.render()
+        assert "worker_verifies_ledger_replicated" in v.reason
 
 
 def test_a_dedicated_worker_is_unknown(repaired: Repaired, tmp_path: Path) -> None:
