@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from bkref.tracecheck.load import REGISTERED, Line
 from bkref.tracecheck.names import CAS, COPY, HANDLES, LOCK, MARKS, REASONS, RELEASE
 
+EXPIRED = "bookie_loses_session"
+
 
 def named(x: Line) -> list[str]:
     """The bookies an AutoRecovery step names: marked replicas, a worker's own bookie,
@@ -95,4 +97,37 @@ def cut_off(restarts: Mapping[str, list[Line]], mine: dict[str, list[Line]]) -> 
                     at < t < until for t in acts.get(b, [])
                 ):
                     out.setdefault(id(x), set()).add(b)
+    return out
+
+
+def expiries(
+    registrations: list[Line], mine: dict[str, list[Line]], marks_of: Mapping[str, list[Line]]
+) -> dict[int, Line]:
+    """Per registration (the ``id`` of its line) of a bookie that registered again while
+    it ran, with no restart since it last registered and no audit that marked it lost in
+    between, while a worker looked at the ledger: its session expired unseen by the
+    auditor (``bookie_loses_session``, which no node logs). Timed before the first such
+    worker lock that led to a copy of its fragments (that worker saw it lost), else just
+    before it registered again. Unseen by any worker, it changes nothing in the ledger.
+    ``registrations``: a bookie's restarts and registrations in order."""
+    locks: list[tuple[int, str]] = []  # (when a worker took the lock, the bookie it copied)
+    for lines in mine.values():
+        lock: Line | None = None
+        for x in lines:
+            if x.action == LOCK:
+                lock = x
+                locks.append((x.t, ""))
+            elif x.action == COPY and lock is not None:
+                locks.append((lock.t, str(x["lost"])))
+    out: dict[int, Line] = {}
+    prev: Line | None = None
+    for x in registrations:
+        if x.action == REGISTERED and prev is not None and prev.action == REGISTERED:
+            b = str(x["bookie"])
+            looked = [(t, lost) for t, lost in locks if prev.t < t < x.t]
+            if looked and not any(prev.t < decided(m) < x.t for m in marks_of.get(b, [])):
+                seen = [t for t, lost in looked if lost == b]
+                at = min(seen) - 1 if seen else x.t - 1
+                out[id(x)] = Line(x.node, x.seq, max(at, prev.t + 1), EXPIRED, {"bookie": b})
+        prev = x
     return out

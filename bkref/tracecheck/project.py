@@ -37,6 +37,7 @@ from bkref.tracecheck.load import CONNECTED, REGISTERED, REPLACEMENT, STOPPED, L
 from bkref.tracecheck.names import COPY, HANDLES, MARKS, RECEIPTS, RELEASE, TAKEN
 
 Key = tuple[str, str, int]  # (client node, bookie, request id): one request
+FAULTS = frozenset({"crash", "restart", "register", "expire"})  # commute with no step
 
 
 @dataclass
@@ -57,7 +58,7 @@ class Send:
 
 @dataclass(eq=False)
 class Event:
-    kind: str  # step, handle, receipt, crash, restart, register
+    kind: str  # step, handle, receipt, crash, restart, register, expire
     line: Line
     lane: int = -1
     pos: int = -1
@@ -121,7 +122,7 @@ def conflict(x: Event, y: Event) -> bool:
     LAC the read answers), nor an add and a recovery read of the same entry, or of any
     entry if the read fences and the add is the writer's. A restart orders everything.
     """
-    if {"crash", "restart", "register"} & {x.kind, y.kind}:
+    if FAULTS & {x.kind, y.kind}:
         return True
     a, r = (x, y) if x.line.action == "bookie_handles_add" else (y, x)
     if a.line.action != "bookie_handles_add" or r.line.action == "bookie_handles_add":
@@ -151,7 +152,7 @@ def _order_conflicts(taken: list[Event]) -> None:
     reads_at: dict[int, list[Event]] = defaultdict(list)
     for ev in taken:
         base = [] if last is None else [last]
-        if ev.kind in ("crash", "restart", "register"):
+        if ev.kind in FAULTS:
             ev.needs = base + since
             last, since = ev, []
             for index in (adds, lac_fences, fence_reads):
@@ -423,8 +424,11 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     for n in sorted(bookie_nodes | (set(marked_lost) & run.bookies)):
         taken: list[Event] = []
         bookie_id = None
+        expired = autorecovery.expiries(run.restarts[n], mine, marks_of)
         for x in sorted(run.restarts[n] + mine.get(n, []), key=lambda x: x.seq):
-            if x.action == REGISTERED and not x.t > marked_lost.get(str(x["bookie"]), x.t):
+            if id(x) in expired and create.t < x.t:  # after an expiry no audit marked
+                taken.append(Event("expire", expired[id(x)]))
+            elif x.action == REGISTERED and not x.t > marked_lost.get(str(x["bookie"]), x.t):
                 continue
             if x.action == "bookie_restarts":
                 taken.append(Event("crash", _crash_before(run.nodes[n], x)))
@@ -580,10 +584,10 @@ def _config(lt: LedgerTrace, create: Line, sends: dict[Key, Send]) -> Config:
         # neither is logged.
         crashes=restarts + (bookies if autorecovery else 0),
         session_losses=sum(
-            list(e.line["replicas"].values()).count("LOST")
+            list(e.line["replicas"].values()).count("LOST") if e.line.action in MARKS else 1
             for lane in lt.lanes
             for e in lane
-            if e.line.action in MARKS
+            if e.line.action in MARKS or e.kind == "expire"
         ),
         autorecovery=autorecovery,
         workers=bookies if autorecovery else 1,  # worker w runs beside bookie bookies-1-w

@@ -119,6 +119,12 @@ class Replay:
             if t is None:
                 raise NotAllowedError(f"bookie b{b} cannot crash here")
             yield t
+        elif ev.kind == "expire":  # an unmarked session expiry: see autorecovery.expiries
+            b = self.lt.bookies.index(str(ev.line["bookie"]))
+            t = p.bookie_loses_session(self.cfg, s, b) if s.b_up[b] == p.UP else s
+            if t is None:
+                raise NotAllowedError(f"bookie b{b} cannot lose its session here")
+            yield t
         elif ev.kind == "restart":
             yield self._restart(ev, s)
         elif ev.kind == "register":
