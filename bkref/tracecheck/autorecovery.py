@@ -131,3 +131,14 @@ def expiries(
                 out[id(x)] = Line(x.node, x.seq, max(at, prev.t + 1), EXPIRED, {"bookie": b})
         prev = x
     return out
+
+
+def crash_before(lines: list[Line], restart: Line) -> Line:
+    """The crash no node logs before a bookie's ``restart``: after the last line the
+    bookie logged (of any ledger), which times it for the search's first order. A
+    separate step, so that what others did while the bookie was down (a worker copying
+    its fragments away) can come between it and the restart."""
+    i = restart.seq
+    last = lines[i - 1] if 0 < i <= len(lines) and lines[i - 1].seq == i - 1 else None
+    t = last.t + 1 if last is not None else restart.t - 1
+    return Line(restart.node, restart.seq, t, "bookie_crashes", {"bookie": restart["bookie"]})

@@ -183,17 +183,6 @@ def _with(x: Line, **args: object) -> Line:
     return Line(x.node, x.seq, x.t, x.action, x.args | args)
 
 
-def _crash_before(lines: list[Line], restart: Line) -> Line:
-    """The crash no node logs before a bookie's ``restart``: after the last line the
-    bookie logged (of any ledger), which times it for the search's first order. A
-    separate step, so that what others did while the bookie was down (a worker copying
-    its fragments away) can come between it and the restart."""
-    i = restart.seq
-    last = lines[i - 1] if 0 < i <= len(lines) and lines[i - 1].seq == i - 1 else None
-    t = last.t + 1 if last is not None else restart.t - 1
-    return Line(restart.node, restart.seq, t, "bookie_crashes", {"bookie": restart["bookie"]})
-
-
 def _steps(lines: list[Line], ledger: int) -> list[Line]:
     """A client's spec steps for ``ledger``.
 
@@ -431,7 +420,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
             elif x.action == REGISTERED and not x.t > marked_lost.get(str(x["bookie"]), x.t):
                 continue
             if x.action == "bookie_restarts":
-                taken.append(Event("crash", _crash_before(run.nodes[n], x)))
+                taken.append(Event("crash", autorecovery.crash_before(run.nodes[n], x)))
             if x.action in ("bookie_restarts", REGISTERED):
                 bookie_id = bookie_id or str(x["bookie"])
                 ev = Event("restart" if x.action != REGISTERED else "register", x)
@@ -450,6 +439,17 @@ def project(run: Run, ledger: int) -> LedgerTrace:
                 ),
                 None,
             )
+            if (
+                asked is None
+                and x.action == "bookie_handles_add"
+                and any(
+                    c.startswith("autorecovery-")
+                    for c in peers.nodes(bookie_id, str(x["peer"]), x.t)
+                )
+            ):  # a copy whose worker died before logging it: a failed copy's adds
+                lt.stray.setdefault(bookie_id, set()).add(int(x["entry"]))
+                lt.copied_to.add(bookie_id)
+                continue
             if asked is None:
                 lt.unknown = (
                     f"{x.where()} ({x.action}) answered a request of a client that left no "

@@ -332,3 +332,23 @@ def test_a_mark_from_a_scan_older_than_the_worker_s_swap_is_explained(
     traces = _changed(repaired, tmp_path, stale_mark(repaired.lost))
     v = _verdict(traces, repaired.closed)
     assert v.verdict == "explained", v.render()
+
+
+def test_a_worker_killed_in_its_copy_left_adds_like_a_failed_copy_s(
+    repaired: Repaired, tmp_path: Path
+) -> None:
+    """SIGKILLed while copying, a worker never logs the copy (its line names the adds at
+    the end): its target answered adds no logged step sent. They are a failed copy's,
+    which the target may keep (a campaign's kill had one: 'a client that left no trace',
+    then a restart that 'came back with LAC 148', crying wolf before the target counted
+    as copied to)."""
+
+    def killed_in_copy(lines: Lines) -> Lines:
+        for i, x in enumerate(lines):
+            if x["action"] == "worker_copies_fragment" and x["ledger"] == repaired.closed:
+                return lines[:i]
+        return lines
+
+    v = _verdict(_changed(repaired, tmp_path, killed_in_copy), repaired.closed)
+    assert v.verdict != "violation", v.render()
+    assert "left no trace" not in v.reason, v.render()
