@@ -67,7 +67,8 @@ def unknown(mine: dict[str, list[Line]]) -> str:
 def decided(mark: Line) -> int:
     """When an auditor's mark was decided: when its audit read the registered bookies
     (``decided``; a bookie that registers again after it is still marked lost), or
-    when it was logged (a periodic check's mark, traces without the stamp)."""
+    when it was logged (traces without the stamp). A periodic check's marks carry the
+    time it read them too."""
     return int(mark.get("decided") or mark.t)
 
 

@@ -391,6 +391,7 @@ async def check_replicas(
 
     The auditor runs it every ``auditorPeriodicCheckInterval``; ``bkref shell
     checkledgers`` and the campaigns' convergence run it on demand."""
+    viewed = time.monotonic_ns()  # its marks decide by the registrations read now
     registered = {b.bookie_id for b in await asyncio.to_thread(bk.meta.bookies)}
     marked: list[Mark] = []
     for lid in await bk.list_ledgers():
@@ -412,7 +413,7 @@ async def check_replicas(
                 lid,
                 sorted(action.replicas),
             )
-            await _mark(urm, action, tracer, "auditor_checks_ledger_replicas")
+            await _mark(urm, action, tracer, "auditor_checks_ledger_replicas", viewed)
             marked.append(action)
     return marked
 
