@@ -111,23 +111,24 @@ def expiries(
     worker lock that led to a copy of its fragments (that worker saw it lost), else just
     before it registered again. Unseen by any worker, it changes nothing in the ledger.
     ``registrations``: a bookie's restarts and registrations in order."""
-    locks: list[tuple[int, str]] = []  # (when a worker took the lock, the bookie it copied)
+    looks: list[int] = []  # when a worker took a ledger's lock
+    copied: list[tuple[int, str]] = []  # (when, the lost bookie) of a lock that led to a copy
     for lines in mine.values():
         lock: Line | None = None
         for x in lines:
             if x.action == LOCK:
                 lock = x
-                locks.append((x.t, ""))
+                looks.append(x.t)
             elif x.action == COPY and lock is not None:
-                locks.append((lock.t, str(x["lost"])))
+                copied.append((lock.t, str(x["lost"])))
     out: dict[int, Line] = {}
     prev: Line | None = None
     for x in registrations:
         if x.action == REGISTERED and prev is not None and prev.action == REGISTERED:
-            b = str(x["bookie"])
-            looked = [(t, lost) for t, lost in locks if prev.t < t < x.t]
-            if looked and not any(prev.t < decided(m) < x.t for m in marks_of.get(b, [])):
-                seen = [t for t, lost in looked if lost == b]
+            b, since, until = str(x["bookie"]), prev.t, x.t
+            looked = any(since < t < until for t in looks)
+            if looked and not any(since < decided(m) < until for m in marks_of.get(b, [])):
+                seen = [t for t, lost in copied if lost == b and since < t < until]
                 at = min(seen) - 1 if seen else x.t - 1
                 out[id(x)] = Line(x.node, x.seq, max(at, prev.t + 1), EXPIRED, {"bookie": b})
         prev = x

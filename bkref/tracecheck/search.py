@@ -160,8 +160,7 @@ class _Search:
         bits = self.need_bits[id(ev)]
         return cur[1] & bits == bits and all(self.done(n, cur) for n in self.need_rest[id(ev)])
 
-    def start(self) -> frozenset[Event]:
-        cur: Cursors = ((0,) * len(self.end[0]), 0)
+    def start(self, cur: Cursors) -> frozenset[Event]:
         return frozenset(lane[0] for lane in self.lanes if lane and self.ready(lane[0], cur))
 
     def candidates(self, cur: Cursors, frontier: frozenset[Event]) -> list[tuple[Event, str]]:
@@ -249,7 +248,7 @@ def search(lt: LedgerTrace, budget: float = 60.0) -> Verdict:
     cur0: Cursors = ((0,) * len(sr.end[0]), 0)
     s0 = p.initial_state(lt.cfg)
     seen: set[tuple[Cursors, State]] = {(cur0, s0)}
-    stack = [sr.expand(cur0, s0, sr.start())]
+    stack = [sr.expand(cur0, s0, sr.start(cur0))]
     end = sr.end
     try:
         while stack:
