@@ -61,6 +61,8 @@ Variable by variable (what is read, from where):
   bookie, expected version + 1), VERIFIED once it emitted ``Verified`` and its
   ``CompleteTask`` is outstanding, RECOVERING while it waits in the phase
   RECOVERING for the recovery it asked for (``StartRecovery``).
+- ``wk_unlocked``: the workers whose core holds a ledger whose lock znode names
+  another node or none (ZooKeeper deleted it: ``worker_loses_lock``).
 - ``rc_requested``: a worker's ``StartRecovery`` was performed (the spec's
   recovery client is then the worker's recovery open, driven step by step).
 - ``au_leads[w]``: the epoch of the vote ``AuditorCore`` leads with, 0 if none;
@@ -283,6 +285,7 @@ def abstract(d: BkrefDriver) -> State:
         cfg.give_ups - d.used[sp.B_GIVE_UP],
         cfg.repair_failures - d.used[sp.B_REPAIR_FAIL],
         cfg.session_losses - d.used[sp.B_SESSION],
+        cfg.lock_losses - d.used[sp.B_LOCK],
     )
     if d.autorecovery is not None:
         s = _autorecovery(d, lids, mask, s)
@@ -334,7 +337,7 @@ def _autorecovery(
         if leader is not None and a.leading and a.epoch == leader.epoch == n.vote:
             holder = n.index
     stale = any(n.auditor.leading and n.auditor.stale for n in ar.nodes)
-    wk = []
+    wk, unlocked = [], 0
     for n in ar.nodes:
         core = n.worker
         locked = d.spec_ledger(core.locked) if core.locked is not None else -1
@@ -350,6 +353,8 @@ def _autorecovery(
             raise ImplementationError(f"worker {n.index} has {nxt} outstanding and no lock")
         tv = core.task_version if core.task_version is not None and locked >= 0 else 0
         wk.append((n.bookie, locked, tv, pending))
+        if locked >= 0 and locks[locked] != n.index:
+            unlocked |= 1 << n.index
     return s._replace(
         meta_task=tuple(tasks),
         meta_lock=tuple(locks),
@@ -358,6 +363,7 @@ def _autorecovery(
         meta_auditor=(max(ar.epochs.values(), default=0), holder),
         wk=tuple(wk),
         wk_seen=(0,) * len(wk),  # not observed: see ``bkref.refine.observe``
+        wk_unlocked=unlocked,
         au_leads=tuple(leads),
         au_stale=1 if stale else 0,
         rc_requested=1 if d.recovery_requested else 0,

@@ -78,7 +78,7 @@ from bkref.impl.core.worker_actions import (
 )
 from bkref.impl.meta import layout
 from bkref.impl.meta.store import MetadataConflictError, NoSuchLedgerError
-from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.meta.underreplication import UnderreplicationManager, lock_path
 from bkref.refine.driver import ImplementationError
 from bkref.spec import protocol as sp
 from bkref.spec.protocol import Label
@@ -105,6 +105,9 @@ class Node:
     auditor: AuditorCore
     outstanding: deque[WorkerAction] = field(default_factory=deque)
     vote: int | None = None  # its election vote's sequence number
+    # Its failure count written into a task another worker at work had read at the same
+    # version (a lost lock's doing): the spec's release with ``record``.
+    recorded: bool = False
 
 
 class AutoRecoveryActors:
@@ -355,10 +358,21 @@ class AutoRecoveryActors:
         a repair slot busy, or the task's delete fails on a ZooKeeper error, so the
         worker lets the lock go: that release is the failed repair."""
         seen = self._turn(w, fail_copies)
-        if fail_copies and seen == (("worker_releases_lock", (w,)),):
+        if fail_copies and len(seen) == 1 and seen[0][0] == "worker_releases_lock":
             self.d.used[sp.B_REPAIR_FAIL] += 1
-            return (("worker_fails_repair", (w,)),)
+            return (("worker_fails_repair", seen[0][1]),)
         return seen
+
+    def worker_loses_lock(self, w: int) -> tuple[Label, ...]:
+        """ZooKeeper deletes the lock of the ledger worker ``w`` works on, as it deletes an
+        expired session's ephemeral nodes; the worker's core is not told."""
+        n = self.nodes[w]
+        lid = n.worker.locked
+        if lid is None or self.urm.lock_holder(lid) != n.node_id:
+            raise CannotDecideError(f"worker {w} holds no lock to lose")
+        self.urm.zk.delete(lock_path(self.urm.root, lid))
+        self.d.used[sp.B_LOCK] += 1
+        return ()
 
     def _turn(self, w: int, fail_copies: bool) -> tuple[Label, ...]:
         n = self.nodes[w]
@@ -421,6 +435,12 @@ class AutoRecoveryActors:
         if isinstance(act, Probe):
             core.on_probe(act, self._verdicts(act), self._tick())
             return None
+        lid = act.fragment.ledger_id if isinstance(act, Copy) else getattr(act, "ledger_id", -1)
+        if isinstance(act, Copy | CasReplica) and self.urm.lock_holder(lid) != n.node_id:
+            # bkref's worker asks before each copy and metadata write (``owns_lock``) and
+            # gives the attempt up; its release is the step the spec sees.
+            core.on_failed(f"ledger {lid}: lost the ledger's lock", self._tick())
+            return None
         if isinstance(act, Copy):
             if fail_copies:
                 core.on_copy_busy()
@@ -465,14 +485,24 @@ class AutoRecoveryActors:
             self._unlock(n, act.ledger_id)
             return (("worker_deletes_task", (w,)),) if act.repaired else ()
         if isinstance(act, RecordFailure):
+            shared = any(
+                m is not n
+                and m.worker.locked == act.ledger_id
+                and m.worker.task_version == act.version
+                for m in self.nodes
+            )
             self.urm.record_failure(act.ledger_id, act.version)
+            after = self.urm.get(act.ledger_id)
+            n.recorded = shared and after is not None and after[1] != act.version
             return None
         if isinstance(act, Defer):
             return None
         if isinstance(act, Unlock):
             attempted = core.task is not None  # else the task was gone under the lock
+            args = (w, 1) if n.recorded else (w,)
+            n.recorded = False
             self._unlock(n, act.ledger_id)
-            return (("worker_releases_lock", (w,)),) if attempted else ()
+            return (("worker_releases_lock", args),) if attempted else ()
         if isinstance(act, StartRecovery):
             if d.spec_ledger(act.ledger_id) != d._cfg().writer_ledger:
                 raise ImplementationError(f"worker {w} fences ledger {act.ledger_id}, not open")
@@ -497,7 +527,10 @@ class AutoRecoveryActors:
         return lac
 
     def _unlock(self, n: Node, ledger_id: int) -> None:
-        self.urm.unlock(ledger_id)
+        # The nodes share one ZooKeeper session here; bkref's unlock deletes only the lock
+        # its own session holds, never the one a worker took after this one lost it.
+        if self.urm.lock_holder(ledger_id) == n.node_id:
+            self.urm.unlock(ledger_id)
         n.worker.on_unlocked(self._tick())
 
     def _copy(self, act: Copy) -> tuple[int, int]:

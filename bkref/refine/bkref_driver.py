@@ -136,7 +136,7 @@ class BkrefDriver:
         self.recovery_requested = False  # a worker asked for the ledger's recovery
         self.writer_cas: WriteMetadata | None = None  # the ensemble-change CAS in flight
         self.inflight: list[InFlight] = []
-        self.used = [0] * (sp.B_SESSION + 1)  # faults injected, per budget slot
+        self.used = [0] * (sp.B_LOCK + 1)  # faults injected, per budget slot
         if cfg.writer and (cfg.writer_ledger_created or cfg.two_segments):
             self._existing_writer()
         self.autorecovery: AutoRecoveryActors | None = None
@@ -285,7 +285,7 @@ class BkrefDriver:
         name, args = label
         ar = self.autorecovery
         try:
-            if name.startswith("worker_") and ar is not None:
+            if name.startswith("worker_") and name != "worker_loses_lock" and ar is not None:
                 # A worker decides for itself: the step asked for is its turn.
                 w, fail = int(str(args[0])), name == "worker_fails_repair"
                 return Performed(decided=ar.worker_turn(w, fail_copies=fail))

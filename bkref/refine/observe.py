@@ -26,8 +26,10 @@ guard or an invariant reads and forgets the rest:
    guard compares versions only by equality (a worker's delete succeeds when the
    task is still at the version it read under its lock), so a task keeps only
    the set of bookies it names, at version 0, and a worker's version becomes 0
-   if it is the task's current one, 1 if not (so projecting twice changes
-   nothing).
+   if it is the task's current one, 1 if not or if the task is gone (another
+   worker deleted it while this one had lost its lock: no guard reads a version
+   of a deleted task, and ZooKeeper has none), so projecting twice changes
+   nothing.
 7. ``au_missed``, a ghost (history) variable of the spec with no counterpart in
    an implementation: which ledgers a metadata write gave a bookie already
    down after the last audit. It decides only when the spec lets the periodic
@@ -79,7 +81,10 @@ def project(cfg: Config, s: State) -> State:
             acks[e] &= ws
             sent[e] &= ws
     rc = tuple(_project_recovery(cfg, Recovery._make(r)) for r in s.rc)
-    wk = tuple((b, lg, int(lg >= 0 and tv != s.meta_task[lg][0]), p) for b, lg, tv, p in s.wk)
+    wk = tuple(
+        (b, lg, int(lg >= 0 and (tv != s.meta_task[lg][0] or not s.meta_task[lg][1])), p)
+        for b, lg, tv, p in s.wk
+    )
     return s._replace(
         meta_task=tuple((0, lost) for _v, lost in s.meta_task),
         wk=wk,

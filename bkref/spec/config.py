@@ -91,6 +91,11 @@ MUTANTS: dict[str, str] = {
         "a replication worker takes a ledger without checking that another worker "
         "holds its lock, so two workers repair the same ledger at once"
     ),
+    "release-deletes-any-lock": (
+        "a replication worker that lost its ledger's lock (its ZooKeeper session expired) "
+        "deletes the lock znode at any version when it lets the ledger go, dropping the "
+        "lock the next worker holds, as BookKeeper's releaseUnderreplicatedLedger does"
+    ),
     "auditor-without-election": (
         "a node starts auditing without winning the election (it does not create the "
         "leader znode), beside the elected auditor"
@@ -166,6 +171,9 @@ class Config:
     # ZooKeeper sessions of running bookies that may expire (``protocol.bookie_loses_session``):
     # the bookie serves on, unregistered, until it registers again.
     session_losses: int = 0
+    # Locks of replication workers that ZooKeeper may drop (``protocol.worker_loses_lock``):
+    # the worker's session expired or its process died, and another may take the ledger.
+    lock_losses: int = 0
     mutants: frozenset[str] = field(default_factory=frozenset)
     # Invariants that do not hold under this config's faults (e.g. Aq replicas
     # once disks may be wiped); the checker skips them and says so.
@@ -231,6 +239,7 @@ class Config:
             (self.give_ups, "recovery give-up(s)"),
             (self.repair_failures, "failed repair(s)"),
             (self.session_losses, "bookie session loss(es)"),
+            (self.lock_losses, "worker lock loss(es)"),
         ):
             if n:
                 parts.append(f"{n} {what}")

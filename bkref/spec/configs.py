@@ -174,6 +174,22 @@ CONFIGS: dict[str, Config] = {
         ),
         replace(
             _C,
+            name="c-lock",
+            bookies=5,
+            writer=False,
+            workers=2,
+            repair_failures=1,
+            lock_losses=1,
+            # Five bookies: both workers' bookies are outside the ensemble, so both can copy
+            # the lost fragment. 4,756 states (two crashes: 670,718).
+            description="a worker's lock dropped by ZooKeeper (its session expired, its "
+            "process died) while it repairs the closed ledger: the other worker takes the "
+            "ledger beside it, both copy the lost bookie's fragment, the second swap is "
+            "dropped, and the first one's release must leave the second one's lock; a "
+            "failed repair",
+        ),
+        replace(
+            _C,
             name="live-check",
             writer_ledger_created=True,
             first_entry_confirmed=False,
@@ -447,6 +463,13 @@ MUTANT_CONFIGS: dict[str, Config] = {
     ),
     "recovery-close-undoes-swap": _MERGE,
     "worker-skips-ledger-lock": _TWO_WORKERS,
+    "release-deletes-any-lock": replace(
+        _TWO_WORKERS,
+        name="m-lock-loss",
+        lock_losses=1,
+        description="a closed ledger, one bookie crash, two workers (each an auditor "
+        "candidate), one worker's lock dropped by ZooKeeper",
+    ),
     "auditor-without-election": _TWO_WORKERS,
     "audit-marks-only-its-earlier-scan": CONFIGS["c-short"],
     "auditor-acts-after-session-loss": replace(

@@ -65,6 +65,8 @@ def TypeOK(cfg: Config, s: State) -> bool:
         and 0 <= s.w_next <= k
         and all(c >= 0 for c in s.budget)
         and all(-1 <= lk < len(s.wk) for lk in s.meta_lock)
+        and all(s.wk[w][1] >= 0 for w in range(len(s.wk)) if s.wk_unlocked >> w & 1)
+        and s.wk_unlocked >> len(s.wk) == 0
     )
 
 
@@ -241,13 +243,18 @@ def repair_quiescent(cfg: Config, s: State) -> bool:
     Enabled, an auditor elected that has audited since the last change of
     bookie registrations, no ledger left for its periodic bookie check (the
     ghost ``au_missed``: a metadata write named a bookie already down after the
-    last audit), no under-replication task and no lock outstanding.
+    last audit), no under-replication task, no lock outstanding and no worker at work
+    (one whose lock ZooKeeper dropped may still have a swap to write).
     """
     if not cfg.autorecovery or not s.meta_autorecovery or auditor_node(s) < 0:
         return False
     if s.au_stale or s.au_missed:
         return False
-    return all(lost == 0 for _v, lost in s.meta_task) and all(lk < 0 for lk in s.meta_lock)
+    return (
+        all(lost == 0 for _v, lost in s.meta_task)
+        and all(lk < 0 for lk in s.meta_lock)
+        and all(lg < 0 for _b, lg, _v, _p in s.wk)
+    )
 
 
 def AllClosedLedgersRepairedWhenQuiescent(cfg: Config, s: State) -> bool:
@@ -341,13 +348,19 @@ def NoLostMetadataUpdate(cfg: Config, s: State) -> bool:
 
 
 def AtMostOneWorkerHoldsLedgerLock(cfg: Config, s: State) -> bool:
-    """No two workers work on the same ledger, and a worker at work holds its lock.
+    """No two workers work on the same ledger under its lock, and a worker at work holds
+    its lock unless ZooKeeper dropped it (``worker_loses_lock``).
 
-    A violation means two workers could copy and swap the same segment
-    concurrently, each undoing the other's ensemble.
+    A violation means a worker took a lock another held (two then copy and swap
+    the same segment at once with no session lost), or a release deleted a lock
+    its worker no longer held, letting a third worker in beside the holder.
     """
     for ledger, holder in enumerate(s.meta_lock):
-        working = [w for w, (_b, lg, _v, _p) in enumerate(s.wk) if lg == ledger]
+        working = [
+            w
+            for w, (_b, lg, _v, _p) in enumerate(s.wk)
+            if lg == ledger and not s.wk_unlocked >> w & 1
+        ]
         if len(working) > 1 or (working and working != [holder]):
             return False
     return True

@@ -105,7 +105,8 @@ MSG_NAMES = ("add", "fence_lac_read", "recovery_read")
 ORPHAN = -1
 
 # Budget slots.
-B_LOSS, B_DUP, B_CRASH, B_WIPE, B_ELECT, B_TOGGLE, B_GIVE_UP, B_REPAIR_FAIL, B_SESSION = range(9)
+B_LOSS, B_DUP, B_CRASH, B_WIPE, B_ELECT, B_TOGGLE, B_GIVE_UP, B_REPAIR_FAIL = range(8)
+B_SESSION, B_LOCK = 8, 9
 
 Segment = tuple[int, tuple[int, ...]]  # (first entry id, ensemble of bookie indices)
 Segments = tuple[Segment, ...]
@@ -205,6 +206,9 @@ class State(NamedTuple):
     # without a lock): its checker's view, which it copies from even where a bookie came
     # back since (``worker_copies_fragment``).
     wk_seen: tuple[int, ...]
+    # Ghost (history), workers (mask) at work on a ledger whose lock ZooKeeper dropped
+    # (``worker_loses_lock``): each goes on unaware until it lets the ledger go.
+    wk_unlocked: int
     # --- auditor candidates (one per worker node): epoch it believes it leads, 0 none
     au_leads: tuple[int, ...]
     au_stale: int  # 1 when bookie registrations changed since the auditor's last audit
@@ -216,7 +220,7 @@ class State(NamedTuple):
     # --- network and environment
     msgs: tuple[Msg, ...]  # messages in flight, a sorted multiset
     # losses, duplicates, crashes, wipes, elections, disables, recovery give-ups, failed
-    # repairs and bookie session losses left
+    # repairs, bookie session losses and worker lock losses left
     budget: tuple[int, ...]
 
 
@@ -509,6 +513,7 @@ def initial_state(cfg: Config) -> State:
         rd=((RD_NONE, -1, 0, 0),) * cfg.readers,
         wk=wk,
         wk_seen=(0,) * len(wk),
+        wk_unlocked=0,
         au_leads=au_leads,
         au_stale=0,
         au_missed=0,
@@ -523,6 +528,7 @@ def initial_state(cfg: Config) -> State:
             cfg.give_ups,
             cfg.repair_failures,
             cfg.session_losses,
+            cfg.lock_losses,
         ),
     )
 
@@ -1784,9 +1790,18 @@ def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int, lost: int = 
     With several bookies of the segment to repair, the model checker copies
     the first one's fragment (``lost`` = -1), a reduction: each is copied in
     turn, alike; a replayed trace (``bkref.tracecheck``) names the one it copied.
+
+    A worker whose lock ZooKeeper dropped (``worker_loses_lock``) copies no more:
+    bkref's worker asks whether it owns the lock before each copy and each metadata
+    write, so only a copy made before the loss may still become a swap (a copy under
+    way when the session expired leaves its entries on the target, named by no
+    metadata, as a failed copy's). Without that, two workers that each saw the other's
+    bookie lost would swap each other in and out for ever. BookKeeper's worker
+    (``ReplicationWorker.rereplicate``, apache/bookkeeper 9590a97f) does not ask, but
+    copies each fragment of the plan it made at the lock once.
     """
     bookie, ledger, tv, _pending = s.wk[w]
-    if not _worker_ready(s, w) or s.b_up[bookie] not in SERVING:
+    if not _worker_ready(s, w) or s.b_up[bookie] not in SERVING or s.wk_unlocked >> w & 1:
         return None
     if not segment_is_closed(s, ledger, idx) and (
         "repair-open-segment-without-fence" not in cfg.mutants or s.meta_status[ledger] == NONE
@@ -1855,11 +1870,11 @@ def worker_updates_segment_ensemble(cfg: Config, s: State, w: int) -> State | No
     segs = s.meta_segments[ledger]
     first, ens = segs[idx]
     if lost not in ens or bookie in ens:
-        # unreachable: the worker holds the ledger's lock from its copy to this CAS, and only
-        # the lock holder changes a closed segment: the writer's ensemble change and a
-        # recovery's close rewrite only the segment that was last when they began, which a copy
-        # never touches (it was not closed). Only a second worker without the lock could (the
-        # mutant worker-skips-ledger-lock, whose check stops at the double lock first).
+        # Another worker's swap landed since the copy: only a worker that took the lock
+        # after this one lost it (worker_loses_lock) or took it beside it (the mutant
+        # worker-skips-ledger-lock) changes a closed segment; the writer's ensemble change
+        # and a recovery's close rewrite only the segment that was last when they began,
+        # which a copy never touches (it was not closed).
         return s._replace(wk=wk)
     new_segs = set_at(segs, idx, (first, tuple(bookie if b == lost else b for b in ens)))
     rerepl = with_swap(s.meta_rereplicated[ledger], idx, bookie, lost)
@@ -1944,22 +1959,16 @@ def worker_deletes_task(cfg: Config, s: State, w: int) -> State | None:
     auditor recorded a new loss since, the delete fails and the task stays
     (the mutant ``delete-task-without-version-check`` deletes anyway).
     """
-    bookie, ledger, tv, pending = s.wk[w]
+    _bookie, ledger, tv, pending = s.wk[w]
     if pending != VERIFIED:
         return None
     version, _lost = s.meta_task[ledger]
-    tasks = s.meta_task
     if version == tv or "delete-task-without-version-check" in cfg.mutants:
-        tasks = set_at(tasks, ledger, (version, 0))
-    return s._replace(
-        meta_task=tasks,
-        meta_lock=set_at(s.meta_lock, ledger, -1),
-        wk=set_at(s.wk, w, (bookie, -1, 0, None)),
-        wk_seen=set_at(s.wk_seen, w, 0),
-    )
+        s = s._replace(meta_task=set_at(s.meta_task, ledger, (version, 0)))
+    return _lets_go(cfg, s, w)
 
 
-def worker_releases_lock(cfg: Config, s: State, w: int) -> State | None:
+def worker_releases_lock(cfg: Config, s: State, w: int, record: int = 0) -> State | None:
     """The worker cannot repair the ledger now (no target, no source), or waits for its
     open last segment to close: it lets the lock go.
 
@@ -1974,8 +1983,15 @@ def worker_releases_lock(cfg: Config, s: State, w: int) -> State | None:
     own bookie the task lists may decline to copy to it (bkref's placement never
     targets a bookie known to miss entries; BookKeeper's worker copies to its
     local bookie regardless): the spec allows both.
+
+    A worker whose lock ZooKeeper dropped (``worker_loses_lock``) may let go at any
+    point: bkref's worker asks whether it still owns the lock before each copy and
+    metadata write and gives the attempt up when not, a pending copy's CAS included. With ``record``
+    (see ``_lets_go``) the release also counts a failed attempt in the task.
     """
     bookie, ledger, _tv, _pending = s.wk[w]
+    if ledger >= 0 and s.wk_unlocked >> w & 1:
+        return _lets_go(cfg, s, w, record)
     if not _worker_ready(s, w):
         return None
     declines = bool(s.meta_task[ledger][1] & bit(bookie))  # see the docstring
@@ -1987,14 +2003,10 @@ def worker_releases_lock(cfg: Config, s: State, w: int) -> State | None:
         or worker_verifies_ledger_replicated(cfg, s, w) is not None
     ):
         return None
-    return s._replace(
-        meta_lock=set_at(s.meta_lock, ledger, -1),
-        wk=set_at(s.wk, w, (bookie, -1, 0, None)),
-        wk_seen=set_at(s.wk_seen, w, 0),
-    )
+    return _lets_go(cfg, s, w, record)
 
 
-def worker_fails_repair(cfg: Config, s: State, w: int) -> State | None:
+def worker_fails_repair(cfg: Config, s: State, w: int, record: int = 0) -> State | None:
     """A copy the worker needs fails, and it lets the lock go with fragments left.
 
     Key points: BookKeeper's worker (``ReplicationWorker.rereplicate``, apache/bookkeeper
@@ -2010,7 +2022,7 @@ def worker_fails_repair(cfg: Config, s: State, w: int) -> State | None:
     where the worker would copy or has verified the ledger (elsewhere
     ``worker_releases_lock`` is the same step).
     """
-    bookie, ledger, _tv, pending = s.wk[w]
+    _bookie, ledger, _tv, pending = s.wk[w]
     if s.budget[B_REPAIR_FAIL] == 0 or ledger < 0:
         return None
     if pending != VERIFIED and (
@@ -2021,11 +2033,74 @@ def worker_fails_repair(cfg: Config, s: State, w: int) -> State | None:
         )
     ):
         return None
+    return _lets_go(cfg, s, w, record)._replace(
+        budget=set_at(s.budget, B_REPAIR_FAIL, s.budget[B_REPAIR_FAIL] - 1)
+    )
+
+
+def _lets_go(cfg: Config, s: State, w: int, record: int = 0) -> State:
+    """``s`` with worker ``w`` idle again and the lock of its ledger released: deleted
+    only while it is ``w``'s own. bkref's ``unlock`` deletes the znode only if its
+    session owns it, never the lock another worker took after ``w`` lost its own (the
+    mutant ``release-deletes-any-lock`` deletes it anyway, as BookKeeper's
+    ``ZkLedgerUnderreplicationManager.releaseUnderreplicatedLedger`` does, at any
+    version; apache/bookkeeper 9590a97f).
+
+    With ``record``, the worker also counts its failed attempt in the task, as bkref's
+    ``record_failure`` does: a write at the task version it read, which bumps that
+    version. Only another worker at work on the ledger, with a read of the same version,
+    can tell (its delete then fails), and that takes a lost lock; ``next_states``
+    offers it only then (``shares_task``)."""
+    bookie, ledger, tv, _pending = s.wk[w]
+    if record and s.meta_task[ledger][0] == tv and s.meta_task[ledger][1]:
+        version, lost = s.meta_task[ledger]
+        s = s._replace(meta_task=set_at(s.meta_task, ledger, (version + 1, lost)))
+    locks = s.meta_lock
+    if locks[ledger] == w or "release-deletes-any-lock" in cfg.mutants:
+        locks = set_at(locks, ledger, -1)
     return s._replace(
-        meta_lock=set_at(s.meta_lock, ledger, -1),
+        meta_lock=locks,
         wk=set_at(s.wk, w, (bookie, -1, 0, None)),
         wk_seen=set_at(s.wk_seen, w, 0),
-        budget=set_at(s.budget, B_REPAIR_FAIL, s.budget[B_REPAIR_FAIL] - 1),
+        wk_unlocked=s.wk_unlocked & ~bit(w),
+    )
+
+
+def shares_task(s: State, w: int) -> bool:
+    """Another worker works on ``w``'s ledger with a read of the task version ``w`` read,
+    and the task is still there at that version."""
+    _b, ledger, tv, _p = s.wk[w]
+    return (
+        s.meta_task[ledger][0] == tv
+        and s.meta_task[ledger][1] != 0
+        and any(v != w and lg == ledger and vtv == tv for v, (_b2, lg, vtv, _p2) in enumerate(s.wk))
+    )
+
+
+def worker_loses_lock(cfg: Config, s: State, w: int) -> State | None:
+    """ZooKeeper drops the lock of the ledger worker ``w`` works on: its session expired
+    (a long pause, a partition from ZooKeeper alone) or its process died.
+
+    Key points: the lock is an ephemeral znode, and another worker may take it
+    now. The worker keeps its state and goes on unaware (a dead one never acts
+    again, one of the orders this allows) until it lets the ledger go
+    (``worker_releases_lock``). bkref's worker asks ZooKeeper whether it still owns
+    the lock before each copy and metadata write, but the answer can be stale when
+    the CAS lands, and BookKeeper's worker does not ask: the swap of a copy made
+    before the loss, a check and the versioned task delete may still land (it copies
+    no more: ``worker_copies_fragment``). What keeps the ledger safe is the versioned
+    CAS, not the lock: a swap whose lost bookie another swap replaced is dropped
+    (``worker_updates_segment_ensemble``). An environment step, bounded by
+    ``cfg.lock_losses``.
+    """
+    ledger = s.wk[w][1]
+    if ledger < 0 or s.meta_lock[ledger] != w or s.budget[B_LOCK] == 0:
+        # unreachable: next_states offers it only to a lock holder while one is left.
+        return None
+    return s._replace(
+        meta_lock=set_at(s.meta_lock, ledger, -1),
+        wk_unlocked=s.wk_unlocked | bit(w),
+        budget=set_at(s.budget, B_LOCK, s.budget[B_LOCK] - 1),
     )
 
 
@@ -2386,6 +2461,11 @@ def next_states(cfg: Config, s: State) -> list[Step]:
             emit(worker_deletes_task, w)
             emit(worker_releases_lock, w)
             emit(worker_fails_repair, w)
+            if s.wk_unlocked and shares_task(s, w):
+                emit(worker_releases_lock, w, 1)
+                emit(worker_fails_repair, w, 1)
+            if s.budget[B_LOCK] and s.meta_lock[ledger] == w:
+                emit(worker_loses_lock, w)
         emit(operator_disables_autorecovery)
         emit(operator_enables_autorecovery)
     return out
@@ -2462,6 +2542,7 @@ ACTIONS: tuple[Callable[..., State | None], ...] = (
     worker_deletes_task,
     worker_releases_lock,
     worker_fails_repair,
+    worker_loses_lock,
     operator_disables_autorecovery,
     operator_enables_autorecovery,
 )

@@ -92,6 +92,7 @@ def describe(s: State) -> dict[str, str]:
         out[f"worker{w}"] = f"on b{bookie}, " + (
             f"L{ledger} task v{tv} {_pending(pending)}"
             + (f" saw lost {_bookies(seen)}" if seen else "")
+            + (" (its lock lost)" if s.wk_unlocked >> w & 1 else "")
             if ledger >= 0
             else "idle"
         )

@@ -29,6 +29,7 @@ CAUGHT_BY = {
     "ensemble-change-undoes-swap": "NoLostMetadataUpdate",
     "recovery-close-undoes-swap": "NoLostMetadataUpdate",
     "worker-skips-ledger-lock": "AtMostOneWorkerHoldsLedgerLock",
+    "release-deletes-any-lock": "AtMostOneWorkerHoldsLedgerLock",
     "auditor-without-election": "OneAuditorPerElectionEpoch",
     "auditor-acts-after-session-loss": "OneAuditorPerElectionEpoch",
     "audit-marks-only-its-earlier-scan": "AllClosedLedgersRepairedWhenQuiescent",

@@ -166,14 +166,21 @@ async def perform_repair_step(
     the entries and bytes it copied.
 
     ``slots(bookies)`` returns the held repair slots of those bookies as an exit stack,
-    or None when one of them has no free slot. ``owns_lock`` is asked before each
-    metadata write: a worker whose ZooKeeper session expired no longer holds the
-    ledger's lock and must not write. Errors (a copy that cannot be made, the lock
-    lost, the ledger deleted) are raised, not reported.
+    or None when one of them has no free slot. ``owns_lock`` is asked before each copy
+    and each metadata write: a worker whose ZooKeeper session expired no longer holds
+    the ledger's lock, and another worker may be repairing the ledger. It must not
+    write the metadata, and copies no more: a copy it could never swap in only loads
+    the bookies (and two workers that each saw the other's bookie lost would otherwise
+    keep swapping each other's replicas in and out). Errors (a copy that cannot be
+    made, the lock lost, the ledger deleted) are raised, not reported.
 
     With a ``tracer``, a copy and a metadata write are logged as the spec's
     ``worker_copies_fragment`` (the adds sent, and whether the copy completed) and
     ``worker_updates_segment_ensemble`` (written or in conflict)."""
+    held = owns_lock is None or not isinstance(action, Copy | CasReplica)
+    if not held and owns_lock is not None and not await asyncio.to_thread(owns_lock):
+        lid = action.fragment.ledger_id if isinstance(action, Copy) else action.ledger_id
+        raise RepairError(f"ledger {lid}: lost the ledger's lock (session expired?)")
     if isinstance(action, Copy):
         guard = await slots(list(action.involved)) if slots is not None else AsyncExitStack()
         if guard is None:
@@ -200,8 +207,6 @@ async def perform_repair_step(
         return entries, nbytes
     if isinstance(action, CasReplica):
         lid = action.ledger_id
-        if owns_lock is not None and not await asyncio.to_thread(owns_lock):
-            raise RepairError(f"ledger {lid}: lost the ledger's lock (session expired?)")
 
         def cas() -> int:
             # Written and logged in one thread: a repair cancelled meanwhile (its time

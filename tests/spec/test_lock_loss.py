@@ -1,0 +1,103 @@
+"""A worker's lock dropped by ZooKeeper (``worker_loses_lock``): the spec step and what a
+worker that lost its lock may still do, on every reachable state of ``c-lock``, the one
+config that budgets it."""
+
+from __future__ import annotations
+
+import pytest
+
+from bkref.spec.checker import check
+from bkref.spec.configs import NAMED
+from bkref.spec.invariants import AtMostOneWorkerHoldsLedgerLock
+from bkref.spec.protocol import (
+    B_LOCK,
+    State,
+    worker_copies_fragment,
+    worker_loses_lock,
+    worker_releases_lock,
+)
+from tests.spec.test_open_ledgers import Step, _steps
+
+CFG = NAMED["c-lock"]
+
+
+@pytest.fixture(scope="module")
+def steps() -> list[Step]:
+    return list(_steps(CFG))
+
+
+def _unlocked(s: State, w: int) -> bool:
+    return bool(s.wk_unlocked >> w & 1)
+
+
+def test_a_lost_lock_frees_the_ledger_and_keeps_the_worker_at_work(steps: list[Step]) -> None:
+    losses = [(s, int(str(a[0])), t) for s, (name, a), t in steps if name == "worker_loses_lock"]
+    assert losses
+    for s, w, t in losses:
+        ledger = s.wk[w][1]
+        assert s.meta_lock[ledger] == w
+        assert not _unlocked(s, w)
+        assert t.meta_lock[ledger] == -1
+        assert t.wk == s.wk
+        assert t.wk_seen == s.wk_seen
+        assert _unlocked(t, w)
+        assert t.budget[B_LOCK] == s.budget[B_LOCK] - 1
+    # Only a holder loses a lock, and only while the budget lasts.
+    for s, _label, _t in steps:
+        for w in range(len(s.wk)):
+            holds = s.wk[w][1] >= 0 and s.meta_lock[s.wk[w][1]] == w
+            if not holds or not s.budget[B_LOCK]:
+                assert worker_loses_lock(CFG, s, w) is None
+
+
+def test_another_worker_takes_the_ledger_and_the_first_release_leaves_its_lock(
+    steps: list[Step],
+) -> None:
+    beside = [
+        (s, t)
+        for s, (name, a), t in steps
+        if name == "worker_acquires_ledger_lock"
+        and any(_unlocked(s, v) and s.wk[v][1] == a[1] for v in range(len(s.wk)))
+    ]
+    assert beside, "no worker took a ledger another one still worked on"
+    releases = 0
+    for s, (name, a), t in steps:
+        if name not in ("worker_releases_lock", "worker_deletes_task", "worker_fails_repair"):
+            continue
+        w = int(str(a[0]))
+        ledger = s.wk[w][1]
+        assert t.wk[w][1] == -1
+        assert not _unlocked(t, w)
+        if _unlocked(s, w):
+            releases += 1
+            assert t.meta_lock[ledger] == s.meta_lock[ledger]  # not its lock to delete
+        else:
+            assert t.meta_lock[ledger] == -1
+    assert releases
+    assert all(AtMostOneWorkerHoldsLedgerLock(CFG, t) for _s, _label, t in steps)
+
+
+def test_a_worker_that_lost_its_lock_copies_no_more_but_may_write_its_copied_swap(
+    steps: list[Step],
+) -> None:
+    swaps = dropped = 0
+    for s, (name, a), t in steps:
+        w = int(str(a[0])) if name.startswith("worker_") else -1
+        if w < 0 or not _unlocked(s, w):
+            continue
+        ledger = s.wk[w][1]
+        segments = range(len(s.meta_segments[ledger]))
+        assert all(worker_copies_fragment(CFG, s, w, i) is None for i in segments)
+        assert worker_releases_lock(CFG, s, w) is not None  # it may let go at any point
+        if name == "worker_updates_segment_ensemble":
+            if t.meta_segments[ledger] != s.meta_segments[ledger]:
+                swaps += 1
+            else:  # the other worker's swap replaced its lost bookie first
+                dropped += 1
+    assert swaps
+    assert dropped
+
+
+def test_the_mutant_that_deletes_any_lock_is_caught_on_c_lock() -> None:
+    r = check(CFG.with_mutant("release-deletes-any-lock"))
+    assert r.violation == "AtMostOneWorkerHoldsLedgerLock"
