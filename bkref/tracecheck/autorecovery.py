@@ -10,6 +10,10 @@ from bkref.tracecheck.load import REGISTERED, Line
 from bkref.tracecheck.names import CAS, COPY, HANDLES, LOCK, MARKS, REASONS, RELEASE
 
 EXPIRED = "bookie_loses_session"
+LOCK_LOST = "worker_loses_lock"
+DELETE = "worker_deletes_task"
+# Why a worker logs a release whose metadata write its lock check refused.
+REFUSED_UNLOCKED = "lost the ledger's lock"
 
 
 def named(x: Line) -> list[str]:
@@ -144,3 +148,88 @@ def crash_before(lines: list[Line], restart: Line) -> Line:
     last = lines[i - 1] if 0 < i <= len(lines) and lines[i - 1].seq == i - 1 else None
     t = last.t + 1 if last is not None else restart.t - 1
     return Line(restart.node, restart.seq, t, "bookie_crashes", {"bookie": restart["bookie"]})
+
+
+def marks_lost(mine: dict[str, list[Line]]) -> tuple[dict[str, int], dict[str, list[Line]]]:
+    """Per bookie, when an auditor's mark first named it lost (when the mark was decided),
+    and the marks that did."""
+    first: dict[str, int] = {}
+    marks_of: dict[str, list[Line]] = defaultdict(list)
+    for v in mine.values():
+        for x in v:
+            if x.action in MARKS:
+                for b, why in x["replicas"].items():
+                    if why == "LOST":
+                        at = decided(x)
+                        first[b] = min(first.get(b, at), at)
+                        marks_of[b].append(x)
+    return first, marks_of
+
+
+def lock_losses(mine: dict[str, list[Line]]) -> tuple[list[tuple[Line, Line]], list[Line]]:
+    """Add to the workers' lines the lock losses no node logs; returns (step, loss) pairs,
+    each a step that must come after the loss it names, and the copies taken out.
+
+    A ledger's lock is an ephemeral znode. A worker that takes it while another still
+    works on the ledger (no release nor delete logged since that one took it) took it
+    after ZooKeeper dropped the other's: that one's session expired, or its process died
+    (``worker_loses_lock`` just before the new lock). A worker whose release says its
+    metadata write was refused for want of the lock lost it before that release. And a
+    worker process that died at work on the ledger (a later process of the same
+    AutoRecovery node, beside the same bookie, takes it again) let it go when it died:
+    its release, added after its lines, is the spec's step of a worker that lost its
+    lock (its state is gone with it). A copy a worker made after it lost its lock is
+    taken out: its lock check refused the swap, and its adds are a failed copy's."""
+    steps = sorted(
+        ((n, x) for n, v in mine.items() for x in v if x.action.startswith("worker_")),
+        key=lambda nx: nx[1].t,
+    )
+    holder: str | None = None  # the node whose lock the ledger's znode is, as logged
+    at_work: dict[str, str] = {}  # a worker's own bookie -> its process at work
+    inserted: dict[str, list[tuple[Line, Line]]] = defaultdict(list)  # node -> (after, line)
+    last: dict[str, Line] = {}  # a node's last worker step so far
+    out: list[tuple[Line, Line]] = []
+
+    def add(node: str, action: str, before: Line, **args: object) -> Line:
+        prev = last[node]
+        at = max(prev.t + 1, before.t - 1)
+        x = Line(node, prev.seq, at, action, {"ledger": prev.get("ledger"), **args})
+        inserted[node].append((prev, x))
+        last[node] = x
+        return x
+
+    for n, x in steps:
+        own = _own(x)
+        if x.action == LOCK:
+            dead = at_work.get(own)
+            if holder is not None and holder != n:
+                out.append((x, add(holder, LOCK_LOST, x, worker=_own(last[holder]))))
+            if dead is not None and dead != n:
+                out.append((x, add(dead, RELEASE, x, worker=own, why="its process died")))
+            holder, at_work[own] = n, n
+        elif x.action in (RELEASE, DELETE):
+            if holder == n and REFUSED_UNLOCKED in str(x.get("why", "")):
+                add(n, LOCK_LOST, x, worker=own)
+            if holder == n:
+                holder = None
+            at_work.pop(own, None)
+        last[n] = x
+    dropped: list[Line] = []
+    for node, adds in inserted.items():
+        lines = mine[node]
+        for prev, x in adds:
+            lines.insert(lines.index(prev) + 1, x)
+        unlocked, kept = False, []
+        for x in lines:
+            if x.action in (LOCK, LOCK_LOST):
+                unlocked = x.action == LOCK_LOST
+            if x.action == COPY and unlocked:
+                dropped.append(x)
+            else:
+                kept.append(x)
+        lines[:] = kept
+    return out, dropped
+
+
+def _own(x: Line) -> str:
+    return str(x["bookie"] if x.action in (COPY, CAS) else x["worker"])

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from bkref.spec.config import Config
 from bkref.tracecheck import autorecovery
+from bkref.tracecheck.autorecovery import LOCK_LOST
 from bkref.tracecheck.load import CONNECTED, REGISTERED, REPLACEMENT, STOPPED, Line
 from bkref.tracecheck.names import COPY, HANDLES, MARKS, RECEIPTS, RELEASE, TAKEN
 
@@ -322,6 +323,8 @@ def project(run: Run, ledger: int) -> LedgerTrace:
         return lt
     lt.cut_off = autorecovery.cut_off(run.restarts, mine)
     mine = {n: v for n, v in mine.items() if v}
+    after_loss, unlocked_copies = autorecovery.lock_losses(mine)
+    failed += [(x.node, x) for x in unlocked_copies]
     bookie_nodes = {n for n in mine if n in run.bookies}
     creates = [x for n, v in mine.items() for x in v if x.action == "writer_creates_ledger"]
     if len(creates) != 1:
@@ -386,6 +389,9 @@ def project(run: Run, ledger: int) -> LedgerTrace:
                 mark_event[id(x)] = ev
             lane.append(ev)
     lanes.extend(actors.values())
+    event_of = {id(ev.line): ev for lane in lanes for ev in lane}
+    for x, loss in after_loss:
+        event_of[id(x)].needs.append(event_of[id(loss)])
     for n, x in failed:  # their adds answer no spec step; the target may keep them
         for a in x["sends"]:
             key = (n, str(a["bookie"]), int(a["rid"]))
@@ -397,16 +403,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     # A registration matters only after a mark of the bookie as lost (it is back then),
     # counted from when the mark was decided: a bookie that registered again while the
     # auditor read its ledgers is marked lost all the same, and registers after the mark.
-    marked_lost: dict[str, int] = {}
-    marks_of: dict[str, list[Line]] = defaultdict(list)
-    for v in mine.values():
-        for x in v:
-            if x.action in MARKS:
-                for b, why in x["replicas"].items():
-                    if why == "LOST":
-                        at = autorecovery.decided(x)
-                        marked_lost[b] = min(marked_lost.get(b, at), at)
-                        marks_of[b].append(x)
+    marked_lost, marks_of = autorecovery.marks_lost(mine)
     overtaken: list[Event] = []  # registrations a mark decided before them was logged after
     # A bookie marked lost crashes at the mark for the spec, and must come back at its
     # restart or registration even if it took no step of the ledger (its adds timed out).
@@ -594,6 +591,7 @@ def _config(lt: LedgerTrace, create: Line, sends: dict[Key, Send]) -> Config:
         periodic_check="auditor_checks_ledger_replicas" in actions,
         # Any release may be of a repair whose copy failed (a busy slot, no answer).
         repair_failures=sum(1 for lane in lt.lanes for e in lane if e.line.action == RELEASE),
+        lock_losses=sum(1 for lane in lt.lanes for e in lane if e.line.action == LOCK_LOST),
         reduce_dead_requests=False,
         bounded=False,
     )

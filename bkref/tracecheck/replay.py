@@ -249,6 +249,8 @@ class Replay:
             return
         if name.startswith("worker_"):
             yield self._worker(ev, s)
+            if name == RELEASE and str(line.get("why", "")).startswith("failed"):
+                yield from self._recorded(ev, s)
             return
         args: tuple[object, ...] = ()
         if name == "writer_creates_ledger":
@@ -404,7 +406,7 @@ class Replay:
                     f"trace's write replaced b{lost} by b{lt.bookies.index(own)}"
                 )
         elif name == "worker_deletes_task":
-            deleted = s.meta_task[wl][0] == s.wk[w][2]
+            deleted = s.meta_task[wl][0] == s.wk[w][2] and s.meta_task[wl][1] != 0
             if deleted != bool(line["deleted"]):
                 raise NotAllowedError(
                     f"the spec's worker {'deletes' if deleted else 'cannot delete'} the task "
@@ -412,6 +414,17 @@ class Replay:
                     f"{'deleted it' if line['deleted'] else 'did not'}"
                 )
         return t
+
+    def _recorded(self, ev: Event, s: State) -> Iterator[State]:
+        """A failed attempt's release that also counted the failure in the task, at the
+        version another worker at work had read too (after a lost lock): it bumps it."""
+        w = self.cfg.bookies - 1 - self.lt.bookies.index(str(ev.line["worker"]))
+        if s.wk[w][1] >= 0 and p.shares_task(s, w):
+            t = p.worker_releases_lock(self.cfg, s, w, 1) or p.worker_fails_repair(
+                self.cfg, s, w, 1
+            )
+            if t is not None:
+                yield t
 
     def _check_outcome(self, name: str, outcome: str, last: object, s: State, t: State) -> None:
         """The spec's outcome of a metadata write must be the one the trace logged."""

@@ -352,3 +352,71 @@ def test_a_worker_killed_in_its_copy_left_adds_like_a_failed_copy_s(
     v = _verdict(_changed(repaired, tmp_path, killed_in_copy), repaired.closed)
     assert v.verdict != "violation", v.render()
     assert "left no trace" not in v.reason, v.render()
+
+
+def _lock_taken_beside(repaired: Repaired, tmp_path: Path, before: str) -> Path:
+    """The run's traces where a second worker took the closed ledger's lock while the first
+    worked on it, just before the first one's ``before`` step (ZooKeeper had dropped the
+    first one's lock with its session), verified the ledger once the first one's swap
+    had landed, and let it go (its delete failed)."""
+    mine = [
+        json.loads(x)
+        for f in sorted(repaired.traces.glob("trace-autorecovery-*.jsonl"))
+        for x in f.read_text().splitlines()
+    ]
+    steps = [x for x in mine if x.get("ledger") == repaired.closed]
+    cas = next(x for x in steps if x["action"] == "worker_updates_segment_ensemble")
+    mine_ = [x for x in steps if x["node"] == cas["node"] and x["t"] <= cas["t"]]
+    lock = [x for x in mine_ if x["action"] == "worker_acquires_ledger_lock"][-1]
+    at = next(x["t"] for x in mine_ if x["t"] > lock["t"] and x["action"] == before) - 1
+    # A node whose own attempts at the ledger (deferred ones) all ended before that lock.
+    other = next(
+        n
+        for n in sorted({x["node"] for x in mine} - {cas["node"]})
+        if all(x["t"] < lock["t"] for x in steps if x["node"] == n)
+    )
+    own = other.removeprefix("autorecovery-").rsplit("-", 1)[0]
+    x = {"node": other, "ledger": repaired.closed, "worker": own}
+    beside = [
+        {**x, "t": at, "action": "worker_acquires_ledger_lock", "bookie": own, "version": 0},
+        {**x, "t": cas["t"] + 1, "action": "worker_verifies_ledger_replicated"},
+        {**x, "t": cas["t"] + 2, "action": "worker_releases_lock", "why": "failed: delete"},
+    ]
+
+    def change(lines: Lines) -> Lines:
+        if not lines or lines[0]["node"] != other:
+            return lines
+        return sorted(lines + beside, key=lambda y: int(y["t"]))
+
+    return _changed(repaired, tmp_path, change)
+
+
+def test_a_worker_that_lost_its_lock_may_still_write_the_swap_it_had_copied(
+    repaired: Repaired, tmp_path: Path
+) -> None:
+    """A worker whose lock ZooKeeper dropped after its copy (its session expired) while
+    another took the ledger: its lock check had passed, and its swap lands beside the
+    other's attempt (the spec's ``worker_loses_lock``, placed before the other's lock)."""
+    traces = _lock_taken_beside(repaired, tmp_path, "worker_updates_segment_ensemble")
+    v = _verdict(traces, repaired.closed)
+    assert v.verdict == "explained", v.render()
+    lt = project(Run(read_dir(traces)), repaired.closed)
+    events = [e for lane in lt.lanes for e in lane]
+    (loss,) = [e for e in events if e.line.action == "worker_loses_lock"]
+    (lock,) = [e for e in events if loss in e.needs]
+    assert lock.line.action == "worker_acquires_ledger_lock"
+    assert lock.line.node != loss.line.node
+    assert [e.line.action for e in lt.lanes[loss.lane][loss.pos + 1 :]][:1] == [
+        "worker_updates_segment_ensemble"
+    ]
+
+
+def test_a_swap_whose_copy_came_after_the_lock_was_lost_is_a_violation(
+    repaired: Repaired, tmp_path: Path
+) -> None:
+    """bkref's worker asks whether it still owns the lock before each metadata write: a
+    copy made after another worker took the lock never becomes a swap."""
+    traces = _lock_taken_beside(repaired, tmp_path, "worker_copies_fragment")
+    v = _verdict(traces, repaired.closed)
+    assert v.verdict == "violation", v.render()
+    assert "without copying that fragment first" in v.reason, v.render()
