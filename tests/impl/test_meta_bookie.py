@@ -83,6 +83,13 @@ def test_a_cas_whose_reply_was_lost_is_resolved_by_reading_back(store: ZkMetadat
     lossy = ZkMetadataStore(_LossyZk(store.zk), store.root)
     v1 = lossy.cas_ledger(lid, MD.closed(3, 30), v0)
     assert store.read_ledger(lid) == (MD.closed(3, 30), v1)
+    # It says when it read the outcome back (the metadata may be another's identical
+    # write), and when it did not.
+    v2, read_back = ZkMetadataStore(_LossyZk(store.zk), store.root).cas_ledger_resolved(
+        lid, MD.closed(4, 40), v1
+    )
+    assert (v2, read_back) == (v1 + 1, True)
+    assert store.cas_ledger_resolved(lid, MD.closed(5, 50), v2) == (v2 + 1, False)
 
 
 @pytest.mark.zookeeper

@@ -281,8 +281,9 @@ class Driver:
     async def _write_metadata(self, a: WriteMetadata) -> None:
         before = self._phase()
         outcome = "written"
+        read_back = False
         try:
-            version = await self.bk.zk_calls.cas_ledger(
+            version, read_back = await self.bk.zk_calls.cas_ledger(
                 self.ledger_id, a.metadata, a.expected_version, a.reason
             )
         except ZooKeeperError as e:  # unreachable or refused: the outcome is unknown
@@ -307,7 +308,7 @@ class Driver:
             self.pump()
             return
         self._pump_held()
-        self._trace_metadata(before, outcome)
+        self._trace_metadata(before, outcome, read_back)
         self._log_decisions()
 
     async def _replace(self, a: NeedReplacement) -> None:
@@ -375,8 +376,10 @@ class Driver:
     def _phase(self) -> str:
         return self.m.state.value if isinstance(self.m, LedgerWriter) else self.m.phase.value
 
-    def _trace_metadata(self, before: str, outcome: str) -> None:
-        """The spec step a metadata CAS's outcome is, if any (a retry is none)."""
+    def _trace_metadata(self, before: str, outcome: str, read_back: bool = False) -> None:
+        """The spec step a metadata CAS's outcome is, if any (a retry is none). A write
+        ``read_back`` after a lost connection says so: the stored metadata it found may be
+        another client's identical write."""
         after = self._phase()
         if isinstance(self.m, LedgerWriter):
             if before == WriterState.CHANGING_ENSEMBLE.value:
@@ -393,7 +396,8 @@ class Driver:
                     outcome = "closed" if after == WriterState.CLOSED.value else "withdrawn"
                 else:
                     outcome = "closed" if outcome == "written" else outcome
-                self._step("writer_closes_ledger", outcome=outcome, last=self.m.lac)
+                extra = {"read_back": True} if read_back else {}
+                self._step("writer_closes_ledger", outcome=outcome, last=self.m.lac, **extra)
             return
         if before == RecoveryPhase.MARKING.value and after == RecoveryPhase.FENCING.value:
             self._step("recovery_client_starts_recovery")
@@ -402,7 +406,10 @@ class Driver:
                 outcome = "lost"  # another recovery closed it first
             else:
                 outcome = "closed" if outcome == "written" else outcome
-            self._step("recovery_client_closes_ledger", outcome=outcome, last=self.m.last_entry)
+            extra = {"read_back": True} if read_back else {}
+            self._step(
+                "recovery_client_closes_ledger", outcome=outcome, last=self.m.last_entry, **extra
+            )
 
 
 async def recover(

@@ -112,12 +112,13 @@ class ZkCalls:
 
     async def cas_ledger(
         self, ledger_id: int, metadata: LedgerMetadata, version: int, reason: str
-    ) -> int:
-        """CAS ``ledger_id``'s metadata from ``version``; the store's MetadataConflictError
-        and NoSuchLedgerError pass through."""
+    ) -> tuple[int, bool]:
+        """CAS ``ledger_id``'s metadata from ``version``: the new version, and whether it
+        was read back after a lost connection (``ZkMetadataStore.cas_ledger_resolved``);
+        the store's MetadataConflictError and NoSuchLedgerError pass through."""
         return await self.call(
             f"{reason} of ledger {ledger_id}",
-            self.store.cas_ledger,
+            self.store.cas_ledger_resolved,
             ledger_id,
             metadata,
             version,

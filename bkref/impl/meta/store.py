@@ -150,10 +150,18 @@ class ZkMetadataStore:
         """:meth:`write_ledger`, resolving a lost connection: read back, and count the write
         as done if ZooKeeper holds exactly ``metadata`` at a newer version, retry if it still
         holds ``version``, else raise MetadataConflictError."""
+        return self.cas_ledger_resolved(ledger_id, metadata, version, patience)[0]
+
+    def cas_ledger_resolved(
+        self, ledger_id: int, metadata: LedgerMetadata, version: int, patience: float = 30.0
+    ) -> tuple[int, bool]:
+        """:meth:`cas_ledger`, and whether its outcome was read back after a lost connection:
+        then the metadata may be another client's identical write (two recoveries that
+        closed the ledger alike), which no read can tell from its own."""
         deadline = self.clock.monotonic_ms() + round(patience * 1000)
         while True:
             try:
-                return self.write_ledger(ledger_id, metadata, version)
+                return self.write_ledger(ledger_id, metadata, version), False
             except UNKNOWN_OUTCOME as e:
                 first = e
             while True:
@@ -170,7 +178,7 @@ class ZkMetadataStore:
                 except UNKNOWN_OUTCOME:
                     continue
             if cur_version > version and current == metadata:
-                return cur_version
+                return cur_version, True
             if cur_version != version:
                 raise MetadataConflictError(ledger_id, current, cur_version)
 
