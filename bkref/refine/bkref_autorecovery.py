@@ -435,11 +435,10 @@ class AutoRecoveryActors:
         if isinstance(act, Probe):
             core.on_probe(act, self._verdicts(act), self._tick())
             return None
-        lid = act.fragment.ledger_id if isinstance(act, Copy) else getattr(act, "ledger_id", -1)
-        if isinstance(act, Copy | CasReplica) and self.urm.lock_holder(lid) != n.node_id:
+        if isinstance(act, Copy | CasReplica) and self.urm.lock_holder(act.ledger_id) != n.node_id:
             # bkref's worker asks before each copy and metadata write (``owns_lock``) and
             # gives the attempt up; its release is the step the spec sees.
-            core.on_failed(f"ledger {lid}: lost the ledger's lock", self._tick())
+            core.on_failed(f"ledger {act.ledger_id}: lost the ledger's lock", self._tick())
             return None
         if isinstance(act, Copy):
             if fail_copies:

@@ -186,24 +186,25 @@ def lock_losses(mine: dict[str, list[Line]]) -> tuple[list[tuple[Line, Line]], l
     )
     holder: str | None = None  # the node whose lock the ledger's znode is, as logged
     at_work: dict[str, str] = {}  # a worker's own bookie -> its process at work
-    inserted: dict[str, list[tuple[Line, Line]]] = defaultdict(list)  # node -> (after, line)
-    last: dict[str, Line] = {}  # a node's last worker step so far
+    added: dict[int, list[Line]] = defaultdict(list)  # a logged step (id) -> lines after it
+    anchor: dict[str, Line] = {}  # a node's last logged worker step so far
+    last: dict[str, Line] = {}  # the same, or a line added after it
     out: list[tuple[Line, Line]] = []
 
     def add(node: str, action: str, before: Line, **args: object) -> Line:
         prev = last[node]
         at = max(prev.t + 1, before.t - 1)
         x = Line(node, prev.seq, at, action, {"ledger": prev.get("ledger"), **args})
-        inserted[node].append((prev, x))
+        added[id(anchor[node])].append(x)
         last[node] = x
         return x
 
     for n, x in steps:
-        own = _own(x)
+        own = own_bookie(x)
         if x.action == LOCK:
             dead = at_work.get(own)
             if holder is not None and holder != n:
-                out.append((x, add(holder, LOCK_LOST, x, worker=_own(last[holder]))))
+                out.append((x, add(holder, LOCK_LOST, x, worker=own_bookie(last[holder]))))
             if dead is not None and dead != n:
                 out.append((x, add(dead, RELEASE, x, worker=own, why="its process died")))
             holder, at_work[own] = n, n
@@ -213,23 +214,21 @@ def lock_losses(mine: dict[str, list[Line]]) -> tuple[list[tuple[Line, Line]], l
             if holder == n:
                 holder = None
             at_work.pop(own, None)
-        last[n] = x
+        last[n] = anchor[n] = x
     dropped: list[Line] = []
-    for node, adds in inserted.items():
-        lines = mine[node]
-        for prev, x in adds:
-            lines.insert(lines.index(prev) + 1, x)
-        unlocked, kept = False, []
-        for x in lines:
-            if x.action in (LOCK, LOCK_LOST):
-                unlocked = x.action == LOCK_LOST
-            if x.action == COPY and unlocked:
-                dropped.append(x)
-            else:
-                kept.append(x)
-        lines[:] = kept
+    for node in {x.node for xs in added.values() for x in xs}:
+        kept: list[Line] = []
+        unlocked = False
+        for y in mine[node]:
+            for x in (y, *added.get(id(y), ())):
+                if x.action in (LOCK, LOCK_LOST):
+                    unlocked = x.action == LOCK_LOST
+                (dropped if x.action == COPY and unlocked else kept).append(x)
+        mine[node][:] = kept
     return out, dropped
 
 
-def _own(x: Line) -> str:
+def own_bookie(x: Line) -> str:
+    """The bookie of the worker that took step ``x``: a copy's target and a metadata
+    write's new replica are its own bookie (``unknown`` sees to that)."""
     return str(x["bookie"] if x.action in (COPY, CAS) else x["worker"])

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 
 from bkref.spec import protocol as p
 from bkref.spec.protocol import Msg, State
+from bkref.tracecheck.autorecovery import own_bookie
 from bkref.tracecheck.load import Line
 from bkref.tracecheck.names import CAS, COPY, MARKS, RELEASE, TAKEN
 from bkref.tracecheck.project import Event, LedgerTrace, Send
@@ -340,8 +341,8 @@ class Replay:
         """A replication worker's step; its worker is the one beside its bookie."""
         cfg, lt, wl, line = self.cfg, self.lt, self.cfg.writer_ledger, ev.line
         name = line.action
-        own = str(line["bookie"] if name in (COPY, CAS) else line["worker"])
-        w = cfg.bookies - 1 - lt.bookies.index(own)
+        own = own_bookie(line)
+        w = self._worker_index(line)
         t: State | None
         if name == COPY:
             idx, lost = int(line["segment"]), lt.bookies.index(str(line["lost"]))
@@ -415,10 +416,14 @@ class Replay:
                 )
         return t
 
+    def _worker_index(self, line: Line) -> int:
+        """The spec's worker of a worker's step: the one beside its own bookie."""
+        return self.cfg.bookies - 1 - self.lt.bookies.index(own_bookie(line))
+
     def _recorded(self, ev: Event, s: State) -> Iterator[State]:
         """A failed attempt's release that also counted the failure in the task, at the
         version another worker at work had read too (after a lost lock): it bumps it."""
-        w = self.cfg.bookies - 1 - self.lt.bookies.index(str(ev.line["worker"]))
+        w = self._worker_index(ev.line)
         if s.wk[w][1] >= 0 and p.shares_task(s, w):
             t = p.worker_releases_lock(self.cfg, s, w, 1) or p.worker_fails_repair(
                 self.cfg, s, w, 1

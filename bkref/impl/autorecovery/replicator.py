@@ -177,10 +177,9 @@ async def perform_repair_step(
     With a ``tracer``, a copy and a metadata write are logged as the spec's
     ``worker_copies_fragment`` (the adds sent, and whether the copy completed) and
     ``worker_updates_segment_ensemble`` (written or in conflict)."""
-    held = owns_lock is None or not isinstance(action, Copy | CasReplica)
-    if not held and owns_lock is not None and not await asyncio.to_thread(owns_lock):
-        lid = action.fragment.ledger_id if isinstance(action, Copy) else action.ledger_id
-        raise RepairError(f"ledger {lid}: lost the ledger's lock (session expired?)")
+    writes = isinstance(action, Copy | CasReplica)
+    if writes and owns_lock is not None and not await asyncio.to_thread(owns_lock):
+        raise RepairError(f"ledger {action.ledger_id}: lost the ledger's lock (session expired?)")
     if isinstance(action, Copy):
         guard = await slots(list(action.involved)) if slots is not None else AsyncExitStack()
         if guard is None:

@@ -381,6 +381,7 @@ class Driver:
         ``read_back`` after a lost connection says so: the stored metadata it found may be
         another client's identical write."""
         after = self._phase()
+        extra = {"read_back": True} if read_back else {}
         if isinstance(self.m, LedgerWriter):
             if before == WriterState.CHANGING_ENSEMBLE.value:
                 if outcome == "conflict":
@@ -396,7 +397,6 @@ class Driver:
                     outcome = "closed" if after == WriterState.CLOSED.value else "withdrawn"
                 else:
                     outcome = "closed" if outcome == "written" else outcome
-                extra = {"read_back": True} if read_back else {}
                 self._step("writer_closes_ledger", outcome=outcome, last=self.m.lac, **extra)
             return
         if before == RecoveryPhase.MARKING.value and after == RecoveryPhase.FENCING.value:
@@ -406,7 +406,6 @@ class Driver:
                 outcome = "lost"  # another recovery closed it first
             else:
                 outcome = "closed" if outcome == "written" else outcome
-            extra = {"read_back": True} if read_back else {}
             self._step(
                 "recovery_client_closes_ledger", outcome=outcome, last=self.m.last_entry, **extra
             )

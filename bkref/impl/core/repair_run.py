@@ -76,6 +76,10 @@ class Copy:
     involved: tuple[str, ...]
     avoid: frozenset[str]
 
+    @property
+    def ledger_id(self) -> int:
+        return self.fragment.ledger_id
+
 
 @dataclass(frozen=True, slots=True)
 class CasReplica:
