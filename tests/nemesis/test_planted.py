@@ -35,6 +35,10 @@ from bkref.nemesis.planted import EXERCISES
 from bkref.nemesis.runner import RunResult, RunSpec, run_once
 from bkref.nemesis.workload import Workload, WorkloadSpec
 
+# A campaign, its convergence and its checks: the trace check's budget alone is 300 s, the
+# default timeout, and under load a run takes twice as long and must still pass.
+pytestmark = pytest.mark.timeout(900)
+
 SUPPORTED, WHY = namespaces_supported()
 SMALL = WorkloadSpec(writers=2, readers=1, in_flight=4, entries_per_ledger=40)
 # Ledgers longer than a run: every ledger open on an expired bookie stays open, and its

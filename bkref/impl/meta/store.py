@@ -227,22 +227,31 @@ class ZkMetadataStore:
         return want
 
     def bookies(self) -> list[BookieInfo]:
-        """Every registered bookie, writable and read-only."""
+        """Every registered bookie, writable and read-only. The reads are pipelined (two
+        round trips, not one per bookie): the auditor and every worker's check read them."""
         out: list[BookieInfo] = []
-        for ro, path in ((False, paths.available(self.root)), (True, paths.readonly(self.root))):
+        lists = [
+            (ro, path, self.zk.get_children_async(path))
+            for ro, path in ((False, paths.available(self.root)), (True, paths.readonly(self.root)))
+        ]
+        reads = []
+        for ro, path, listed in lists:
             try:
-                names = self.zk.get_children(path)
+                names = listed.get()
             except NoNodeError:
                 continue
-            for name in names:
-                if name == paths.READONLY:
-                    continue
-                try:
-                    data, _ = self.zk.get(f"{path}/{name}")
-                    rack = str(json.loads(data or b"{}").get("rack", name))
-                except (NoNodeError, ValueError):
-                    continue
-                out.append(BookieInfo(name, rack, ro))
+            reads += [
+                (ro, name, self.zk.get_async(f"{path}/{name}"))
+                for name in names
+                if name != paths.READONLY
+            ]
+        for ro, name, read in reads:
+            try:
+                data, _ = read.get()
+                rack = str(json.loads(data or b"{}").get("rack", name))
+            except (NoNodeError, ValueError):
+                continue
+            out.append(BookieInfo(name, rack, ro))
         return sorted(out, key=lambda b: (b.readonly, b.bookie_id))
 
     def writable_bookies(self) -> dict[str, str]:
