@@ -123,6 +123,10 @@ class AutoRecoveryActors:
         # (segment, filled, replaced bookie index) of each repair: the spec's ghost
         # meta_rereplicated, recorded as the worker's CAS lands (history, not state).
         self.rereplicated: dict[int, tuple[tuple[int, int, int], ...]] = {}
+        # Bookies registered again since the last audit (the spec's ghost au_back), and the
+        # registrations at the last change, to tell who came back.
+        self.back: set[str] = set()
+        self.last_registered: set[str] | None = None
         worker_config = WorkerConfig(grace_period_ms=0, backoff_ms=HOUR_MS // 2)
         auditor_config = AuditorConfig(
             lost_bookie_recovery_delay=0,
@@ -169,6 +173,9 @@ class AutoRecoveryActors:
         """A bookie crashed or restarted (its registration went or came): each auditor
         that leads sees the registrations; a loss's delay is read at once."""
         registered = self.registered()
+        if self.last_registered is not None:
+            self.back |= registered - self.last_registered
+        self.last_registered = registered
         for n in self.nodes:
             a = n.auditor
             a.on_registered(registered, self._tick())
@@ -264,6 +271,19 @@ class AutoRecoveryActors:
             self.urm.mark(act.ledger_id, act.replicas, act.priority, rewrite=act.rewrite)
         return ()
 
+    def auditor_marks_from_earlier_view(self) -> tuple[Label, ...]:
+        """The due audit, its registrations read before the bookies back since the last
+        audit came back (bkref's audit reads them once, then the ledgers). The audit their
+        watch makes due after that read is the spec's to leave out (a reduction): the
+        driver gave the core those registrations before this audit."""
+        n = self._leader()
+        if n is None or not n.auditor.stale:
+            raise CannotDecideError("no auditor has an audit due")
+        if not self.back:
+            raise ImplementationError("no bookie came back since the last audit")
+        self._audit(n, self.registered() - self.back)
+        return ()
+
     def auditor_runs_periodic_bookie_check(self) -> tuple[Label, ...]:
         n = self._leader()
         if n is None:
@@ -274,8 +294,9 @@ class AutoRecoveryActors:
         self._audit(n)
         return ()
 
-    def _audit(self, n: Node) -> None:
-        """``n``'s due audit: read the ledgers and perform its marks."""
+    def _audit(self, n: Node, registered: set[str] | None = None) -> None:
+        """``n``'s due audit: read the ledgers and perform its marks (``registered``: the
+        registrations it read, if not those of now)."""
         n.auditor.tick(max(self._tick(), n.auditor.audit_due_at or 0))
         acts = n.auditor.take_actions()
         if acts != [ReadLedgers()]:
@@ -286,7 +307,10 @@ class AutoRecoveryActors:
         for lid in self.d.store.list_ledgers():
             md, _version = self.d.store.read_ledger(lid)
             ledgers.append((lid, md))
-        view = AuditView(frozenset(self.registered()), frozenset(), ledgers)
+        if registered is None:
+            registered = self.registered()
+        self.back = set()
+        view = AuditView(frozenset(registered), frozenset(), ledgers)
         n.auditor.on_ledgers(view)
         for act in n.auditor.take_actions():
             if not isinstance(act, Mark):
@@ -450,7 +474,10 @@ class AutoRecoveryActors:
                 core.on_failed(str(e), self._tick())
                 return None
             core.on_copied(entries, nbytes)
-            return (("worker_copies_fragment", (w, act.fragment.segment)),)
+            # The fragment bkref chose: the spec's model checker copies the first one
+            # (a reduction); bkref's check may order them otherwise.
+            lost = d.index[act.fragment.bookie]
+            return (("worker_copies_fragment", (w, act.fragment.segment, lost)),)
         if isinstance(act, CasReplica):
             try:
                 version = d.store.write_ledger(act.ledger_id, act.metadata, act.expected_version)

@@ -220,7 +220,7 @@ class BkrefDriver:
         if getattr(self, "dir", None) is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
         if getattr(self, "root", None):
-            self.zk.delete(self.root, recursive=True)
+            delete_tree(self.zk, self.root)
             self.root = ""
 
     # ------------------------------------------------------------ the network
@@ -509,3 +509,17 @@ class BkrefDriver:
         from bkref.refine.bkref_abstraction import abstract
 
         return abstract(self)
+
+
+def delete_tree(zk: KazooClient, root: str) -> None:
+    """Delete ``root`` and every znode under it, in a few round trips: each level's
+    children are listed at once, then every delete is sent at once, children first
+    (ZooKeeper answers one session's requests in order). ``KazooClient.delete(...,
+    recursive=True)`` waits for two round trips per znode: a sixth of each example."""
+    levels = [[root]]
+    while levels[-1]:
+        asks = [(path, zk.get_children_async(path)) for path in levels[-1]]
+        levels.append([f"{path}/{c}" for path, ask in asks for c in ask.get()])
+    deletes = [zk.delete_async(path) for level in reversed(levels) for path in level]
+    for d in deletes:
+        d.get()

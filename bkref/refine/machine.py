@@ -34,7 +34,14 @@ from bkref.refine.driver import Driver, ImplementationError
 from bkref.refine.observe import differences, project
 from bkref.spec.config import Config
 from bkref.spec.invariants import INVARIANTS
-from bkref.spec.protocol import Label, State, format_label, initial_state, next_states
+from bkref.spec.protocol import (
+    Label,
+    State,
+    format_label,
+    initial_state,
+    next_states,
+    worker_copies_fragment,
+)
 from bkref.spec.trace import describe
 
 
@@ -149,14 +156,15 @@ def make_machine(
 
         def _advance(self, label: Label) -> bool:
             """Move the spec state along ``label``; False if the spec does not enable it."""
-            for lb, nxt in next_states(cfg, self.spec):
-                if lb == label:
-                    self.spec = nxt
-                    self.trace.append(label)
-                    stats.steps += 1
-                    stats.actions[label[0]] += 1
-                    return True
-            return False
+            nxt = next((t for lb, t in next_states(cfg, self.spec) if lb == label), None)
+            nxt = nxt or _chosen(cfg, self.spec, label)
+            if nxt is None:
+                return False
+            self.spec = nxt
+            self.trace.append(label)
+            stats.steps += 1
+            stats.actions[label[0]] += 1
+            return True
 
         def _advance_or_fail(self, label: Label, how: str) -> None:
             """A step the implementation took on its own: the spec must enable it."""
@@ -230,6 +238,20 @@ def make_machine(
 
     RefinementMachine.__name__ = f"Refine_{cfg.name.replace('-', '_')}"
     return RefinementMachine
+
+
+def _chosen(cfg: Config, s: State, label: Label) -> State | None:
+    """A step the model checker takes only for its first choice (a reduction), with the
+    choice the implementation made: a worker's copy names the fragment's bookie, where
+    ``next_states`` offers the segment's first (``worker_copies_fragment``'s docstring).
+    The step must be enabled for its first choice, and for this one."""
+    name, args = label
+    if name != "worker_copies_fragment" or len(args) != 3:
+        return None
+    if not any(lb == (name, args[:2]) for lb, _t in next_states(cfg, s)):
+        return None
+    w, idx, lost = (int(str(a)) for a in args)
+    return worker_copies_fragment(cfg, s, w, idx, lost)
 
 
 def run(

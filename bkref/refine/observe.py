@@ -37,7 +37,12 @@ guard or an invariant reads and forgets the rest:
    invariant deems repair quiescent; the implementation's side of both is the
    audit itself, whose marks are compared. The machine judges the invariants
    of the implementation's state with the spec's ``au_missed``.
-8. ``wk_seen``, each worker's view of the lost bookies taken with its lock: bkref's
+8. ``au_back``, a ghost (history) variable like ``au_missed``: the bookies registered
+   again since the last audit. It decides only when the spec lets an audit mark them
+   lost from an earlier read of the registrations
+   (``auditor_marks_from_earlier_view``); the driver keeps its own record to take
+   that step, and the marks it writes are compared. Only TypeOK reads it.
+9. ``wk_seen``, each worker's view of the lost bookies taken with its lock: bkref's
    worker keeps no such mask apart from the fragments it decided to copy
    (``WorkerCore.run``). The spec's guards read the spec's own (the machine moves
    the spec along the implementation's steps), so a copy bkref makes of a bookie it
@@ -91,6 +96,7 @@ def project(cfg: Config, s: State) -> State:
         wk_seen=(0,) * len(wk),
         au_stale=s.au_stale if auditor_node(s) >= 0 else 0,
         au_missed=0,
+        au_back=0,
         w_version=0,
         w_acks=tuple(acks),
         w_sent=tuple(sent),

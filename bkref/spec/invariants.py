@@ -67,6 +67,8 @@ def TypeOK(cfg: Config, s: State) -> bool:
         and all(-1 <= lk < len(s.wk) for lk in s.meta_lock)
         and all(s.wk[w][1] >= 0 for w in range(len(s.wk)) if s.wk_unlocked >> w & 1)
         and s.wk_unlocked >> len(s.wk) == 0
+        and s.au_back >> n == 0
+        and (not s.au_back or s.au_stale == 1)
     )
 
 

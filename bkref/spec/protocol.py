@@ -217,6 +217,10 @@ class State(NamedTuple):
     # and the next registration change may never come. Only BookKeeper's periodic bookie
     # check finds them (``auditor_runs_periodic_bookie_check``).
     au_missed: int
+    # Ghost (history), bookies (mask) registered again since the auditor's last audit (a
+    # restart, a new session): an audit that read the registrations before one of them came
+    # back marks it lost all the same (``auditor_marks_from_earlier_view``).
+    au_back: int
     # --- network and environment
     msgs: tuple[Msg, ...]  # messages in flight, a sorted multiset
     # losses, duplicates, crashes, wipes, elections, disables, recovery give-ups, failed
@@ -517,6 +521,7 @@ def initial_state(cfg: Config) -> State:
         au_leads=au_leads,
         au_stale=0,
         au_missed=0,
+        au_back=0,
         msgs=(),
         budget=(
             cfg.losses,
@@ -929,6 +934,7 @@ def bookie_crashes(cfg: Config, s: State, b: int) -> State | None:
         b_signed=set_at(s.b_signed, b, signed),
         # an unregistered bookie's crash changes no registration
         au_stale=1 if cfg.autorecovery and s.b_up[b] == UP else s.au_stale,
+        au_back=s.au_back & ~bit(b),  # a bookie not up is marked lost as it is
         msgs=_drop_messages_of(s.msgs, b),
         budget=set_at(s.budget, B_CRASH, s.budget[B_CRASH] - 1),
     )
@@ -939,7 +945,14 @@ def bookie_restarts(cfg: Config, s: State, b: int) -> State | None:
     if not cfg.restarts or s.b_up[b] != DOWN:
         # unreachable: next_states offers it only for a DOWN bookie, in a config with restarts.
         return None
-    return s._replace(b_up=set_at(s.b_up, b, UP), au_stale=1 if cfg.autorecovery else 0)
+    return _back(cfg, s, b)
+
+
+def _back(cfg: Config, s: State, b: int) -> State:
+    """``s`` with bookie ``b`` registered (UP): a registration change the auditor audits."""
+    if not cfg.autorecovery:
+        return s._replace(b_up=set_at(s.b_up, b, UP))
+    return s._replace(b_up=set_at(s.b_up, b, UP), au_stale=1, au_back=s.au_back | bit(b))
 
 
 def bookie_restarts_with_wiped_disk(cfg: Config, s: State, b: int) -> State | None:
@@ -960,6 +973,7 @@ def bookie_restarts_with_wiped_disk(cfg: Config, s: State, b: int) -> State | No
         b_ledgers=set_at(s.b_ledgers, b, empty),
         b_signed=set_at(s.b_signed, b, (-2,) * len(s.b_signed[b])),
         au_stale=1 if cfg.autorecovery and up == UP else s.au_stale,
+        au_back=s.au_back | bit(b) if cfg.autorecovery and up == UP else s.au_back,
         budget=set_at(s.budget, B_WIPE, s.budget[B_WIPE] - 1),
     )
 
@@ -982,6 +996,7 @@ def bookie_loses_session(cfg: Config, s: State, b: int) -> State | None:
     return s._replace(
         b_up=set_at(s.b_up, b, UNREGISTERED),
         au_stale=1 if cfg.autorecovery else 0,
+        au_back=s.au_back & ~bit(b),
         budget=set_at(s.budget, B_SESSION, s.budget[B_SESSION] - 1),
     )
 
@@ -992,7 +1007,7 @@ def bookie_registers_again(cfg: Config, s: State, b: int) -> State | None:
     if s.b_up[b] != UNREGISTERED:
         # unreachable: next_states offers it only for an unregistered bookie.
         return None
-    return s._replace(b_up=set_at(s.b_up, b, UP), au_stale=1 if cfg.autorecovery else 0)
+    return _back(cfg, s, b)
 
 
 # ================================================================== NETWORK ACTIONS
@@ -1515,19 +1530,56 @@ def auditor_marks_ledgers_of_lost_bookies(cfg: Config, s: State) -> State | None
     return _audit(s)
 
 
-def _audit(s: State) -> State:
-    """An audit's marks: every ledger that names a bookie that is not up."""
+def _audit(s: State, back: int = 0) -> State:
+    """An audit's marks: every ledger that names a bookie that is not up (or in ``back``,
+    up again since the audit read the registrations)."""
     tasks = list(s.meta_task)
     for ledger, segs in enumerate(s.meta_segments):
         version, lost = tasks[ledger]
         missing = 0
         for _f, ens in segs:
             for b in ens:
-                if s.b_up[b] != UP:
+                if s.b_up[b] != UP or back >> b & 1:
                     missing |= bit(b)
         if missing:
             tasks[ledger] = (version + 1, lost | missing)
-    return s._replace(meta_task=tuple(tasks), au_stale=0, au_missed=0)
+    return s._replace(meta_task=tuple(tasks), au_stale=0, au_missed=0, au_back=0)
+
+
+def auditor_marks_from_earlier_view(cfg: Config, s: State) -> State | None:
+    """The due audit, whose read of the registrations came before a bookie registered
+    again: its marks also name that bookie, up by the time they are written.
+
+    Key points: the auditor reads the registered bookies, then every ledger,
+    and writes its marks after (seconds, with many ledgers); a bookie that
+    comes back in between (a restart, a new ZooKeeper session) is marked lost
+    all the same. A worker may have found the bookie's ledgers whole and
+    deleted their tasks before the marks land: each such mark makes a new task
+    a worker must find nothing to do in. An over-approximation: any bookie
+    that came back since the last audit (``au_back``) may be one the read
+    missed, not only those back after it. A reduction: the step is the due
+    audit (``au_stale`` cleared), though the registration after its read is a
+    change that BookKeeper's auditor audits again; that audit would mark
+    again only bookies lost now, each already marked here with a new task
+    version (the spec's step marks by the state of the moment), as the
+    periodic bookie check's would.
+    """
+    if not s.au_stale or auditor_node(s) < 0 or not s.meta_autorecovery:
+        return None
+    return audit_from_earlier_view(s)
+
+
+def audit_from_earlier_view(s: State) -> State | None:
+    """An audit's marks with the bookies back since the last audit taken for lost, if a
+    ledger names one. The trace check takes it at any time, as it takes :func:`_audit`."""
+    named = 0
+    for segs in s.meta_segments:
+        for _f, ens in segs:
+            for b in ens:
+                named |= bit(b)
+    if not s.au_back & named:
+        return None
+    return _audit(s, s.au_back)
 
 
 def auditor_marks_from_earlier_scan(cfg: Config, s: State, ledger: int) -> State | None:
@@ -1691,7 +1743,9 @@ def _segment_needs_repair(cfg: Config, s: State, ledger: int, idx: int, seen: in
     return next(_needing_repair(cfg, s, ledger, idx, seen), -1)
 
 
-def _needing_repair(cfg: Config, s: State, ledger: int, idx: int, seen: int = 0) -> Iterator[int]:
+def _needing_repair(
+    cfg: Config, s: State, ledger: int, idx: int, seen: int = 0, *, listed: int = -1
+) -> Iterator[int]:
     """The bookies of the segment a worker may repair, in ensemble order: the lost (not
     registered) ones, those of ``seen`` (the worker's view, ``State.wk_seen``) back since,
     then the live ones of a closed segment that its task lists and that miss entries of the segment
@@ -1700,7 +1754,8 @@ def _needing_repair(cfg: Config, s: State, ledger: int, idx: int, seen: int = 0)
     one the check found missing entries that has them now is not. BookKeeper's
     ``ReplicationWorker.rereplicate`` (9590a97) runs its ``LedgerChecker`` over the ledger
     (``getUnderreplicatedFragments``) rather than trust the task, once: it then
-    replicates every fragment that check found, a bookie back since or not."""
+    replicates every fragment that check found, a bookie back since or not. ``listed``:
+    the task's bookies as the worker read them (-1: as they are now)."""
     ens = s.meta_segments[ledger][idx][1]
     for b in ens:
         if s.b_up[b] != UP:
@@ -1715,7 +1770,7 @@ def _needing_repair(cfg: Config, s: State, ledger: int, idx: int, seen: int = 0)
         if seen >> b & 1 and s.b_up[b] == UP:
             yield b
     if segment_is_closed(s, ledger, idx):
-        listed = s.meta_task[ledger][1]
+        listed = s.meta_task[ledger][1] if listed < 0 else listed
         for b in ens:
             if listed & bit(b) and missing_entries(cfg, s, ledger, idx, b):
                 yield b
@@ -1941,15 +1996,31 @@ def _worker_ready(s: State, w: int) -> bool:
 
 
 def worker_verifies_ledger_replicated(cfg: Config, s: State, w: int) -> State | None:
-    """The worker checks the ledger: every segment's bookies are live (nothing to copy)."""
+    """The worker checks the ledger: every segment's bookies are live (nothing to copy).
+
+    Key points: the live replicas it checks for missing entries are those its task
+    listed when it took the lock (bkref's ``WorkerCore`` reads the task once, under the
+    lock). A mark since (the periodic check's) bumped the task's version, and the
+    worker's versioned delete fails whatever it decides: where the version moved on,
+    the spec lets it verify without those replicas (found by ``bkref refine --config
+    c-check-crash --seed 2``: a check listed a replica after the worker's lock).
+    """
     bookie, ledger, tv, _pending = s.wk[w]
     if not _worker_ready(s, w):
         return None
-    if any(
-        _segment_needs_repair(cfg, s, ledger, i) >= 0 for i in range(len(s.meta_segments[ledger]))
+    if not _replicated(
+        cfg, s, ledger, s.meta_task[ledger][1] if s.meta_task[ledger][0] == tv else 0
     ):
         return None
     return s._replace(wk=set_at(s.wk, w, (bookie, ledger, tv, VERIFIED)))
+
+
+def _replicated(cfg: Config, s: State, ledger: int, listed: int) -> bool:
+    """No segment of ``ledger`` needs repair, the task listing the bookies ``listed``."""
+    return all(
+        next(_needing_repair(cfg, s, ledger, i, listed=listed), -1) < 0
+        for i in range(len(s.meta_segments[ledger]))
+    )
 
 
 def worker_deletes_task(cfg: Config, s: State, w: int) -> State | None:
@@ -1998,9 +2069,11 @@ def worker_releases_lock(cfg: Config, s: State, w: int, record: int = 0) -> Stat
     for idx in range(len(s.meta_segments[ledger])):
         if not declines and worker_copies_fragment(cfg, s, w, idx) is not None:
             return None
+    # Replicated by the listing of now, it must verify: by the one it read under the lock
+    # (listing less, if a mark came since), it may (``worker_verifies_ledger_replicated``).
     if not _waits_for_close(s, ledger) and (
         worker_fences_open_ledger(cfg, s, w) is not None
-        or worker_verifies_ledger_replicated(cfg, s, w) is not None
+        or _replicated(cfg, s, ledger, s.meta_task[ledger][1])
     ):
         return None
     return _lets_go(cfg, s, w, record)
@@ -2436,6 +2509,8 @@ def next_states(cfg: Config, s: State) -> list[Step]:
     # auditor and workers
     if cfg.autorecovery:
         emit(auditor_marks_ledgers_of_lost_bookies)
+        if s.au_back:
+            emit(auditor_marks_from_earlier_view)
         if s.au_stale:
             for lg in range(cfg.ledgers):
                 if s.meta_rereplicated[lg]:
@@ -2530,6 +2605,7 @@ ACTIONS: tuple[Callable[..., State | None], ...] = (
     reader_sees_close,
     auditor_marks_ledgers_of_lost_bookies,
     auditor_marks_from_earlier_scan,
+    auditor_marks_from_earlier_view,
     auditor_runs_periodic_bookie_check,
     auditor_checks_ledger_replicas,
     auditor_loses_session,

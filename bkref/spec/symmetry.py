@@ -62,6 +62,7 @@ def rename(s: State, perm: tuple[int, ...]) -> State:
             for b, lg, v, p in s.wk
         ),
         wk_seen=tuple(mm(x, perm) for x in s.wk_seen),
+        au_back=mm(s.au_back, perm),
         msgs=tuple(msgs),
     )
 
@@ -98,6 +99,7 @@ def _unreferenced_key(s: State, b: int) -> tuple[object, ...]:
             for r in map(Recovery._make, s.rc)
         ),
         tuple(bool(lost & bb) for _v, lost in s.meta_task),
+        bool(s.au_back & bb),
         tuple(sorted((k, e, a, r) for k, x, e, a, r in s.msgs if x == b)),
         tuple(tuple(i for i, _f, r in rr if r == b) for rr in s.meta_rereplicated),
     )

@@ -100,6 +100,7 @@ def describe(s: State) -> dict[str, str]:
         " ".join(f"node{n}:epoch {e}" for n, e in enumerate(s.au_leads))
         + (" stale" if s.au_stale else "")
         + (f" missed {_ledgers(s.au_missed)}" if s.au_missed else "")
+        + (f" back {_bookies(s.au_back)}" if s.au_back else "")
     )
     for m in sorted(set(s.msgs)):
         out["msg " + format_label(("", (m,)))[1:-1]] = f"x{s.msgs.count(m)}"

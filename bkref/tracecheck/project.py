@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 
 from bkref.spec.config import Config
 from bkref.tracecheck import autorecovery
-from bkref.tracecheck.autorecovery import LOCK_LOST
+from bkref.tracecheck.bounds import trace_config
 from bkref.tracecheck.load import CONNECTED, REGISTERED, REPLACEMENT, STOPPED, Line
-from bkref.tracecheck.names import COPY, HANDLES, MARKS, RECEIPTS, RELEASE, TAKEN
+from bkref.tracecheck.names import COPY, HANDLES, MARKS, RECEIPTS, TAKEN
 
 Key = tuple[str, str, int]  # (client node, bookie, request id): one request
 FAULTS = frozenset({"crash", "restart", "register", "expire"})  # commute with no step
@@ -76,6 +76,9 @@ class Event:
     # bookie answered a later decision of its first (a fence's answer waits for the
     # journal, a refusal does not), and the client took that one in first.
     early_ok: bool = False
+    # register: a mark decided before it and logged after it names its bookie lost (that
+    # audit read the registrations before the bookie came back).
+    marked_after: bool = False
     needs: list[Event] = field(default_factory=list)
     copies: list[Send] = field(default_factory=list)  # a worker's copy: the adds it sent
 
@@ -100,6 +103,9 @@ class LedgerTrace:
     # Auditor mark (``id`` of its line) -> bookies it marked lost whose ZooKeeper session
     # had expired while they ran (``autorecovery.cut_off``): the rest had crashed.
     cut_off: dict[int, set[str]] = field(default_factory=dict)
+    # Auditor mark (``id`` of its line) -> bookies it marked lost that registered again
+    # after it was decided and before it was logged: it read the registrations before.
+    came_back: dict[int, set[str]] = field(default_factory=dict)
     # Bookie id -> entries that copies which then failed left on it: no metadata names
     # them there and the spec's copy never made them (it is whole or not at all).
     stray: dict[str, set[int]] = field(default_factory=dict)
@@ -402,16 +408,23 @@ def project(run: Run, ledger: int) -> LedgerTrace:
 
     # A registration matters only after a mark of the bookie as lost (it is back then),
     # counted from when the mark was decided: a bookie that registered again while the
-    # auditor read its ledgers is marked lost all the same, and registers after the mark.
+    # auditor read its ledgers is marked lost all the same; the spec's audit comes before
+    # the registration, or after it from the registrations read before (``marked_after``).
     marked_lost, marks_of = autorecovery.marks_lost(mine)
-    overtaken: list[Event] = []  # registrations a mark decided before them was logged after
+    # Registrations, each with whether it is of a bookie cut off from ZooKeeper (not the
+    # one that follows a restart): a mark decided before one may be logged after it.
+    overtaken: list[tuple[Event, bool]] = []
     # A bookie marked lost crashes at the mark for the spec, and must come back at its
     # restart or registration even if it took no step of the ledger (its adds timed out).
     for n in sorted(bookie_nodes | (set(marked_lost) & run.bookies)):
         taken: list[Event] = []
         bookie_id = None
         expired = autorecovery.expiries(run.restarts[n], mine, marks_of)
+        last_fault = ""  # the bookie's last restart or registration
         for x in sorted(run.restarts[n] + mine.get(n, []), key=lambda x: x.seq):
+            restarted = x.action == REGISTERED and last_fault == "bookie_restarts"
+            if x.action in ("bookie_restarts", REGISTERED):
+                last_fault = x.action
             if id(x) in expired and create.t < x.t:  # after an expiry no audit marked
                 taken.append(Event("expire", expired[id(x)]))
             elif x.action == REGISTERED and not x.t > marked_lost.get(str(x["bookie"]), x.t):
@@ -423,7 +436,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
                 ev = Event("restart" if x.action != REGISTERED else "register", x)
                 taken.append(ev)
                 if x.action == REGISTERED:
-                    overtaken.append(ev)
+                    overtaken.append((ev, not restarted))
                 continue
             if x.get("ledger") != ledger or x.action not in HANDLES:
                 continue
@@ -470,9 +483,20 @@ def project(run: Run, ledger: int) -> LedgerTrace:
         taken.sort(key=lambda e: (e.line.get("decided") or e.t, e.line.seq))
         _order_conflicts(taken)
         lanes.extend([ev] for ev in taken)
-    for ev in overtaken:  # after the marks decided before it and logged after it
+    # A registration after marks decided before it and logged after it: a restart's comes
+    # after them (the spec's bookie restarted before the audit, and lost its session);
+    # one of a bookie cut off from ZooKeeper may also come before them, the audit having
+    # read the registrations before it (``auditor_marks_from_earlier_view``).
+    for ev, cut_off in overtaken:
         b = str(ev.line["bookie"])
-        ev.needs += [mark_event[id(m)] for m in marks_of[b] if autorecovery.decided(m) < ev.t < m.t]
+        for m in marks_of[b]:
+            if not autorecovery.decided(m) < ev.t < m.t:
+                continue
+            if cut_off:
+                ev.marked_after = True
+                lt.came_back.setdefault(id(m), set()).add(b)
+            else:
+                ev.needs.append(mark_event[id(m)])
 
     for key, r in receipts.items():  # answers no bookie logged
         asked = sends.get(key)
@@ -509,7 +533,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     _mark_overtaken(lanes)
     lt.lanes = lanes
     lt.steps = sum(len(lane) for lane in lanes)
-    lt.cfg = _config(lt, create, sends)
+    lt.cfg = trace_config(lt, create, sends)
     return lt
 
 
@@ -553,45 +577,4 @@ def _replaced_before(changes: list[Line], ev: Event) -> bool:
         sent_at = by.line.seq
     return any(
         x["failed"] == ev.request.bookie and sent_at < x.seq < ev.receipt.line.seq for x in changes
-    )
-
-
-def _config(lt: LedgerTrace, create: Line, sends: dict[Key, Send]) -> Config:
-    """Bounds as large as the trace needs; budgets for every fault it may imply."""
-    entries = max([s.entry for s in sends.values()] + [0]) + 2
-    restarts = sum(1 for lane in lt.lanes for e in lane if e.kind == "restart")
-    handles = sum(1 for lane in lt.lanes for e in lane if e.kind == "handle")
-    ens = len(create["ensemble"])
-    actions = {e.line.action for lane in lt.lanes for e in lane}
-    autorecovery = any(a.startswith("worker_") or a in MARKS for a in actions)
-    bookies = max(len(lt.bookies), ens)
-    return Config(
-        name=f"trace of ledger {lt.ledger}",
-        description="bounds taken from a recorded trace",
-        bookies=bookies,
-        ensemble=ens,
-        write_quorum=int(create["write_quorum"]),
-        ack_quorum=int(create["ack_quorum"]),
-        entries=entries,
-        pipeline=entries,
-        recovery_clients=max(1, len(lt.recoveries)),
-        losses=len(sends) + handles,
-        reply_losses=True,
-        # A bookie the auditor marks lost has crashed, or its session expired while it ran:
-        # neither is logged.
-        crashes=restarts + (bookies if autorecovery else 0),
-        session_losses=sum(
-            list(e.line["replicas"].values()).count("LOST") if e.line.action in MARKS else 1
-            for lane in lt.lanes
-            for e in lane
-            if e.line.action in MARKS or e.kind == "expire"
-        ),
-        autorecovery=autorecovery,
-        workers=bookies if autorecovery else 1,  # worker w runs beside bookie bookies-1-w
-        periodic_check="auditor_checks_ledger_replicas" in actions,
-        # Any release may be of a repair whose copy failed (a busy slot, no answer).
-        repair_failures=sum(1 for lane in lt.lanes for e in lane if e.line.action == RELEASE),
-        lock_losses=sum(1 for lane in lt.lanes for e in lane if e.line.action == LOCK_LOST),
-        reduce_dead_requests=False,
-        bounded=False,
     )

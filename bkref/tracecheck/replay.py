@@ -129,7 +129,7 @@ class Replay:
         elif ev.kind == "restart":
             yield self._restart(ev, s)
         elif ev.kind == "register":
-            yield self._register(ev, s)
+            yield from self._register(ev, s)
         elif ev.kind == "handle":
             yield from self._handle(ev, s, heard)
         else:
@@ -197,19 +197,26 @@ class Replay:
             b_signed=p.set_at(t.b_signed, b, tuple(signed)),
         )
 
-    def _register(self, ev: Event, s: State) -> State:
+    def _register(self, ev: Event, s: State) -> Iterator[State]:
         """A bookie registered in ZooKeeper: one whose session expired while it ran
-        registers again (the spec's bookie does not restart: it never stopped)."""
+        registers again (the spec's bookie does not restart: it never stopped). One the
+        spec has registered lost its session unseen, unless an audit's mark taken after
+        this names it lost: then it registers again now, and that audit read the
+        registrations before it did (``auditor_marks_from_earlier_view``)."""
         b = self.lt.bookies.index(str(ev.line["bookie"]))
         if s.b_up[b] == p.UP:
-            return s
+            t = p.bookie_loses_session(self.cfg, s, b) if ev.marked_after else None
+            if t is not None:
+                yield from self._register(ev, t)
+            yield s
+            return
         t = p.bookie_registers_again(self.cfg, s, b)
         if t is None:
             # The mark before took it for crashed; the other choice is the mark's to try.
             raise NotAllowedError(
                 f"b{b} registered again without a restart; the spec has it {p.UP_NAMES[s.b_up[b]]}"
             )
-        return t
+        yield t
 
     def _checked_sends(self, ev: Event, s: State, t: State, consumed: Msg | None = None) -> State:
         """``t`` if the spec's step sent what the trace did; a write-back the trace left
@@ -282,30 +289,37 @@ class Replay:
     def _mark(self, ev: Event, s: State) -> Iterator[State]:
         """An auditor's mark. A bookie it marks lost that the spec has registered crashed
         or had its session expire while it ran (neither is logged, both are taken here):
-        the projection's guess first (``LedgerTrace.cut_off``), then the other choice."""
+        the projection's guess first (``LedgerTrace.cut_off``), then the other choice.
+        One that registered again after the mark was decided may instead be one the audit
+        read the registrations without (``auditor_marks_from_earlier_view``): that first."""
         lt, line = self.lt, ev.line
         replicas = {lt.bookies.index(str(b)): str(r) for b, r in line["replicas"].items()}
         lost = [b for b, why in sorted(replicas.items()) if why == "LOST" and s.b_up[b] == p.UP]
+        came_back = {lt.bookies.index(b) for b in lt.came_back.get(id(line), ())}
+        back = {b for b in lost if s.au_back >> b & 1 and b in came_back}
         cut = {lt.bookies.index(b) for b in lt.cut_off.get(id(line), ())}
         choices = [cut, set(lost) - cut] if lost else [cut]  # which of them lost a session
+        tries = [(back, x) for x in choices if back] + [(set(), x) for x in choices]
         refusals: list[NotAllowedError] = []
-        for expired in choices:
+        for early, expired in tries:
             t: State | None = s
             for b in lost:
-                if t is not None:
+                if t is not None and b not in early:
                     fn = p.bookie_loses_session if b in expired else p.bookie_crashes
                     t = fn(self.cfg, t, b)
             if t is None:
                 refusals.append(NotAllowedError("a bookie is marked lost, and no fault is left"))
                 continue
             try:
-                yield self._audit(ev, replicas, t)
+                yield self._audit(ev, replicas, t, early=bool(early))
             except NotAllowedError as e:
                 refusals.append(e)
-        if len(refusals) == len(choices):  # no choice led anywhere
+        if len(refusals) == len(tries):  # no choice led anywhere
             raise refusals[0]
 
-    def _audit(self, ev: Event, replicas: dict[int, str], s: State) -> State:
+    def _audit(
+        self, ev: Event, replicas: dict[int, str], s: State, *, early: bool = False
+    ) -> State:
         """The audit of an auditor's mark, from ``s`` where the bookies it marks lost are
         lost. An audit that no loss or election preceded is the spec's audit all the same:
         the spec's auditor audits only then, a reduction for the model checker (another
@@ -316,7 +330,10 @@ class Replay:
         want = sum(1 << b for b in replicas)
         if line.action == "auditor_checks_ledger_replicas" and not want & ~s.meta_task[wl][1]:
             return s  # the check adds only bookies not listed yet: it wrote nothing
-        if line.action == "auditor_checks_ledger_replicas" and "LOST" not in replicas.values():
+        if early:  # it read the registrations before bookies registered again
+            ready = p.auditor_node(s) >= 0 and s.meta_autorecovery
+            after = p.audit_from_earlier_view(s) if ready else None
+        elif line.action == "auditor_checks_ledger_replicas" and "LOST" not in replicas.values():
             after = p.auditor_checks_ledger_replicas(cfg, s, wl)
         else:  # a bookie lost: what any audit marks
             after = p.auditor_marks_ledgers_of_lost_bookies(

@@ -43,6 +43,47 @@ def _changed(repaired: Repaired, tmp_path: Path, change: Callable[[Lines], Lines
     return out
 
 
+def _autorecovery_lines(repaired: Repaired) -> Lines:
+    """Every AutoRecovery node's trace lines of the recorded run."""
+    return [
+        json.loads(x)
+        for f in sorted(repaired.traces.glob("trace-autorecovery-*.jsonl"))
+        for x in f.read_text().splitlines()
+    ]
+
+
+def _created(repaired: Repaired) -> dict[str, Any]:
+    """The writer's line that created the closed ledger."""
+    lines = (repaired.traces / "trace-writer.jsonl").read_text().splitlines()
+    return next(
+        x
+        for x in map(json.loads, lines)
+        if x["action"] == "writer_creates_ledger" and x["ledger"] == repaired.closed
+    )
+
+
+def _finds_nothing(node: str, ledger: int, worker: str, t: int) -> Lines:
+    """A worker (on its own bookie) takes a new task of ``ledger`` at ``t`` and finds
+    nothing to do: it verifies the ledger and deletes the task."""
+    x = {"node": node, "ledger": ledger, "worker": worker}
+    return [
+        {**x, "t": t, "action": "worker_acquires_ledger_lock", "version": 0, "bookie": worker},
+        {**x, "t": t + 1, "action": "worker_verifies_ledger_replicated"},
+        {**x, "t": t + 2, "action": "worker_deletes_task", "version": 0, "deleted": True},
+    ]
+
+
+def _registers(traces: Path, bookie: str, t: int) -> None:
+    """Add to ``bookie``'s trace in ``traces`` a registration in ZooKeeper at ``t``."""
+    f = traces / f"trace-{bookie.replace(':', '_')}.jsonl"
+    lines: Lines = [json.loads(x) for x in f.read_text().splitlines()]
+    again = {"node": bookie, "t": t, "action": "registered", "bookie": bookie}
+    lines = sorted([*lines, again], key=lambda x: int(x["t"]))
+    for i, x in enumerate(lines):
+        x["seq"] = i
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
 def test_a_closed_ledger_repaired_after_its_bookie_crashed_is_explained(
     repaired: Repaired,
 ) -> None:
@@ -148,14 +189,7 @@ def test_a_bookie_cut_off_from_zookeeper_while_it_ran_is_explained(
     the mark, the worker found replicated a ledger whose bookie the spec still has
     unregistered: never a violation; unknown (a worker's view), unless the recorded run
     lost that bookie itself (its fixture under load)."""
-    writer = [
-        json.loads(x) for x in (repaired.traces / "trace-writer.jsonl").read_text().splitlines()
-    ]
-    create = next(
-        x
-        for x in writer
-        if x["action"] == "writer_creates_ledger" and x["ledger"] == repaired.closed
-    )
+    create = _created(repaired)
     # A bookie that took the writer's adds after the mark below; one the recorded run never
     # marked lost, if there is one (under load a bookie's session may expire for real).
     marked = {
@@ -182,13 +216,7 @@ def test_a_bookie_cut_off_from_zookeeper_while_it_ran_is_explained(
         return [mark, *lines]
 
     cut_off = _changed(repaired, tmp_path, early_mark)
-    f = cut_off / f"trace-{alive.replace(':', '_')}.jsonl"
-    lines: Lines = [json.loads(x) for x in f.read_text().splitlines()]
-    back = {"node": alive, "t": create["t"] + 2, "action": "registered", "bookie": alive}
-    lines = sorted([*lines, back], key=lambda x: int(x["t"]))
-    for i, x in enumerate(lines):
-        x["seq"] = i
-    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    _registers(cut_off, alive, create["t"] + 2)
     v = _verdict(cut_off, repaired.closed)
     assert v.verdict == "explained", v.render()
 
@@ -213,14 +241,16 @@ def test_a_dedicated_worker_is_unknown(repaired: Repaired, tmp_path: Path) -> No
     assert "dedicated worker" in v.reason
 
 
-def test_a_bookie_back_before_its_mark_was_written_is_back_after_the_mark(
+def test_a_bookie_back_before_its_mark_was_written_is_marked_lost_all_the_same(
     repaired: Repaired, tmp_path: Path
 ) -> None:
     """An audit decides which bookies are lost when it reads the registrations, and writes
     its marks after reading every ledger (seconds, with many): a bookie that registered
-    again in between is marked lost all the same. Its registration (``decided`` <= t <
-    the mark's t) must follow the mark, or the spec's bookie, crashed at the mark, never
-    comes back (a campaign had two ledgers unknown so). Without the stamp it is dropped."""
+    again in between is marked lost all the same. A restarted bookie's registration
+    (``decided`` < t < the mark's t) follows the mark, or the spec's bookie, crashed at
+    the mark, never comes back (a campaign had two ledgers unknown so). Without the
+    stamp, the audit read them after: the registration came before any mark and is
+    dropped."""
     lost = [
         json.loads(x)
         for x in (repaired.traces / f"trace-{repaired.lost.replace(':', '_')}.jsonl")
@@ -242,15 +272,63 @@ def test_a_bookie_back_before_its_mark_was_written_is_back_after_the_mark(
 
     def registration(traces: Path) -> Event | None:
         lt = project(Run(read_dir(traces)), repaired.closed)
+        assert not lt.came_back  # a restart's registration: not the earlier view's
         return next(
             (e for lane in lt.lanes for e in lane if e.kind == "register" and e.t == back),
             None,
         )
 
-    reg = registration(_changed(repaired, tmp_path / "stamped", late_mark(True)))
+    stamped = _changed(repaired, tmp_path / "stamped", late_mark(True))
+    reg = registration(stamped)
     assert reg is not None
-    assert [n.line.action for n in reg.needs if n.line.action in MARKS]
+    assert not reg.marked_after
+    assert [n for n in reg.needs if n.line.action in MARKS]
+    v = _verdict(stamped, repaired.closed)
+    assert v.verdict == "explained", v.render()
     assert registration(_changed(repaired, tmp_path / "unstamped", late_mark(False))) is None
+
+
+def test_a_mark_read_before_a_registration_after_a_worker_found_it_whole_is_explained(
+    repaired: Repaired, tmp_path: Path
+) -> None:
+    """A bookie cut off from ZooKeeper is marked lost; it registers again; a worker takes
+    the ledger's task, finds the bookie whole and deletes the task; then a mark decided
+    before the registration lands, naming it lost again (a netns campaign had 21 such
+    ledgers). Only an audit that read the registrations before the bookie came back
+    explains both the worker's view and the mark: ``auditor_marks_from_earlier_view``."""
+    create = _created(repaired)
+    lines = _autorecovery_lines(repaired)
+    mine = [x for x in lines if x.get("ledger") == repaired.closed]
+    lock = next(x for x in mine if x["action"] == "worker_acquires_ledger_lock")
+    done = next(x for x in mine if x["action"] == "worker_deletes_task" and x["deleted"])
+    alive = next(b for b in create["ensemble"] if b != repaired.lost)
+
+    def marks(lines: Lines) -> Lines:
+        node = lines[0]["node"] if lines else ""
+        if node == lock["node"]:  # the worker takes the new task and finds nothing to do
+            return [*lines, *_finds_nothing(node, repaired.closed, lock["worker"], done["t"] + 2)]
+        if not any(x["action"] == "node_wins_auditor_election" for x in lines):
+            return lines
+        mark = {
+            "node": lines[0]["node"],
+            "action": "auditor_marks_ledgers_of_lost_bookies",
+            "ledger": repaired.closed,
+            "replicas": {alive: "LOST"},
+            "rewrite": True,
+        }
+        first = {**mark, "t": create["t"] + 1}
+        late = {**mark, "t": done["t"] + 1, "decided": lock["t"] - 2}
+        return sorted([first, *lines, late], key=lambda x: int(x["t"]))
+
+    traces = _changed(repaired, tmp_path, marks)
+    _registers(traces, alive, lock["t"] - 1)
+    lt = project(Run(read_dir(traces)), repaired.closed)
+    (reg,) = [e for lane in lt.lanes for e in lane if e.kind == "register" and e.t < done["t"]]
+    assert reg.marked_after  # its session expired while it ran: either order
+    assert not [n for n in reg.needs if n.line.action in MARKS]
+    assert {b for bs in lt.came_back.values() for b in bs} == {alive}
+    v = _verdict(traces, repaired.closed)
+    assert v.verdict == "explained", v.render()
 
 
 def test_a_bookie_s_crash_is_a_step_of_its_own_before_its_restart(repaired: Repaired) -> None:
@@ -287,11 +365,7 @@ def test_a_mark_from_a_scan_older_than_the_worker_s_swap_is_explained(
     swap, in a ledger that no longer names it, and a worker takes the new task and finds
     nothing to do (a Docker campaign had six such ledgers). The spec's
     ``auditor_marks_from_earlier_scan`` names the bookie a swap replaced."""
-    lines = [
-        json.loads(x)
-        for f in sorted(repaired.traces.glob("trace-autorecovery-*.jsonl"))
-        for x in f.read_text().splitlines()
-    ]
+    lines = _autorecovery_lines(repaired)
     swap = next(
         x
         for x in lines
@@ -305,15 +379,7 @@ def test_a_mark_from_a_scan_older_than_the_worker_s_swap_is_explained(
         def change(lines: Lines) -> Lines:
             node = lines[0]["node"] if lines else ""
             if node == swap["node"]:  # the worker takes the new task and finds nothing to do
-                x = {"node": node, "ledger": repaired.closed, "worker": worker}
-                return [
-                    *lines,
-                    {**x, "t": after + 2, "action": "worker_acquires_ledger_lock", "version": 0}
-                    | {"bookie": worker},
-                    {**x, "t": after + 3, "action": "worker_verifies_ledger_replicated"},
-                    {**x, "t": after + 4, "action": "worker_deletes_task", "version": 0}
-                    | {"deleted": True},
-                ]
+                return [*lines, *_finds_nothing(node, repaired.closed, worker, after + 2)]
             if not any(x["action"] == "node_wins_auditor_election" for x in lines):
                 return lines
             mark = {
@@ -359,11 +425,7 @@ def _lock_taken_beside(repaired: Repaired, tmp_path: Path, before: str) -> Path:
     worked on it, just before the first one's ``before`` step (ZooKeeper had dropped the
     first one's lock with its session), verified the ledger once the first one's swap
     had landed, and let it go (its delete failed)."""
-    mine = [
-        json.loads(x)
-        for f in sorted(repaired.traces.glob("trace-autorecovery-*.jsonl"))
-        for x in f.read_text().splitlines()
-    ]
+    mine = _autorecovery_lines(repaired)
     steps = [x for x in mine if x.get("ledger") == repaired.closed]
     cas = next(x for x in steps if x["action"] == "worker_updates_segment_ensemble")
     mine_ = [x for x in steps if x["node"] == cas["node"] and x["t"] <= cas["t"]]
