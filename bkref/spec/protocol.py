@@ -1575,8 +1575,7 @@ def audit_from_earlier_view(s: State) -> State | None:
     named = 0
     for segs in s.meta_segments:
         for _f, ens in segs:
-            for b in ens:
-                named |= bit(b)
+            named |= ensemble_mask(ens)
     if not s.au_back & named:
         return None
     return _audit(s, s.au_back)
@@ -1738,9 +1737,11 @@ def node_wins_auditor_election(cfg: Config, s: State, node: int) -> State | None
 # ================================================================== WORKER ACTIONS
 
 
-def _segment_needs_repair(cfg: Config, s: State, ledger: int, idx: int, seen: int = 0) -> int:
+def _segment_needs_repair(
+    cfg: Config, s: State, ledger: int, idx: int, seen: int = 0, *, listed: int = -1
+) -> int:
     """The first bookie of the segment that a worker may repair (``_needing_repair``), or -1."""
-    return next(_needing_repair(cfg, s, ledger, idx, seen), -1)
+    return next(_needing_repair(cfg, s, ledger, idx, seen, listed=listed), -1)
 
 
 def _needing_repair(
@@ -2018,7 +2019,7 @@ def worker_verifies_ledger_replicated(cfg: Config, s: State, w: int) -> State | 
 def _replicated(cfg: Config, s: State, ledger: int, listed: int) -> bool:
     """No segment of ``ledger`` needs repair, the task listing the bookies ``listed``."""
     return all(
-        next(_needing_repair(cfg, s, ledger, i, listed=listed), -1) < 0
+        _segment_needs_repair(cfg, s, ledger, i, listed=listed) < 0
         for i in range(len(s.meta_segments[ledger]))
     )
 
