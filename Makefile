@@ -17,7 +17,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo
 
-.PHONY: install-check crosshair spec-check spec-big spec-coverage refine campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup docker-images docker-smoke docker-campaign docker-planted spark-cluster-test
+.PHONY: mutation install-check crosshair spec-check spec-big spec-coverage refine campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup docker-images docker-smoke docker-campaign docker-planted spark-cluster-test
 
 help:
 	@echo "make campaign  the main job: a fault campaign on a local cluster, its checks and report"
@@ -26,6 +26,7 @@ help:
 	@echo "make zookeeper-demo  start a private 3-node ZooKeeper ensemble, show it, stop it"
 	@echo "make test      fast test suite (no slow tests)"
 	@echo "make bench     benchmarks; results go to BENCHMARKS.md"
+	@echo "make mutation  mutation testing (cosmic-ray): a sample of the spec's mutants; docs/mutation.md"
 	@echo "make spec-check  every named config checked exhaustively, with coverage (~12 min)"
 	@echo "make spec-coverage  the same coverage as JSON in out/spec-coverage.json"
 	@echo "make spec-big  the configs too big for spec-check, with fingerprints (see BENCHMARKS.md)"
@@ -178,7 +179,7 @@ verify: setup
 	@mkdir -p $(VERIFY_LOG_DIR); \
 	echo "make docker-smoke runs beside the suite; its output follows the suite's"; \
 	$(MAKE) --no-print-directory docker-smoke > $(VERIFY_LOG_DIR)/docker-smoke.log 2>&1 & smoke=$$!; \
-	$(VENV)/bin/pytest -q -m 'not docker' -n $(TEST_WORKERS) --dist loadfile --durations=25; \
+	$(VENV)/bin/pytest -q -m 'not docker' -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25; \
 	rc=$$?; wait $$smoke; smoke_rc=$$?; \
 	echo "== make docker-smoke (exit $$smoke_rc):"; cat $(VERIFY_LOG_DIR)/docker-smoke.log; \
 	test $$rc -eq 0 -a $$smoke_rc -eq 0
@@ -197,6 +198,13 @@ bench-smoke: setup
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
+
+# Mutation testing (tests/mutation, cosmic-ray): a uniform sample of the spec's mutants against
+# spec-check's verdicts, then the core's against its tests; rewrites docs/mutation.md.
+# Resumable: run it again to go on. MUTATION_ARGS passes options, e.g. "--budget 3600".
+MUTATION_ARGS ?=
+mutation: setup
+	$(PY) -m tests.mutation run spec $(MUTATION_ARGS)
 
 # The main job. CAMPAIGN_ARGS passes options, e.g. CAMPAIGN_ARGS="--time 300 --runs 3 --seed 7".
 CAMPAIGN_ARGS ?=

@@ -51,3 +51,27 @@ def pytest_fixture_setup(
             "async part in the test.",
             pytrace=False,
         )
+
+
+# The modules that take longest in `make verify` (a loaded run's durations, 2026-11-29),
+# longest first. `make verify` runs pytest-xdist by module (--dist loadfile) in collection
+# order (--no-loadscope-reorder): the long modules start first and the short ones fill in
+# after them, instead of one long module starting last and running alone at the end.
+LONGEST = [
+    "tests/refine/test_bkref_planted.py",
+    "tests/refine/test_bkref.py",
+    "tests/nemesis/test_planted.py",
+    "tests/spec/test_mutants.py",
+    "tests/refine/test_bkref_autorecovery.py",
+    "tests/spark_checks/test_cluster.py",
+    "tests/spark_checks/test_durability_paths.py",
+    "tests/nemesis/test_campaign.py",
+    "tests/spec/test_coverage.py",
+    "tests/spec/test_open_ledgers.py",
+    "tests/spark_checks/test_equivalence.py",
+]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {module: i for i, module in enumerate(LONGEST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONGEST)))

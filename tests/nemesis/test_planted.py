@@ -193,10 +193,12 @@ def _run(tmp_path: Path, spec: RunSpec, netns: bool) -> RunResult:
     return result
 
 
-def anomaly_kinds(result: RunResult) -> set[str]:
-    """The anomaly kinds of every check of the run (counts include those not listed)."""
-    listed = {a["kind"] for c in result.checks.values() for a in c["anomalies"]}
-    counted = {k for c in result.checks.values() for k, n in c.get("counts", {}).items() if n}
+def anomaly_kinds(result: RunResult, *, without: str = "") -> set[str]:
+    """The anomaly kinds of every check of the run but ``without`` (counts include those
+    not listed)."""
+    checks = [c for name, c in result.checks.items() if name != without]
+    listed = {a["kind"] for c in checks for a in c["anomalies"]}
+    counted = {k for c in checks for k, n in (c.get("counts") or {}).items() if n}
     return listed | counted
 
 
@@ -229,25 +231,21 @@ def test_every_planted_bug_has_a_family_of_anomaly_kinds_the_checks_report() -> 
 def test_recovery_without_fence_is_caught_and_the_same_seed_is_valid_without_it(
     tmp_path: Path, plant: tuple[str, ...]
 ) -> None:
-    # No faults needed: writers race recoveries of their own ledgers. Without
-    # fencing a writer keeps adding after the recovery closed the ledger. How many
-    # races a 6 s run has depends on the machine's load, so the planted run gets the
-    # bar of `make planted`: caught on one of seeds 1-3 (seed 1 on a quiet machine).
-    # The trace check replays the run through the spec: the final phase recovers every
-    # ledger, so each planted run's first recovery sends an unfenced fencing read.
-    for seed in (1, 2, 3) if plant else (1,):
-        spec = RunSpec(
-            seed=seed, duration=6.0, faults=(), bookies=3, workload=SMALL, plant=plant, trace=True
-        )
-        result = _run(tmp_path / f"seed-{seed}", spec, netns=False)
-        # The trace check finds the unfenced read in every planted run; the history
-        # checks need a writer that raced the recovery, which the load decides.
-        if caught(result, plant[0]) if plant else not result.valid:
-            break
+    # No faults needed: writers race recoveries of their own ledgers. The trace check
+    # replays the run through the spec, and the final phase recovers every ledger, so a
+    # planted run's first recovery sends an unfenced fencing read: caught in every run.
+    # The history checks see the bug only when a writer kept adding after a recovery
+    # closed its ledger, which the machine's load decides (a loaded verify run saw it in
+    # none of seeds 1-3); `make planted` holds them to it with campaigns of the default
+    # length. Here they must name nothing outside the bug's family.
+    spec = RunSpec(
+        seed=1, duration=6.0, faults=(), bookies=3, workload=SMALL, plant=plant, trace=True
+    )
+    result = _run(tmp_path, spec, netns=False)
     if plant:
         assert result.valid is False
-        assert caught(result, plant[0]), _counts(result)
         assert trace_caught(result, "without the fence flag"), _counts(result)
+        assert anomaly_kinds(result, without="trace") <= FAMILIES[plant[0]], _counts(result)
     else:
         assert result.valid is True, result.checks
         assert result.checks["trace"]["counts"]["explained"] > 0

@@ -1,0 +1,210 @@
+"""Mutation testing of the spec and the protocol core (cosmic-ray), and docs/mutation.md.
+
+    python -m tests.mutation run TARGET [--sample N] [--seed S] [--workers W] [--budget S]
+    python -m tests.mutation report TARGET
+    python -m tests.mutation show TARGET LINE-OR-JOB
+
+TARGET is a table of pyproject.toml's ``[tool.bkref.mutation]``: ``spec`` (the spec's
+protocol.py against `make spec-check`'s verdicts, tests/mutation/spec_kill.py) or
+``core`` (bkref/impl/core against its tests and the refinement machine). ``run``
+resumes the session in ``out/mutation/TARGET`` when its sources, sample, seed and
+workers are the same, else starts a new one; when every sampled mutant ran (or the
+budget is spent) it rewrites the target's section of docs/mutation.md. Exit 0 when the
+report was written, 2 on bad arguments or a failed cosmic-ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.mutation.score import Score, load_verdicts, mutant_key, outcome
+from tests.mutation.session import ROOT, Session, Target
+
+DOC = ROOT / "docs" / "mutation.md"
+
+
+def _session(args: argparse.Namespace) -> Session:
+    work = Path(args.work) if args.work else ROOT / "out" / "mutation" / args.target
+    return Session(Target.load(args.target), work)
+
+
+def _log(message: str) -> None:
+    stamp = dt.datetime.now(dt.UTC).strftime("%H:%M:%S")
+    print(f"[{stamp}] {message}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    s = _session(args)
+    if args.fresh or not s.matches(args.sample, args.seed, args.workers):
+        s.create(args.sample, args.seed, args.workers, log=_log)
+    else:
+        _log(f"{args.target}: resuming {s.work} ({s.progress()})")
+    baseline = s.target.baseline_command
+    if baseline and not (s.work / "baseline.json").exists():
+        _log(f"{args.target}: measuring the unmutated baseline")
+        command = baseline.format(python=sys.executable, work=s.work)
+        subprocess.run(shlex.split(command), cwd=s.shards()[0], check=True)
+    done = s.run(args.budget, log=_log)
+    s.store()
+    _log(f"{args.target}: {s.progress()}{'' if done else ' (budget spent; run again to go on)'}")
+    write_report(s)
+    return 0
+
+
+def _score(s: Session) -> Score:
+    results = s.results()
+    sources = {p: (ROOT / p).read_text() for p in {r["module"] for r in results}}
+    keys = {r["job"]: mutant_key(r, sources[r["module"]]) for r in results}
+    return Score(s.target.name, results, keys, load_verdicts())
+
+
+def section(s: Session) -> str:
+    """The target's section of docs/mutation.md."""
+    sc, meta = _score(s), s.meta()
+    lo, hi = sc.interval
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    c = sc.counts
+    ran = len(sc.results)
+    lines = [
+        f"## {s.target.name}: {', '.join(s.target.modules)}",
+        "",
+        f"Run {dt.date.today()} at {commit}: `python -m tests.mutation run {s.target.name} "
+        f"--sample {meta['sample']} --seed {meta['seed']} --workers {meta['workers']}` "
+        f"({meta['seconds'] / 60:.0f} min of wall time on {meta['workers']} workers).",
+        "",
+        f"- mutants: {meta['population']:,} in all, {meta['filtered']:,} after the operator "
+        f"filter, {meta['sampled']} sampled uniformly, **{ran} ran**"
+        + ("" if ran == meta["sampled"] else f" ({meta['sampled'] - ran} still pending)"),
+        f"- killed {c.get('killed', 0)}, survived {c.get('survived', 0)} "
+        f"({sc.equivalent} judged equivalent), timeout {c.get('timeout', 0)}, "
+        f"incompetent {c.get('incompetent', 0)}",
+        f"- **score {sc.score:.1%}** (killed or equivalent, of killed and survived), 95% "
+        f"Wilson interval {lo:.1%} to {hi:.1%}",
+        "",
+    ]
+    kills: dict[str, int] = {}
+    for r in sc.results:
+        if outcome(r) == "killed":
+            by = _kill_kind(r["output"])
+            kills[by] = kills.get(by, 0) + 1
+    if kills:
+        lines += ["What killed them:", ""]
+        lines += [f"- {k}: {n}" for k, n in sorted(kills.items(), key=lambda kv: -kv[1])]
+        lines.append("")
+    if sc.survivors:
+        lines += [
+            "Survivors (verdicts in tests/mutation/verdicts.toml):",
+            "",
+            "| where | operator | line | verdict | reason |",
+            "|---|---|---|---|---|",
+        ]
+        for r in sc.survivors:
+            v = sc.verdict(r)
+            text = sc.keys[r["job"]].rsplit(":", 1)[-1].replace("|", "\\|")
+            where = f"{r['module']}:{r['line']} `{r['definition']}`"
+            op = r["operator"].removeprefix("core/")
+            lines.append(
+                f"| {where} | {op} | `{text}` | {v.get('verdict', '**none yet**')} | "
+                f"{v.get('reason', _survivor_clue(r))} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _kill_kind(output: str) -> str:
+    from tests.mutation.score import last_json
+
+    by = str(last_json(output).get("by", ""))
+    if by.startswith("crashed"):
+        return "the spec raised at a reachable state"
+    if "hand-written mutant" in by:
+        return "a hand-written mutant no longer caught as before"
+    if "liveness" in by:
+        return "a liveness goal fails"
+    if " violates " in by:
+        return f"an invariant violated ({by.split(' violates ')[1]})"
+    return by or "a test failed"
+
+
+def _survivor_clue(r: dict[str, object]) -> str:
+    from tests.mutation.score import last_json
+
+    v = last_json(str(r["output"]))
+    changed = v.get("changed") or {}
+    if not changed:
+        return "same distinct states on every config"
+    exploded = set(v.get("exploded") or [])
+    parts = [
+        f"{k} {a:,}→{b:,}{' (bound)' if k in exploded else ''}" for k, (a, b) in changed.items()
+    ]
+    return "states differ: " + ", ".join(parts)
+
+
+def write_report(s: Session) -> None:
+    begin, end = f"<!-- mutation:{s.target.name} -->", f"<!-- /mutation:{s.target.name} -->"
+    block = f"{begin}\n{section(s)}\n{end}"
+    text = DOC.read_text() if DOC.exists() else "# Mutation testing\n"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _m: block, text) if pattern.search(text) else f"{text}\n{block}\n"
+    DOC.write_text(text)
+    _log(f"wrote {DOC.relative_to(ROOT)}")
+
+
+def show(args: argparse.Namespace) -> int:
+    s = _session(args)
+    for r in s.results():
+        if args.which in (r["job"], str(r["line"])):
+            print(f"{r['module']}:{r['line']}:{r['column']} {r['operator']} -> {outcome(r)}")
+            print(r["diff"])
+            print(r["output"][-3000:])
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tests.mutation", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run (or resume) a target's sampled session, then report")
+    r.add_argument("target")
+    r.add_argument("--sample", type=int, default=300, help="mutants drawn (default 300)")
+    r.add_argument("--seed", type=int, default=1, help="seed of the sample (default 1)")
+    r.add_argument("--workers", type=int, default=2, help="parallel shards (default 2)")
+    r.add_argument("--budget", type=float, default=4 * 3600, help="seconds (default 4 h)")
+    r.add_argument("--work", help="session directory (default out/mutation/TARGET)")
+    r.add_argument("--fresh", action="store_true", help="start over even if resumable")
+    rep = sub.add_parser("report", help="rewrite the target's section of docs/mutation.md")
+    rep.add_argument("target")
+    rep.add_argument("--work")
+    sh = sub.add_parser("show", help="a mutant's diff and its test's output")
+    sh.add_argument("target")
+    sh.add_argument("which", help="a job id or a line number")
+    sh.add_argument("--work")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "run":
+        if args.sample < 1 or args.workers < 1 or args.budget <= 0:
+            print("--sample and --workers must be >= 1, --budget > 0", file=sys.stderr)
+            return 2
+        return run(args)
+    if args.command == "report":
+        write_report(_session(args))
+        return 0
+    return show(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

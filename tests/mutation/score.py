@@ -1,0 +1,124 @@
+"""The mutation score of a session, with its interval, and the survivors' verdicts.
+
+A sampled mutant that ran is one of:
+
+- **killed**: its test failed (the spec: a verdict of `make spec-check` changed, see
+  ``spec_kill``; the core: a test or the refinement machine failed);
+- **timeout**: cosmic-ray stopped it after the target's timeout. cosmic-ray records
+  that as killed; here it is counted apart, in neither the kills nor the score's
+  numerator, since nothing said the mutant was wrong;
+- **survived**: every test passed. A survivor counts for the score only when
+  ``verdicts.toml`` judges it *equivalent* (it cannot change a behaviour, and says
+  why). Any other verdict (*needs-config*, *finding*, or none yet) leaves it against
+  the score until a new config or test kills it or the fix lands;
+- **incompetent**: the mutated module did not even import (cosmic-ray's own
+  outcome); counted apart, like timeouts.
+
+The score is (killed + equivalent) / (killed + survived), with a 95% Wilson score
+interval for the sampled proportion: the sample is uniform over the population the
+operator filter leaves, so the interval is the population's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+VERDICTS = Path(__file__).with_name("verdicts.toml")
+KINDS = ("equivalent", "needs-config", "finding")
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (95% for z = 1.96)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    centre = p + z * z / (2 * n)
+    margin = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    denominator = 1 + z * z / n
+    return (max(0.0, (centre - margin) / denominator), min(1.0, (centre + margin) / denominator))
+
+
+def mutant_key(r: dict[str, Any], source: str) -> str:
+    """Names a mutant across edits elsewhere in its file: its function, its operator and
+    the text of its line (line numbers and occurrences move with every edit)."""
+    lines = source.splitlines()
+    text = lines[r["line"] - 1].strip() if 0 < r["line"] <= len(lines) else ""
+    return f"{r['module']}:{r['definition']}:{r['operator']}:{text}"
+
+
+def load_verdicts(path: Path = VERDICTS) -> dict[str, dict[str, str]]:
+    """``[[mutant]]`` tables: key, verdict (one of KINDS) and reason."""
+    if not path.exists():
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    for m in tomllib.loads(path.read_text()).get("mutant", []):
+        if m.get("verdict") not in KINDS or not m.get("reason"):
+            raise SystemExit(f"{path}: {m.get('key')}: needs a verdict of {KINDS} and a reason")
+        out[m["key"]] = m
+    return out
+
+
+def outcome(r: dict[str, Any]) -> str:
+    if r["output"].strip() == "timeout":
+        return "timeout"
+    test = (r["test"] or "").lower()
+    if test.endswith("incompetent") or r["worker"].lower().endswith("exception"):
+        return "incompetent"
+    return "killed" if test.endswith("killed") else "survived"
+
+
+def last_json(output: str) -> dict[str, Any]:
+    """The kill script's verdict line (the last JSON object of its output), if any."""
+    for line in reversed(output.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                data: dict[str, Any] = json.loads(line)
+                return data
+            except json.JSONDecodeError:
+                break
+    return {}
+
+
+@dataclass
+class Score:
+    target: str
+    results: list[dict[str, Any]]
+    keys: dict[str, str]  # job -> mutant key
+    verdicts: dict[str, dict[str, str]]
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for r in self.results:
+            o = outcome(r)
+            self.counts[o] = self.counts.get(o, 0) + 1
+
+    @property
+    def survivors(self) -> list[dict[str, Any]]:
+        return [r for r in self.results if outcome(r) == "survived"]
+
+    def verdict(self, r: dict[str, Any]) -> dict[str, str]:
+        return self.verdicts.get(self.keys[r["job"]], {})
+
+    @property
+    def equivalent(self) -> int:
+        return sum(1 for r in self.survivors if self.verdict(r).get("verdict") == "equivalent")
+
+    @property
+    def judged(self) -> int:
+        """Mutants that count for the score: killed or survived."""
+        return self.counts.get("killed", 0) + self.counts.get("survived", 0)
+
+    @property
+    def score(self) -> float:
+        return (
+            (self.counts.get("killed", 0) + self.equivalent) / self.judged if self.judged else 0.0
+        )
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson(self.counts.get("killed", 0) + self.equivalent, self.judged)

@@ -1,0 +1,122 @@
+"""`make mutation`'s machinery (tests/mutation), small but real: cosmic-ray's mutants of
+a spec module, run on copies of the tree, judged by the spec's own checker."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.mutation.score import Score, mutant_key, outcome, wilson
+from tests.mutation.session import ROOT, Session, Target, copy_tree
+
+# The smallest configs of spec-check that use the quorum arithmetic, and a hand-written
+# mutant's config (m-4651: acks of a replaced bookie), so the smoke run takes seconds.
+ONLY = "a-short,m-4651,live-check"
+
+
+def test_the_wilson_interval_has_its_textbook_values() -> None:
+    lo, hi = wilson(5, 10)
+    assert (round(lo, 4), round(hi, 4)) == (0.2366, 0.7634)
+    assert wilson(10, 10)[1] == 1.0
+    assert round(wilson(10, 10)[0], 4) == 0.7225
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def _kill(tree: Path, baseline: Path) -> tuple[int, dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.mutation.spec_kill", str(baseline)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_the_spec_kill_passes_the_spec_and_kills_a_broken_quorum(tmp_path: Path) -> None:
+    from cosmic_ray.mutating import mutate_code
+    from cosmic_ray.plugins import get_operator
+
+    tree = tmp_path / "tree"
+    copy_tree(tree)
+    baseline = tmp_path / "baseline.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.mutation.spec_kill",
+            "--only",
+            ONLY,
+            "--baseline",
+            str(baseline),
+        ],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    assert set(json.loads(baseline.read_text())) == set(ONLY.split(","))
+    # The copy, unmutated: every verdict as the baseline's.
+    status, verdict = _kill(tree, baseline)
+    assert (status, verdict["verdict"], verdict["changed"]) == (0, "survived", {})
+    # `count >= Wq - Aq + 1` made `count < ...`: a recovery takes too few answers for
+    # coverage and closes the ledger before an acknowledged entry (a-short).
+    quorum = tree / "bkref" / "spec" / "quorum.py"
+    source = quorum.read_text()
+    op = get_operator("core/ReplaceComparisonOperator_GtE_Lt")()
+    mutated = mutate_code(source, op, 0)
+    assert mutated is not None
+    assert mutated != source
+    quorum.write_text(mutated)
+    status, verdict = _kill(tree, baseline)
+    assert status == 1, verdict
+    assert verdict["verdict"] == "killed"
+    assert verdict["by"] == "a-short violates NoDivergenceBetweenClientAndMetaData"
+
+
+@pytest.mark.slow
+def test_a_sampled_session_runs_on_copies_and_is_scored(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        "[tool.bkref.mutation.smoke]\n"
+        'modules = ["bkref/spec/quorum.py"]\n'
+        f'baseline-command = "{{python}} -m tests.mutation.spec_kill --only {ONLY} '
+        '--baseline {work}/baseline.json"\n'
+        'test-command = "{python} -m tests.mutation.spec_kill {work}/baseline.json"\n'
+        "timeout = 300\n"
+        'exclude-operators = ["core/ReplaceComparisonOperator_.*_(Is|IsNot)$"]\n'
+    )
+    target = Target.load("smoke", pyproject)
+    session = Session(target, tmp_path / "work")
+    session.create(sample=3, seed=7, workers=2, log=lambda _m: None)
+    assert session.meta()["sampled"] == 3
+    assert len(session.shards()) == 2
+    assert session.matches(3, 7, 2)
+    assert not session.matches(3, 8, 2)
+    command = target.baseline_command.format(python=sys.executable, work=session.work)
+    subprocess.run(shlex.split(command), cwd=session.shards()[0], check=True, timeout=600)
+    assert session.run(budget=600, log=lambda _m: None)
+    results = session.results()
+    assert len(results) == 3
+    assert {outcome(r) for r in results} <= {"killed", "survived"}
+    assert all(r["module"] == "bkref/spec/quorum.py" and r["diff"] for r in results)
+    # The checkout was never touched: cosmic-ray mutated the copies only.
+    assert (
+        subprocess.run(
+            ["git", "diff", "--quiet", "--", "bkref/spec/quorum.py"], cwd=ROOT, check=False
+        ).returncode
+        == 0
+    )
+    source = (ROOT / "bkref/spec/quorum.py").read_text()
+    keys = {r["job"]: mutant_key(r, source) for r in results}
+    score = Score("smoke", results, keys, {})
+    assert score.judged == 3
+    assert 0.0 <= score.interval[0] <= score.score <= score.interval[1] <= 1.0
