@@ -112,7 +112,7 @@ def section(s: Session) -> str:
         ]
         for r in sc.survivors:
             v = sc.verdict(r)
-            text = sc.keys[r["job"]].rsplit(":", 1)[-1].replace("|", "\\|")
+            text = sc.keys[r["job"]].split(":", 3)[3].replace("|", "\\|")
             where = f"{r['module']}:{r['line']} `{r['definition']}`"
             op = r["operator"].removeprefix("core/")
             lines.append(
@@ -183,7 +183,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--budget", type=float, default=4 * 3600, help="seconds (default 4 h)")
     r.add_argument("--work", help="session directory (default out/mutation/TARGET)")
     r.add_argument("--fresh", action="store_true", help="start over even if resumable")
-    rep = sub.add_parser("report", help="rewrite the target's section of docs/mutation.md")
+    rep = sub.add_parser(
+        "report", help="keep what ran (tests/mutation/results) and rewrite docs/mutation.md"
+    )
     rep.add_argument("target")
     rep.add_argument("--work")
     sh = sub.add_parser("show", help="a mutant's diff and its test's output")
@@ -201,7 +203,9 @@ def main(argv: list[str]) -> int:
             return 2
         return run(args)
     if args.command == "report":
-        write_report(_session(args))
+        s = _session(args)
+        s.store()
+        write_report(s)
         return 0
     return show(args)
 

@@ -36,7 +36,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,10 +85,13 @@ class Target:
         return [p.relative_to(root) for p in out]
 
     def digest(self, root: Path = ROOT) -> str:
-        """Names the sources: a session is resumed only on the same ones."""
+        """Names the sources and the test scripts: a session is resumed, and stored
+        results reused, only on the same ones."""
         h = hashlib.sha256()
         for p in self.sources(root):
             h.update(str(p).encode() + b"\0" + (root / p).read_bytes())
+        for script in sorted(Path(__file__).parent.glob("*_kill.py")):
+            h.update(script.name.encode() + b"\0" + script.read_bytes())
         return h.hexdigest()[:16]
 
 
@@ -107,6 +110,73 @@ def copy_tree(dest: Path) -> None:
             out = dest / os.fsdecode(name)
             out.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, out)
+
+
+def _imports_its_own(tree: Path) -> None:
+    """A test run in ``tree`` must import the copy's bkref (which cosmic-ray mutates), not
+    the checkout's: with ``python -m`` the working directory comes first on sys.path,
+    before the venv's editable install of the checkout. Checked, not assumed."""
+    where = subprocess.run(
+        [sys.executable, "-c", "import bkref, tests; print(bkref.__file__, tests.__path__[0])"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    if not all(Path(w).resolve().is_relative_to(tree.resolve()) for w in where):
+        raise SystemExit(f"a test run in {tree} would import {where}, not the copy's code")
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), children first."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop each exec and the test it runs, and return only when all are gone. cosmic-ray
+    starts a test in a session of its own, so the exec's process group does not hold it:
+    the process groups of every descendant are signalled too."""
+    groups = {p.pid for p in procs if p.poll() is None}
+    for pid in list(groups):
+        for d in _descendants(pid):
+            with suppress(ProcessLookupError):
+                groups.add(os.getpgid(d))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for g in groups:
+            with suppress(ProcessLookupError):
+                os.killpg(g, sig)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for p in procs:
+                p.poll()  # reap: a zombie still counts as a member of its group
+            if not any(_group_alive(g) for g in groups):
+                break
+            time.sleep(0.2)
+        else:
+            continue  # still there: SIGKILL
+        break
+    for p in procs:
+        p.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def config_text(target: Target, work: Path) -> str:
@@ -181,6 +251,7 @@ class Session:
         config.write_text(config_text(self.target, self.work))
         first = self.work / "shard-0"
         copy_tree(first)
+        _imports_its_own(first)
         started = time.monotonic()
         subprocess.run(
             [BIN / "cosmic-ray", "init", config, "session.sqlite"], cwd=first, check=True
@@ -312,15 +383,7 @@ class Session:
                     last = now
                     log(f"{self.target.name}: {self.progress()} after {now - started:.0f} s")
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
+            _stop(procs)
             meta = self.meta()
             meta["seconds"] = meta.get("seconds", 0.0) + time.monotonic() - started
             self.meta_path.write_text(json.dumps(meta, indent=1))
@@ -359,7 +422,7 @@ class Session:
 
     def progress(self) -> str:
         rs = self.results()
-        killed = sum(1 for r in rs if r["test"] and r["test"].endswith("KILLED"))
+        killed = sum(1 for r in rs if (r["test"] or "") == "killed")
         return (
             f"{len(rs)} of {self.meta()['sampled']} ran, {killed} killed, "
             f"{len(rs) - killed} not killed"

@@ -98,6 +98,9 @@ def _verdict(base: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if cfg.name not in base:  # outside --only
             continue
         r = check(cfg, max_states=EXPLOSION * base[cfg.name]["distinct"] + 1_000)
+        if r.violation is None and not r.complete:  # not found within the bound: exploded
+            exploded.append(f"{cfg.name} with {mutant}")
+            continue
         if r.violation != expected:
             return {
                 "verdict": "killed",

@@ -120,3 +120,32 @@ def test_a_sampled_session_runs_on_copies_and_is_scored(tmp_path: Path) -> None:
     score = Score("smoke", results, keys, {})
     assert score.judged == 3
     assert 0.0 <= score.interval[0] <= score.score <= score.interval[1] <= 1.0
+
+
+def test_a_spent_budget_stops_every_test_and_returns_when_they_are_gone(tmp_path: Path) -> None:
+    # cosmic-ray starts each test in a session of its own: stopping the exec alone would
+    # leave the test running after run() returned.
+    marker = f"bkref-mutation-stop-{tmp_path.name}"
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        "[tool.bkref.mutation.stuck]\n"
+        'modules = ["bkref/spec/quorum.py"]\n'
+        f"test-command = \"{{python}} -c 'import time; time.sleep(300)' {marker}\"\n"
+        "timeout = 600\n"
+    )
+    session = Session(Target.load("stuck", pyproject), tmp_path / "work")
+    session.create(sample=2, seed=1, workers=2, log=lambda _m: None)
+    assert session.run(budget=8, log=lambda _m: None) is False
+    left = [
+        p.parent.name for p in Path("/proc").glob("[0-9]*/cmdline") if marker.encode() in _read(p)
+    ]
+    assert left == [], f"tests still running after run() returned: {left}"
+    # Each copy holds its unmutated source again at the next run's start.
+    assert session.pending() == 2
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
