@@ -23,7 +23,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.mutation.score import Score, load_verdicts, mutant_key, outcome
+from tests.mutation.score import Score, last_json, load_verdicts, mutant_key, outcome
 from tests.mutation.session import ROOT, Session, Target
 
 DOC = ROOT / "docs" / "mutation.md"
@@ -124,8 +124,6 @@ def section(s: Session) -> str:
 
 
 def _kill_kind(output: str) -> str:
-    from tests.mutation.score import last_json
-
     by = str(last_json(output).get("by", ""))
     if by.startswith("crashed"):
         return "the spec raised at a reachable state"
@@ -139,8 +137,6 @@ def _kill_kind(output: str) -> str:
 
 
 def _survivor_clue(r: dict[str, object]) -> str:
-    from tests.mutation.score import last_json
-
     v = last_json(str(r["output"]))
     changed = v.get("changed") or {}
     if not changed:

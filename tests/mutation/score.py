@@ -66,10 +66,9 @@ def load_verdicts(path: Path = VERDICTS) -> dict[str, dict[str, str]]:
 def outcome(r: dict[str, Any]) -> str:
     if r["output"].strip() == "timeout":
         return "timeout"
-    test = (r["test"] or "").lower()
-    if test.endswith("incompetent") or r["worker"].lower().endswith("exception"):
+    if r["test"] == "incompetent" or r["worker"] == "exception":
         return "incompetent"
-    return "killed" if test.endswith("killed") else "survived"
+    return "killed" if r["test"] == "killed" else "survived"
 
 
 def last_json(output: str) -> dict[str, Any]:
@@ -114,11 +113,14 @@ class Score:
         return self.counts.get("killed", 0) + self.counts.get("survived", 0)
 
     @property
+    def credited(self) -> int:
+        """Mutants the score counts for the checks: killed, or judged equivalent."""
+        return self.counts.get("killed", 0) + self.equivalent
+
+    @property
     def score(self) -> float:
-        return (
-            (self.counts.get("killed", 0) + self.equivalent) / self.judged if self.judged else 0.0
-        )
+        return self.credited / self.judged if self.judged else 0.0
 
     @property
     def interval(self) -> tuple[float, float]:
-        return wilson(self.counts.get("killed", 0) + self.equivalent, self.judged)
+        return wilson(self.credited, self.judged)

@@ -20,7 +20,8 @@ runs and where:
   job at a time; its HTTP one gives up on a request after aiohttp's 5 minutes, which a
   surviving spec mutant outlasts).
 
-The settings are pyproject.toml's ``[tool.bkref.mutation.<target>]``.
+The settings are pyproject.toml's ``[tool.bkref.mutation.<target>]``; what a target
+leaves out, ``[tool.bkref.mutation]`` gives for all (the operator filter).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -64,15 +66,16 @@ class Target:
     @staticmethod
     def load(name: str, pyproject: Path = ROOT / "pyproject.toml") -> Target:
         tool = tomllib.loads(pyproject.read_text())["tool"]["bkref"]["mutation"]
-        if name not in tool:
-            raise SystemExit(f"no target {name!r} in pyproject.toml; known: {', '.join(tool)}")
-        t = tool[name]
+        targets = {k: v for k, v in tool.items() if isinstance(v, dict)}
+        if name not in targets:
+            raise SystemExit(f"no target {name!r} in pyproject.toml; known: {', '.join(targets)}")
+        t = targets[name]
         return Target(
             name=name,
             modules=tuple(t["modules"]),
             test_command=t["test-command"],
             timeout=float(t["timeout"]),
-            exclude_operators=tuple(t.get("exclude-operators", ())),
+            exclude_operators=tuple(t.get("exclude-operators", tool.get("exclude-operators", ()))),
             baseline_command=t.get("baseline-command", ""),
         )
 
@@ -157,18 +160,23 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
         for g in groups:
             with suppress(ProcessLookupError):
                 os.killpg(g, sig)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            for p in procs:
-                p.poll()  # reap: a zombie still counts as a member of its group
-            if not any(_group_alive(g) for g in groups):
-                break
-            time.sleep(0.2)
-        else:
-            continue  # still there: SIGKILL
-        break
+        if _gone(procs, groups, within=30.0):
+            break
     for p in procs:
         p.wait()
+
+
+def _gone(procs: list[subprocess.Popen[bytes]], groups: set[int], *, within: float) -> bool:
+    """Whether every process of ``groups`` ended within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        for p in procs:
+            p.poll()  # reap: a zombie still counts as a member of its group
+        if not any(_group_alive(g) for g in groups):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -256,8 +264,6 @@ class Session:
         subprocess.run(
             [BIN / "cosmic-ray", "init", config, "session.sqlite"], cwd=first, check=True
         )
-        import re
-
         excluded = re.compile("|".join(f"(?:{e})" for e in self.target.exclude_operators) or "$^")
         with _db(first / "session.sqlite") as db:
             items = sorted(db.pending_work_items, key=_key)
@@ -421,8 +427,10 @@ class Session:
         return sorted(out, key=lambda r: (r["module"], r["line"], r["column"], r["operator"]))
 
     def progress(self) -> str:
+        from tests.mutation.score import outcome
+
         rs = self.results()
-        killed = sum(1 for r in rs if (r["test"] or "") == "killed")
+        killed = sum(1 for r in rs if outcome(r) == "killed")
         return (
             f"{len(rs)} of {self.meta()['sampled']} ran, {killed} killed, "
             f"{len(rs) - killed} not killed"

@@ -62,10 +62,10 @@ def measure_baseline(only: frozenset[str] = frozenset()) -> dict[str, dict[str, 
         r = check(cfg)
         if r.violation is not None or not r.complete:
             raise SystemExit(f"baseline: config {name} is not clean ({r.violation}): fix the spec")
-        holds = check_liveness(cfg).holds if cfg.liveness else None
-        out[name] = {"distinct": r.distinct, "seconds": time.monotonic() - started}
-        if holds is not None:
-            out[name]["liveness"] = holds
+        out[name] = {"distinct": r.distinct}
+        if cfg.liveness:
+            out[name]["liveness"] = check_liveness(cfg).holds
+        out[name]["seconds"] = time.monotonic() - started
         print(f"baseline {name}: {r.distinct:,} states", file=sys.stderr, flush=True)
     return out
 
@@ -85,12 +85,11 @@ def _verdict(base: dict[str, dict[str, Any]]) -> dict[str, Any]:
         print(f"{name}: {r.distinct:,} states (baseline {before:,})", flush=True)
         if r.violation is not None:
             return {"verdict": "killed", "by": f"{name} violates {r.violation}"}
+        if r.distinct != before or not r.complete:
+            changed[name] = [before, r.distinct]
         if not r.complete:
             exploded.append(name)
-            changed[name] = [before, r.distinct]
             continue
-        if r.distinct != before:
-            changed[name] = [before, r.distinct]
         if cfg.liveness and check_liveness(cfg).holds != base[name].get("liveness"):
             return {"verdict": "killed", "by": f"{name}: liveness <>{cfg.liveness} fails"}
     for mutant, expected in CAUGHT_BY.items():

@@ -198,7 +198,7 @@ def anomaly_kinds(result: RunResult, *, without: str = "") -> set[str]:
     not listed)."""
     checks = [c for name, c in result.checks.items() if name != without]
     listed = {a["kind"] for c in checks for a in c["anomalies"]}
-    counted = {k for c in checks for k, n in (c.get("counts") or {}).items() if n}
+    counted = {k for c in checks for k, n in c.get("counts", {}).items() if n}
     return listed | counted
 
 

@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 
 SUPPORTED = [n for n, c in NAMED.items() if not BkrefDriver.unsupported_reasons(c)]
 LEDGER_CONFIGS = [n for n in SUPPORTED if not NAMED[n].autorecovery]
+AUTORECOVERY_CONFIGS = [n for n in SUPPORTED if NAMED[n].autorecovery]  # their own module
 
 # Spec steps bkref has no way to take (docs/refine.md says why): the machine counts them.
 REFUSALS = {

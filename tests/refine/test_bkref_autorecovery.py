@@ -7,12 +7,11 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from bkref.spec.configs import NAMED
-from tests.refine.test_bkref import SUPPORTED, refines
+from tests.refine.test_bkref import AUTORECOVERY_CONFIGS, refines
 
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("name", [n for n in SUPPORTED if NAMED[n].autorecovery])
+@pytest.mark.parametrize("name", AUTORECOVERY_CONFIGS)
 def test_bkref_refines_the_spec(name: str, zk: KazooClient) -> None:
     refines(name, zk)
