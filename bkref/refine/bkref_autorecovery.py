@@ -167,7 +167,7 @@ class AutoRecoveryActors:
         return self.now
 
     def registered(self) -> set[str]:
-        return {b.bookie_id for b in self.d.store.bookies()}
+        return self.d.store.bookie_ids()
 
     def bookies_changed(self) -> None:
         """A bookie crashed or restarted (its registration went or came): each auditor

@@ -118,6 +118,21 @@ def test_registration_is_recreated_after_session_expiry(
 
 
 @pytest.mark.zookeeper
+def test_bookie_ids_name_writable_and_read_only_registrations_alike(
+    store: ZkMetadataStore,
+) -> None:
+    assert store.bookie_ids() == set()
+    store.register("127.0.0.1:1", rack="/r1", readonly=False)
+    store.register("127.0.0.1:2", rack="/r2", readonly=True)
+    # The read-only directory lives under available/: it is no bookie.
+    assert store.bookie_ids() == {"127.0.0.1:1", "127.0.0.1:2"}
+    assert store.bookie_ids() == {b.bookie_id for b in store.bookies()}
+    store.register("127.0.0.1:1", rack="/r1", readonly=True)  # goes read-only: one entry
+    assert store.bookie_ids() == {"127.0.0.1:1", "127.0.0.1:2"}
+    assert set(store.writable_bookies()) == set()
+
+
+@pytest.mark.zookeeper
 def test_cookies_refuse_swapped_directories(store: ZkMetadataStore, tmp_path: Path) -> None:
     for name in ("j1", "l1", "j2", "l2"):
         (tmp_path / name).mkdir()

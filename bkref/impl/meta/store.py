@@ -226,25 +226,34 @@ class ZkMetadataStore:
                 ) from None
         return want
 
-    def bookies(self) -> list[BookieInfo]:
-        """Every registered bookie, writable and read-only. The reads are pipelined (two
-        round trips, not one per bookie): the auditor and every worker's check read them."""
-        out: list[BookieInfo] = []
+    def _registrations(self) -> list[tuple[bool, str, str]]:
+        """(read-only, parent path, bookie id) of every registration: one round trip."""
         lists = [
             (ro, path, self.zk.get_children_async(path))
             for ro, path in ((False, paths.available(self.root)), (True, paths.readonly(self.root)))
         ]
-        reads = []
+        out = []
         for ro, path, listed in lists:
             try:
                 names = listed.get()
             except NoNodeError:
                 continue
-            reads += [
-                (ro, name, self.zk.get_async(f"{path}/{name}"))
-                for name in names
-                if name != paths.READONLY
-            ]
+            out += [(ro, path, name) for name in names if name != paths.READONLY]
+        return out
+
+    def bookie_ids(self) -> set[str]:
+        """The id of every registered bookie, writable and read-only, without reading
+        their racks: one round trip."""
+        return {name for _ro, _path, name in self._registrations()}
+
+    def bookies(self) -> list[BookieInfo]:
+        """Every registered bookie, writable and read-only. The reads are pipelined (two
+        round trips, not one per bookie): the auditor and every worker's check read them."""
+        out: list[BookieInfo] = []
+        reads = [
+            (ro, name, self.zk.get_async(f"{path}/{name}"))
+            for ro, path, name in self._registrations()
+        ]
         for ro, name, read in reads:
             try:
                 data, _ = read.get()
