@@ -138,13 +138,20 @@ def _kill_kind(output: str) -> str:
 
 def _survivor_clue(r: dict[str, object]) -> str:
     v = last_json(str(r["output"]))
+    if "ran" in v and not v["ran"]:
+        return "no config executes it"
     changed = v.get("changed") or {}
-    if not changed:
-        return "same distinct states on every config"
-    exploded = set(v.get("exploded") or [])
+    exploded = list(v.get("exploded") or [])
     parts = [
         f"{k} {a:,}→{b:,}{' (bound)' if k in exploded else ''}" for k, (a, b) in changed.items()
     ]
+    # A hand-written mutant's config that passed its bound without its violation.
+    parts += [f"{k} (bound)" for k in exploded if k not in changed]
+    if not parts:
+        ran = v.get("ran")
+        return "same distinct states on every config" + (
+            f" that executes it ({len(ran)})" if isinstance(ran, list) else ""
+        )
     return "states differ: " + ", ".join(parts)
 
 

@@ -1,11 +1,15 @@
 """The test of one spec mutant: `make spec-check`'s verdicts, smallest config first.
 
-    python -m tests.mutation.spec_kill [--only C1,C2] BASELINE.json
-    python -m tests.mutation.spec_kill [--only C1,C2] --baseline BASELINE.json
+    python -m tests.mutation.spec_kill BASELINE.json
+    python -m tests.mutation.spec_kill --baseline BASELINE.json [--only C1,C2]
+        [--measure bkref/spec/protocol.py,...] [--jobs N]
 
 cosmic-ray runs this in a copy of the tree whose ``bkref/spec/protocol.py`` holds one
 mutant. It exits 1 (killed) at the first verdict that differs from the unmutated
-spec's, 0 (survived) when every verdict is the same. The verdicts, in order:
+spec's, 0 (survived) when every verdict is the same. Only the configs whose check
+executed a statement the mutant changed are run (tests/mutation/selection.py: the
+others cannot see it); the baseline records those lines, under coverage.py, one
+config per process. The verdicts, in order:
 
 1. every named config (``bkref.spec.configs.NAMED``, what `make spec-check` checks),
    smallest first by the baseline's distinct states: no invariant violated, and the
@@ -31,56 +35,112 @@ and for a survivor every config whose distinct-state count differs from the base
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
 import time
 import traceback
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from tests.mutation import selection
+
 EXPLOSION = 3  # a config may reach this many times its baseline's distinct states
+MEASURED = "bkref/spec/protocol.py"  # the modules whose lines the baseline records
 
 
-def baseline(path: Path) -> dict[str, dict[str, Any]]:
-    """Per named config of the unmutated spec: distinct states, seconds, liveness."""
-    data: dict[str, dict[str, Any]] = json.loads(path.read_text())
+def baseline(path: Path) -> dict[str, Any]:
+    """The unmutated spec's verdicts and lines: ``configs`` (per named config: distinct
+    states, liveness, seconds, lines per module), ``mutants`` (per hand-written mutant:
+    lines per module) and ``sources`` (each measured module as it was)."""
+    data: dict[str, Any] = json.loads(path.read_text())
     return data
 
 
-def measure_baseline(only: frozenset[str] = frozenset()) -> dict[str, dict[str, Any]]:
-    """Check every named config (or those in ``only``) of the spec as it is (run on the
-    unmutated tree)."""
+def _tree() -> Path:
+    """The tree this process imports bkref from (a session's copy, not the checkout)."""
+    import bkref
+
+    return Path(bkref.__file__).resolve().parents[1]
+
+
+def _measure_config(name: str, modules: tuple[str, ...]) -> dict[str, Any]:
     from bkref.spec.checker import check
     from bkref.spec.configs import NAMED
     from bkref.spec.liveness import check_liveness
 
-    out: dict[str, dict[str, Any]] = {}
-    for name, cfg in NAMED.items():
-        if only and name not in only:
-            continue
-        started = time.monotonic()
+    cfg = NAMED[name]
+
+    def verdicts() -> dict[str, Any]:
         r = check(cfg)
         if r.violation is not None or not r.complete:
             raise SystemExit(f"baseline: config {name} is not clean ({r.violation}): fix the spec")
-        out[name] = {"distinct": r.distinct}
+        out: dict[str, Any] = {"distinct": r.distinct}
         if cfg.liveness:
-            out[name]["liveness"] = check_liveness(cfg).holds
-        out[name]["seconds"] = time.monotonic() - started
-        print(f"baseline {name}: {r.distinct:,} states", file=sys.stderr, flush=True)
-    return out
+            out["liveness"] = check_liveness(cfg).holds
+        return out
+
+    started = time.monotonic()
+    out, lines = selection.measure(_tree(), modules, verdicts)
+    out["seconds"] = round(time.monotonic() - started, 1)  # under coverage's tracer
+    out["lines"] = lines
+    print(f"baseline {name}: {out['distinct']:,} states", file=sys.stderr, flush=True)
+    return dict(out)
 
 
-def _verdict(base: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _measure_mutant(mutant: str, modules: tuple[str, ...]) -> dict[str, Any]:
+    from bkref.spec.checker import check
+    from bkref.spec.configs import mutant_config
+
+    _r, lines = selection.measure(_tree(), modules, lambda: check(mutant_config(mutant)))
+    return {"lines": lines}
+
+
+def measure_baseline(
+    only: frozenset[str] = frozenset(), modules: tuple[str, ...] = (MEASURED,), jobs: int = 1
+) -> dict[str, Any]:
+    """Check every named config (or those in ``only``) and every hand-written mutant
+    of those configs on the spec as it is (run on the unmutated tree), recording the
+    lines of ``modules`` each check executed."""
+    # What the import executed (module code, and function bodies a module calls as it
+    # is built) every config executed: measured before the checks fork from here.
+    _imported, at_import = selection.measure_import(_tree(), modules)
+    from bkref.spec.configs import MUTANT_CONFIGS, NAMED
+    from tests.spec.test_mutants import CAUGHT_BY
+
+    names = [n for n in NAMED if not only or n in only]
+    mutants = [m for m in CAUGHT_BY if MUTANT_CONFIGS[m].name in names]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        configs = {n: pool.submit(_measure_config, n, modules) for n in names}
+        marked = {m: pool.submit(_measure_mutant, m, modules) for m in mutants}
+        return {
+            "configs": {n: f.result() for n, f in configs.items()},
+            "mutants": {m: f.result() for m, f in marked.items()},
+            "sources": {m: (_tree() / m).read_text() for m in modules},
+            "import": at_import,
+        }
+
+
+def _verdict(base: dict[str, Any]) -> dict[str, Any]:
     from bkref.spec.checker import check
     from bkref.spec.configs import NAMED, mutant_config
     from bkref.spec.liveness import check_liveness
     from tests.spec.test_mutants import CAUGHT_BY
 
+    module, stmts, why = selection.selected(base, _tree())
+    at_import = base["import"]
+    configs: dict[str, dict[str, Any]] = base["configs"]
+    ran: list[str] = []
     changed: dict[str, list[int]] = {}
     exploded: list[str] = []
-    for name in sorted(base, key=lambda n: base[n]["distinct"]):
+    for name in sorted(configs, key=lambda n: configs[n]["distinct"]):
+        if not selection.runs(configs[name]["lines"], at_import, module, stmts):
+            continue
+        ran.append(name)
         cfg = NAMED[name]
-        before = base[name]["distinct"]
+        before = configs[name]["distinct"]
         r = check(cfg, max_states=EXPLOSION * before + 1_000)
         print(f"{name}: {r.distinct:,} states (baseline {before:,})", flush=True)
         if r.violation is not None:
@@ -90,13 +150,16 @@ def _verdict(base: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if not r.complete:
             exploded.append(name)
             continue
-        if cfg.liveness and check_liveness(cfg).holds != base[name].get("liveness"):
+        if cfg.liveness and check_liveness(cfg).holds != configs[name].get("liveness"):
             return {"verdict": "killed", "by": f"{name}: liveness <>{cfg.liveness} fails"}
     for mutant, expected in CAUGHT_BY.items():
-        cfg = mutant_config(mutant)
-        if cfg.name not in base:  # outside --only
+        if mutant not in base["mutants"]:  # its config is outside --only
             continue
-        r = check(cfg, max_states=EXPLOSION * base[cfg.name]["distinct"] + 1_000)
+        if not selection.runs(base["mutants"][mutant]["lines"], at_import, module, stmts):
+            continue
+        cfg = mutant_config(mutant)
+        ran.append(f"{cfg.name} with {mutant}")
+        r = check(cfg, max_states=EXPLOSION * configs[cfg.name]["distinct"] + 1_000)
         if r.violation is None and not r.complete:  # not found within the bound: exploded
             exploded.append(f"{cfg.name} with {mutant}")
             continue
@@ -105,22 +168,36 @@ def _verdict(base: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 "verdict": "killed",
                 "by": f"hand-written mutant {mutant} caught by {r.violation}, not {expected}",
             }
-    return {"verdict": "survived", "changed": changed, "exploded": exploded}
+    return {
+        "verdict": "survived",
+        "changed": changed,
+        "exploded": exploded,
+        "ran": ran,
+        "selected": why,
+    }
 
 
 def main(argv: list[str]) -> int:
-    only: frozenset[str] = frozenset()
-    if argv[:1] == ["--only"] and len(argv) > 1:
-        only, argv = frozenset(argv[1].split(",")), argv[2:]
-    if argv[:1] == ["--baseline"] and len(argv) == 2:
-        Path(argv[1]).write_text(json.dumps(measure_baseline(only), indent=1) + "\n")
+    p = argparse.ArgumentParser(
+        prog="python -m tests.mutation.spec_kill", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("file", nargs="?", type=Path, help="the baseline to judge the tree against")
+    p.add_argument("--baseline", type=Path, help="measure the unmutated tree into this file")
+    p.add_argument("--only", default="", help="named configs to measure (default: all)")
+    p.add_argument("--measure", default=MEASURED, help="modules whose lines to record")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="configs at once")
+    args = p.parse_args(argv)
+    if args.baseline is not None:
+        only = frozenset(c for c in args.only.split(",") if c)
+        modules = tuple(m for m in args.measure.split(",") if m)
+        measured = measure_baseline(only, modules, max(1, args.jobs))
+        args.baseline.write_text(json.dumps(measured, indent=1) + "\n")
         return 0
-    if len(argv) != 1:
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
-        return 2
+    if args.file is None:
+        p.error("give a baseline file, or --baseline FILE to measure one")
     started = time.monotonic()
     try:
-        verdict = _verdict(baseline(Path(argv[0])))
+        verdict = _verdict(baseline(args.file))
     except Exception as e:  # the mutated spec raised at a reachable state
         last = traceback.extract_tb(e.__traceback__)[-1]
         where = f"{Path(last.filename).name}:{last.lineno}"

@@ -3,20 +3,55 @@ a spec module, run on copies of the tree, judged by the spec's own checker."""
 
 from __future__ import annotations
 
+import ast
 import json
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.mutation.score import Score, mutant_key, outcome, wilson
+from tests.mutation.selection import ALL, changed_lines, statements
 from tests.mutation.session import ROOT, Session, Target, copy_tree
 
 # The smallest configs of spec-check that use the quorum arithmetic, and a hand-written
 # mutant's config (m-4651: acks of a replaced bookie), so the smoke run takes seconds.
 ONLY = "a-short,m-4651,live-check"
+PROTOCOL = "bkref/spec/protocol.py"
+MEASURE = f"{PROTOCOL},bkref/spec/quorum.py"
+
+SOURCE = """\
+LIMIT = 3
+
+
+class Box:
+    size = 2
+
+    @staticmethod
+    def fits(n: int, cap: int = LIMIT) -> bool:
+        if n > cap:
+            return False
+        total = (n +
+                 1)
+        return total <= cap
+"""
+
+
+def test_a_change_maps_to_its_innermost_statement_or_to_every_config() -> None:
+    assert changed_lines(SOURCE, SOURCE.replace("n > cap", "n >= cap")) == {9}
+    assert statements(SOURCE, {9}) == {9}  # the if's test
+    assert statements(SOURCE, {10}) == {10}
+    # A multi-line statement is reported by its first line, as coverage.py does.
+    assert statements(SOURCE, {12}) == {11}
+    assert statements(SOURCE, {10, 13}) == {10, 13}
+    # Executed at import, by every config: a constant, a class attribute, a default.
+    assert statements(SOURCE, {1}) is ALL
+    assert statements(SOURCE, {5}) is ALL
+    assert statements(SOURCE, {8}) is ALL
+    assert statements(SOURCE, {7}) is ALL  # a decorator
 
 
 def test_the_wilson_interval_has_its_textbook_values() -> None:
@@ -55,6 +90,8 @@ def test_the_spec_kill_passes_the_spec_and_kills_a_broken_quorum(tmp_path: Path)
             "tests.mutation.spec_kill",
             "--only",
             ONLY,
+            "--measure",
+            MEASURE,
             "--baseline",
             str(baseline),
         ],
@@ -63,7 +100,9 @@ def test_the_spec_kill_passes_the_spec_and_kills_a_broken_quorum(tmp_path: Path)
         capture_output=True,
         timeout=600,
     )
-    assert set(json.loads(baseline.read_text())) == set(ONLY.split(","))
+    base = json.loads(baseline.read_text())
+    assert set(base["configs"]) == set(ONLY.split(","))
+    assert set(base["mutants"]) == {"acks-from-replaced-bookie-count"}  # m-4651's
     # The copy, unmutated: every verdict as the baseline's.
     status, verdict = _kill(tree, baseline)
     assert (status, verdict["verdict"], verdict["changed"]) == (0, "survived", {})
@@ -80,6 +119,43 @@ def test_the_spec_kill_passes_the_spec_and_kills_a_broken_quorum(tmp_path: Path)
     assert status == 1, verdict
     assert verdict["verdict"] == "killed"
     assert verdict["by"] == "a-short violates NoDivergenceBetweenClientAndMetaData"
+    quorum.write_text(source)
+    # Selection: a statement no measured config executes is never run, one a-short
+    # executes is. Each is made to raise, which kills the mutant wherever it runs.
+    runs = {c: set(v["lines"][PROTOCOL]) for c, v in base["configs"].items()}
+    runs |= {m: set(v["lines"][PROTOCOL]) for m, v in base["mutants"].items()}
+    runs["import"] = set(base["import"][PROTOCOL])
+    assert runs["import"], "importing the spec runs some of its functions' bodies"
+    protocol = tree / PROTOCOL
+    text = protocol.read_text()
+    unrun = _simple_statement(text, lambda n: all(n not in r for r in runs.values()))
+    protocol.write_text(_raise_at(text, unrun))
+    status, verdict = _kill(tree, baseline)
+    assert (status, verdict["verdict"], verdict["ran"]) == (0, "survived", []), verdict
+    run_by_a_short = _simple_statement(text, lambda n: n in runs["a-short"])
+    protocol.write_text(_raise_at(text, run_by_a_short))
+    status, verdict = _kill(tree, baseline)
+    assert status == 1, verdict
+    assert str(verdict["by"]).startswith("crashed: RuntimeError: planted"), verdict
+
+
+def _simple_statement(source: str, want: Callable[[int], bool]) -> int:
+    """The line of the first one-line assignment or expression in a function body of
+    ``source`` for which ``want`` holds."""
+    for fn in ast.walk(ast.parse(source)):
+        if isinstance(fn, ast.FunctionDef):
+            for st in fn.body:
+                one_line = st.lineno == st.end_lineno
+                if isinstance(st, ast.Assign | ast.Expr) and one_line and want(st.lineno):
+                    return st.lineno
+    raise AssertionError("no such statement")
+
+
+def _raise_at(source: str, line: int) -> str:
+    lines = source.splitlines(keepends=True)
+    indent = lines[line - 1][: len(lines[line - 1]) - len(lines[line - 1].lstrip())]
+    lines[line - 1] = f"{indent}raise RuntimeError('planted at line {line}')\n"
+    return "".join(lines)
 
 
 @pytest.mark.slow
@@ -89,7 +165,7 @@ def test_a_sampled_session_runs_on_copies_and_is_scored(tmp_path: Path) -> None:
         "[tool.bkref.mutation.smoke]\n"
         'modules = ["bkref/spec/quorum.py"]\n'
         f'baseline-command = "{{python}} -m tests.mutation.spec_kill --only {ONLY} '
-        '--baseline {work}/baseline.json"\n'
+        f'--measure {MEASURE} --baseline {{work}}/baseline.json"\n'
         'test-command = "{python} -m tests.mutation.spec_kill {work}/baseline.json"\n'
         "timeout = 300\n"
         'exclude-operators = ["core/ReplaceComparisonOperator_.*_(Is|IsNot)$"]\n'

@@ -1,0 +1,150 @@
+"""Test selection for spec mutants: run a mutant only on the configs that execute it.
+
+A config whose check never executes the mutated statement in the unmutated spec
+runs exactly the same code with the mutant in place, so its verdict cannot change:
+skipping it is sound, as PIT's and Google's mutation testing skip tests that do not
+cover the mutated line. The baseline records, per config (and per hand-written
+mutant's config), the lines of each measured module its check executed, with
+coverage.py's tracer, and the module's unmutated source. The kill script diffs the
+mutated module against that source and keeps the configs whose lines meet the
+statements the mutant changed.
+
+What is always run on every config: a change outside any function body (a module
+constant, a class attribute, a ``def`` line with its defaults and decorators), and a
+statement the import executed (a function the module calls as it is built): both
+run before any check; and a change to a module that no baseline measured (nothing
+says which configs execute it). An error here can only run too much or turn a kill
+into a survivor, never make a survivor look killed.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+ALL = None  # the selection of a change every config may see
+
+
+def measure(
+    root: Path, modules: Iterable[str], run: Callable[[], Any]
+) -> tuple[Any, dict[str, list[int]]]:
+    """``run()``'s result and, per module (a path under ``root``), the lines that
+    executed during it."""
+    import coverage
+
+    files = {m: str((root / m).resolve()) for m in modules}
+    cov = coverage.Coverage(data_file=None, include=list(files.values()), config_file=False)
+    cov.start()
+    try:
+        result = run()
+    finally:
+        cov.stop()
+    data = cov.get_data()
+    return result, {m: sorted(data.lines(f) or ()) for m, f in files.items()}
+
+
+def measure_import(root: Path, modules: Iterable[str]) -> tuple[None, dict[str, list[int]]]:
+    """The lines of ``modules`` that importing them executes (module code, and the
+    function bodies a module calls while it is built). Each must not be imported yet."""
+    names = [m.removesuffix(".py").replace("/", ".") for m in modules]
+    early = [n for n in names if n in sys.modules]
+    if early:
+        raise RuntimeError(f"already imported, so its import cannot be measured: {early}")
+
+    def load() -> None:
+        for n in names:
+            importlib.import_module(n)
+
+    return measure(root, modules, load)
+
+
+def changed_lines(before: str, after: str) -> set[int]:
+    """The lines of ``before`` (1-based) that ``after`` replaces, deletes, or inserts
+    text next to."""
+    a, b = before.splitlines(), after.splitlines()
+    out: set[int] = set()
+    for tag, i1, i2, _j1, _j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            out.update(range(i1 + 1, max(i2, i1 + 1) + 1))
+    return out
+
+
+def statements(source: str, lines: set[int]) -> set[int] | None:
+    """The first line of the innermost statement holding each of ``lines``, as
+    coverage.py reports an executed statement; ``ALL`` when one of them is outside
+    every function body (executed at import, by every config)."""
+    tree = ast.parse(source)
+    out: set[int] = set()
+    for line in lines:
+        found = _innermost(tree, line)
+        if found is None:
+            return ALL
+        out.add(found)
+    return out
+
+
+def _innermost(tree: ast.Module, line: int) -> int | None:
+    """The innermost statement inside a function body that spans ``line``."""
+    best: int | None = None
+
+    def visit(body: list[ast.stmt], in_function: bool) -> bool:
+        nonlocal best
+        for st in body:
+            end = st.end_lineno or st.lineno
+            first = min([st.lineno, *(d.lineno for d in getattr(st, "decorator_list", []))])
+            if not first <= line <= end:
+                continue
+            if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef):
+                # The header (decorators, defaults) runs at import; the body when called.
+                body_start = st.body[0].lineno if st.body else end + 1
+                if line < body_start:
+                    return False
+                return visit(st.body, True)
+            if isinstance(st, ast.ClassDef):
+                return visit(st.body, in_function)
+            if not in_function:
+                return False
+            best = st.lineno
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(st, field, None)
+                if inner and visit(inner, True):
+                    return True
+            for case in getattr(st, "cases", []):
+                if visit(case.body, True):
+                    return True
+            return True
+        return False
+
+    return best if visit(tree.body, False) else None
+
+
+def selected(baseline: dict[str, Any], root: Path) -> tuple[str, set[int] | None, str]:
+    """The measured module the mutant in the tree at ``root`` changed, the statements
+    it changed (``ALL``: run every config), and a word on why."""
+    for module, source in baseline.get("sources", {}).items():
+        now = (root / module).read_text()
+        if now == source:
+            continue
+        stmts = statements(source, changed_lines(source, now))
+        if stmts is ALL:
+            return module, ALL, f"{module}: a change executed at import"
+        return module, stmts, f"{module}: lines {sorted(stmts)}"
+    return "", ALL, "no measured module changed"
+
+
+def runs(
+    lines: dict[str, list[int]],
+    at_import: dict[str, list[int]],
+    module: str,
+    stmts: set[int] | None,
+) -> bool:
+    """Whether a config that executed ``lines`` (per module), after the import that
+    executed ``at_import``, can see the change."""
+    if stmts is ALL:
+        return True
+    return bool(stmts & (set(lines.get(module, ())) | set(at_import.get(module, ()))))
