@@ -25,6 +25,7 @@ from bkref.impl.core.repair import Reason, Task
 from bkref.impl.meta.layout import ledger_path
 from bkref.impl.meta.store import MetadataConflictError, ZkMetadataStore, connect
 from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.meta.znodes import ensure_paths
 from tests.impl.conftest import MakeCluster
 
 MD = LedgerMetadata(3, 2, 2, (Segment(0, ("a:1", "b:1", "c:1")),), DigestType.CRC32C, "h")
@@ -115,6 +116,43 @@ def test_registration_is_recreated_after_session_expiry(
         time.sleep(0.1)
     assert reg.registrations == 2
     assert json.loads(store.zk.get(path)[0])["rack"] == "/r1"
+
+
+@pytest.mark.zookeeper
+def test_ensure_paths_creates_what_is_missing_with_its_ancestors_once(zk_connect: str) -> None:
+    zk = connect(zk_connect)
+    try:
+        zk.ensure_path("/a/b")
+        ensure_paths(zk, ["/a/b/c/d", "/a/e"])
+        assert sorted(zk.get_children("/a")) == ["b", "e"]
+        assert zk.get_children("/a/b/c") == ["d"]
+        stat = zk.exists("/a/b/c/d")
+        ensure_paths(zk, ["/a/b/c/d", "/a/e"])  # idempotent: nothing created again
+        assert zk.exists("/a/b/c/d") == stat
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@pytest.mark.zookeeper
+def test_ensure_paths_survives_another_client_creating_a_path_first(
+    zk_connect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    zk, other = connect(zk_connect), connect(zk_connect)
+    try:
+        real = zk.transaction
+
+        def racing() -> Any:  # the other client wins the race to /x/y before the multi
+            other.ensure_path("/x/y")
+            return real()
+
+        monkeypatch.setattr(zk, "transaction", racing)
+        ensure_paths(zk, ["/x/y/z"])
+        assert zk.get_children("/x/y") == ["z"]
+    finally:
+        for c in (zk, other):
+            c.stop()
+            c.close()
 
 
 @pytest.mark.zookeeper

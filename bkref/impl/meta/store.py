@@ -27,6 +27,7 @@ from kazoo.exceptions import (
 from bkref.impl.clock import SYSTEM_CLOCK, Clock
 from bkref.impl.core.metadata import LedgerMetadata
 from bkref.impl.meta import layout as paths
+from bkref.impl.meta.znodes import ensure_paths
 
 
 class NoSuchLedgerError(KeyError):
@@ -79,13 +80,15 @@ class ZkMetadataStore:
 
     def ensure_layout(self) -> str:
         """Create the znodes a cluster needs (idempotent); returns the instance id."""
-        for p in (
-            paths.available(self.root),
-            paths.readonly(self.root),
-            paths.cookies(self.root),
-            paths.idgen(self.root),
-        ):
-            self.zk.ensure_path(p)
+        ensure_paths(
+            self.zk,
+            (
+                paths.available(self.root),
+                paths.readonly(self.root),
+                paths.cookies(self.root),
+                paths.idgen(self.root),
+            ),
+        )
         with contextlib.suppress(NodeExistsError):
             self.zk.create(paths.layout(self.root), b"bkref-hierarchical\n1\n")
         with contextlib.suppress(NodeExistsError):

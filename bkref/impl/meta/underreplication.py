@@ -36,6 +36,7 @@ from kazoo.recipe.lock import Semaphore
 from bkref.impl.clock import SYSTEM_CLOCK, Clock
 from bkref.impl.core.repair import Reason, Task
 from bkref.impl.meta import layout
+from bkref.impl.meta.znodes import ensure_paths
 
 SEP = "V_"
 _SEVERITY = {Reason.LOST: 0, Reason.LEAVING: 1, Reason.ENTRIES_MISSING: 2}
@@ -70,8 +71,8 @@ class UnderreplicationManager:
         self.clock = clock  # stamps new tasks (their age promotes them: repairPromoteAfterMs)
 
     def ensure_layout(self) -> None:
-        for sub in ("ledgers", "locks", "auditorelection", "decommission", "slots"):
-            self.zk.ensure_path(f"{self.base}/{sub}")
+        subs = ("ledgers", "locks", "auditorelection", "decommission", "slots")
+        ensure_paths(self.zk, [f"{self.base}/{sub}" for sub in subs])
 
     # ------------------------------------------------------------ tasks
 
