@@ -89,7 +89,7 @@ def section(s: Session) -> str:
         + ("" if ran == meta["sampled"] else f" ({meta['sampled'] - ran} still pending)"),
         f"- killed {c.get('killed', 0)}, survived {c.get('survived', 0)} "
         f"({sc.equivalent} judged equivalent), timeout {c.get('timeout', 0)}, "
-        f"incompetent {c.get('incompetent', 0)}",
+        f"incompetent {c.get('incompetent', 0)}, error {c.get('error', 0)}",
         f"- **score {sc.score:.1%}** (killed or equivalent, of killed and survived), 95% "
         f"Wilson interval {lo:.1%} to {hi:.1%}",
         "",

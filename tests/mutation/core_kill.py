@@ -6,7 +6,9 @@ refinement machine.
 cosmic-ray runs this in a copy of the tree holding one mutant. Exit 1 (killed) when a
 test of the core fails, or when `bkref refine` (bkref's bookies, writer, recovery and
 AutoRecovery held to the spec step by step, on a ZooKeeper it starts itself) finds a
-difference; 0 (survived) when everything passes. The tests come first: they take
+difference or the mutated core raises (its exit 1); 0 (survived) when everything
+passes. When the machine cannot run at all (its exit 2) the verdict is "error",
+counted apart from kills (tests/mutation/score.py). The tests come first: they take
 seconds and kill most mutants; the machine runs only for what they let through.
 """
 
@@ -47,9 +49,12 @@ def main() -> int:
         text=True,
         check=False,
     )
-    if tests.returncode != 0:
+    if tests.returncode in (1, 2):  # failed, or a module did not even collect
         failed = [ln for ln in tests.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
         verdict = {"verdict": "killed", "by": "core tests: " + "; ".join(failed[:2])[:300]}
+    elif tests.returncode != 0:  # pytest's own error, a usage error, no tests
+        tail = " ".join(tests.stdout.strip().splitlines()[-1:])[:300]
+        verdict = {"verdict": "error", "by": f"pytest exit {tests.returncode}: {tail}"}
     else:
         refine_argv = ["refine", "--config", REFINE_CONFIGS, "--examples", REFINE_EXAMPLES]
         refine = subprocess.run(
@@ -58,11 +63,13 @@ def main() -> int:
             text=True,
             check=False,
         )
+        last = " ".join((refine.stdout + refine.stderr).strip().splitlines()[-1:])[:300]
         if refine.returncode == 0:
             verdict = {"verdict": "survived"}
-        else:
-            last = (refine.stdout + refine.stderr).strip().splitlines()[-1:]
-            verdict = {"verdict": "killed", "by": "bkref refine: " + " ".join(last)[:300]}
+        elif refine.returncode == 1:  # a difference, or the mutated core raised
+            verdict = {"verdict": "killed", "by": "bkref refine: " + last}
+        else:  # 2: it could not run (no ZooKeeper, say): no verdict on the mutant
+            verdict = {"verdict": "error", "by": f"bkref refine exit {refine.returncode}: {last}"}
     verdict["seconds"] = round(time.monotonic() - started, 1)
     print(json.dumps(verdict), flush=True)
     return 1 if verdict["verdict"] == "killed" else 0

@@ -12,7 +12,10 @@ A sampled mutant that ran is one of:
   why). Any other verdict (*needs-config*, *finding*, or none yet) leaves it against
   the score until a new config or test kills it or the fix lands;
 - **incompetent**: the mutated module did not even import (cosmic-ray's own
-  outcome); counted apart, like timeouts.
+  outcome); counted apart, like timeouts;
+- **error**: the test could not judge the mutant (the core's refinement run could
+  not start its ZooKeeper, say: exit 2, not a difference); counted apart, and run
+  again by a fresh session.
 
 The score is (killed + equivalent) / (killed + survived), with a 95% Wilson score
 interval for the sampled proportion: the sample is uniform over the population the
@@ -66,6 +69,8 @@ def load_verdicts(path: Path = VERDICTS) -> dict[str, dict[str, str]]:
 def outcome(r: dict[str, Any]) -> str:
     if r["output"].strip() == "timeout":
         return "timeout"
+    if last_json(r["output"]).get("verdict") == "error":
+        return "error"
     if r["test"] == "incompetent" or r["worker"] == "exception":
         return "incompetent"
     return "killed" if r["test"] == "killed" else "survived"
