@@ -371,12 +371,18 @@ def tear_down(signum, frame):
     sys.exit(0)
 
 signal.signal(signal.SIGINT, tear_down)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 pathlib.Path(sys.argv[2]).write_text("ready")
 time.sleep(60)
 """
 
 _PARENT = """
-import sys
+import signal, sys
+# A terminal's foreground job starts with Ctrl-C's default action. The test runner's
+# process may ignore or block SIGINT (both pass through exec), and Python installs no
+# KeyboardInterrupt handler for an ignored SIGINT: set what a shell would.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 from bkref.nemesis.planted import run_to_end
 try:
     run_to_end(sys.argv[1:])
@@ -411,6 +417,12 @@ def test_ctrl_c_waits_for_the_campaign_to_tear_its_cluster_down(tmp_path: Path) 
     finally:
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)
-    assert parent.returncode == 130
+    assert parent.returncode == 130, f"{err}; the test runner's signals: {_signals()}"
     assert torn.read_text() == "torn down"
     assert "waiting for the campaign to tear its cluster down" in err
+
+
+def _signals() -> str:
+    """This process's ignored and blocked signal masks (/proc), for a failure's message."""
+    status = Path(f"/proc/{os.getpid()}/status").read_text().splitlines()
+    return " ".join(ln for ln in status if ln.startswith(("SigIgn", "SigBlk")))
