@@ -83,7 +83,6 @@ from bkref.impl.core.repair_run import CasReplica
 from bkref.impl.core.replication import WorkerPhase
 from bkref.impl.core.worker_actions import CompleteTask
 from bkref.impl.core.writer import WriterState
-from bkref.impl.meta.store import NoSuchLedgerError
 from bkref.refine.bkref_bookie import signed_lac
 from bkref.refine.driver import ImplementationError
 from bkref.spec import protocol as sp
@@ -138,6 +137,7 @@ def abstract(d: BkrefDriver) -> State:
     segs: list[sp.Segments] = []
     last: list[int] = []
     version: list[int] = []
+    read = d.store.read_ledgers([lid for lid in lids if lid >= 0])
     for lid in lids:
         if lid < 0:
             status.append(sp.NONE)
@@ -145,10 +145,10 @@ def abstract(d: BkrefDriver) -> State:
             last.append(-1)
             version.append(0)
             continue
-        try:
-            md, zk_version = d.store.read_ledger(lid)
-        except NoSuchLedgerError:
-            raise ImplementationError(f"ledger {lid} has no metadata") from None
+        stored = read[lid]
+        if stored is None:
+            raise ImplementationError(f"ledger {lid} has no metadata")
+        md, zk_version = stored
         status.append(STATUS[md.state])
         segs.append(segments(md.segments))
         last.append(md.last_entry)
@@ -320,15 +320,16 @@ def _autorecovery(
     assert ar is not None
     names = {n.node_id: n.index for n in ar.nodes}
     tasks, locks = [], []
+    view = ar.urm.view([lid for lid in lids if lid >= 0])
     for lid in lids:
-        got = ar.urm.get(lid) if lid >= 0 else None
+        got = view.tasks[lid] if lid >= 0 else None
         tasks.append((got[1], mask(got[0].replicas)) if got is not None else (0, 0))
-        owner = ar.urm.lock_holder(lid) if lid >= 0 else None
+        owner = view.locks[lid] if lid >= 0 else None
         if owner is not None and owner not in names:
             raise ImplementationError(f"ledger {lid} is locked by {owner!r}, no worker")
         locks.append(names[owner] if owner is not None else -1)
     rereplicated = tuple(ar.rereplicated.get(i, ()) for i in range(len(lids)))
-    leader = ar.urm.auditor()
+    leader = view.auditor
     holder = -1
     leads = []
     for n in ar.nodes:
@@ -359,7 +360,7 @@ def _autorecovery(
         meta_task=tuple(tasks),
         meta_lock=tuple(locks),
         meta_rereplicated=rereplicated,
-        meta_autorecovery=1 if ar.urm.is_enabled() else 0,
+        meta_autorecovery=1 if view.enabled else 0,
         meta_auditor=(max(ar.epochs.values(), default=0), holder),
         wk=tuple(wk),
         wk_seen=(0,) * len(wk),  # not observed: see ``bkref.refine.observe``

@@ -283,6 +283,33 @@ def test_a_lock_this_session_holds_is_taken_again_only_by_its_owner(zk_connect: 
 
 
 @pytest.mark.zookeeper
+def test_one_pipelined_view_reads_what_the_single_reads_do(zk_connect: str) -> None:
+    with _urm(zk_connect, "/view") as urm:
+        empty = urm.view([3, 5])
+        assert (empty.tasks, empty.locks) == ({3: None, 5: None}, {3: None, 5: None})
+        assert (empty.auditor, empty.enabled) == (None, True)
+        urm.mark(5, {"a:1": Reason.LOST}, 1)
+        assert urm.try_lock(5, "worker-1")
+        urm.join_election("node-2")
+        urm.join_election("node-1")
+        urm.set_enabled(False)
+        v = urm.view([3, 5])
+        assert v.tasks == {3: None, 5: urm.get(5)}
+        assert v.locks == {3: None, 5: "worker-1"}
+        assert v.auditor == urm.auditor()
+        assert v.auditor is not None
+        assert v.auditor.node_id == "node-2"  # the lowest vote
+        assert v.enabled is False
+
+
+@pytest.mark.zookeeper
+def test_read_ledgers_reads_each_ledger_as_read_ledger_does(store: ZkMetadataStore) -> None:
+    lid, version = store.create_ledger(MD)
+    assert store.read_ledgers([lid, lid + 1]) == {lid: store.read_ledger(lid), lid + 1: None}
+    assert store.read_ledgers([lid])[lid] == (MD, version)
+
+
+@pytest.mark.zookeeper
 def test_the_audit_always_rewrites_a_task_and_the_check_only_adds_bookies(
     zk_connect: str,
 ) -> None:

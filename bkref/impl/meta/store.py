@@ -131,6 +131,20 @@ class ZkMetadataStore:
             raise NoSuchLedgerError(ledger_id) from None
         return LedgerMetadata.deserialize(data), int(stat.version)
 
+    def read_ledgers(self, ledger_ids: list[int]) -> dict[int, tuple[LedgerMetadata, int] | None]:
+        """Each ledger's metadata and version (None: no such ledger), the reads pipelined
+        (one round trip, not one per ledger)."""
+        asks = [(lid, self.zk.get_async(paths.ledger_path(self.root, lid))) for lid in ledger_ids]
+        out: dict[int, tuple[LedgerMetadata, int] | None] = {}
+        for lid, ask in asks:
+            try:
+                data, stat = ask.get()
+            except NoNodeError:
+                out[lid] = None
+                continue
+            out[lid] = LedgerMetadata.deserialize(data), int(stat.version)
+        return out
+
     def write_ledger(self, ledger_id: int, metadata: LedgerMetadata, version: int) -> int:
         """CAS from ``version``; returns the new version or raises MetadataConflictError."""
         try:
