@@ -19,6 +19,7 @@ import argparse
 import datetime as dt
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,14 @@ def _log(message: str) -> None:
     print(f"[{stamp}] {message}", file=sys.stderr, flush=True)
 
 
+class TerminatedError(Exception):
+    """A SIGTERM: stop as a spent budget does."""
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise TerminatedError
+
+
 def run(args: argparse.Namespace) -> int:
     s = _session(args)
     if args.fresh or not s.matches(args.sample, args.seed, args.workers):
@@ -50,7 +59,11 @@ def run(args: argparse.Namespace) -> int:
         _log(f"{args.target}: measuring the unmutated baseline")
         command = baseline.format(python=sys.executable, work=s.work)
         subprocess.run(shlex.split(command), cwd=s.shards()[0], check=True)
-    done = s.run(args.budget, log=_log)
+    try:
+        done = s.run(args.budget, log=_log)
+    except (TerminatedError, KeyboardInterrupt):  # s.run stopped its execs before this
+        _log(f"{args.target}: interrupted; keeping what ran")
+        done = False
     s.store()
     _log(f"{args.target}: {s.progress()}{'' if done else ' (budget spent; run again to go on)'}")
     write_report(s)
@@ -204,6 +217,9 @@ def main(argv: list[str]) -> int:
         if args.sample < 1 or args.workers < 1 or args.budget <= 0:
             print("--sample and --workers must be >= 1, --budget > 0", file=sys.stderr)
             return 2
+        # A SIGTERM (or a Ctrl-C) unwinds: the execs and their tests are stopped and what
+        # ran is kept and reported; the next run resumes the rest.
+        signal.signal(signal.SIGTERM, _interrupt)
         return run(args)
     if args.command == "report":
         s = _session(args)
