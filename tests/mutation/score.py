@@ -47,11 +47,18 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def mutant_key(r: dict[str, Any], source: str) -> str:
-    """Names a mutant across edits elsewhere in its file: its function, its operator and
-    the text of its line (line numbers and occurrences move with every edit)."""
+    """Names a mutant across edits elsewhere in its file: its function, its operator, the
+    text of its line and the line as mutated (line numbers and occurrences move with
+    every edit; one line may hold several mutants of one operator, as NumberReplacer's
+    two of each number)."""
     lines = source.splitlines()
     text = lines[r["line"] - 1].strip() if 0 < r["line"] <= len(lines) else ""
-    return f"{r['module']}:{r['definition']}:{r['operator']}:{text}"
+    after = " / ".join(
+        ln[1:].strip()
+        for ln in str(r.get("diff", "")).splitlines()
+        if ln.startswith("+") and not ln.startswith("+++")
+    )
+    return f"{r['module']}:{r['definition']}:{r['operator']}:{text} => {after}"
 
 
 def load_verdicts(path: Path = VERDICTS) -> dict[str, dict[str, str]]:

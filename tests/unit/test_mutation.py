@@ -40,6 +40,17 @@ class Box:
 """
 
 
+def test_two_mutants_of_one_operator_on_one_line_have_two_keys() -> None:
+    def result(after: str) -> dict[str, object]:
+        diff = f"--- a/m.py\n+++ b/m.py\n@@ -9 +9 @@\n-        if n > cap:\n+{after}\n"
+        where = {"module": "m.py", "definition": "fits", "line": 9}
+        return where | {"operator": "core/NumberReplacer", "diff": diff}
+
+    one, other = (mutant_key(result(a), SOURCE) for a in ("if n > 1:", "if n > -1:"))
+    assert one != other
+    assert one.endswith("if n > cap: => if n > 1:")
+
+
 def test_a_change_maps_to_its_innermost_statement_or_to_every_config() -> None:
     assert changed_lines(SOURCE, SOURCE.replace("n > cap", "n >= cap")) == {9}
     assert statements(SOURCE, {9}) == {9}  # the if's test
