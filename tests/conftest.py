@@ -58,15 +58,16 @@ def pytest_fixture_setup(
 # order (--no-loadscope-reorder): the long modules start first and the short ones fill in
 # after them, instead of one long module starting last and running alone at the end.
 LONGEST = [
-    "tests/refine/test_bkref_planted.py",
-    "tests/refine/test_bkref.py",
-    "tests/nemesis/test_planted.py",
-    "tests/spec/test_mutants.py",
     "tests/refine/test_bkref_autorecovery.py",
+    "tests/refine/test_bkref.py",
+    "tests/refine/test_bkref_planted.py",
+    "tests/nemesis/test_planted.py",
     "tests/spark_checks/test_cluster.py",
-    "tests/spark_checks/test_durability_paths.py",
+    "tests/spec/test_mutants.py",
     "tests/nemesis/test_campaign.py",
+    "tests/spark_checks/test_durability_paths.py",
     "tests/spec/test_coverage.py",
+    "tests/impl/test_autorecovery.py",
     "tests/spec/test_open_ledgers.py",
     "tests/spark_checks/test_equivalence.py",
 ]

@@ -93,7 +93,8 @@ class Target:
         h = hashlib.sha256()
         for p in self.sources(root):
             h.update(str(p).encode() + b"\0" + (root / p).read_bytes())
-        for script in sorted(Path(__file__).parent.glob("*_kill.py")):
+        here = Path(__file__).parent
+        for script in sorted([*here.glob("*_kill.py"), here / "selection.py"]):
             h.update(script.name.encode() + b"\0" + script.read_bytes())
         return h.hexdigest()[:16]
 
