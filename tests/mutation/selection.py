@@ -25,14 +25,15 @@ import importlib
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 ALL = None  # the selection of a change every config may see
 
 
 def measure(
-    root: Path, modules: Iterable[str], run: Callable[[], Any]
-) -> tuple[Any, dict[str, list[int]]]:
+    root: Path, modules: Iterable[str], run: Callable[[], T]
+) -> tuple[T, dict[str, list[int]]]:
     """``run()``'s result and, per module (a path under ``root``), the lines that
     executed during it."""
     import coverage
@@ -48,7 +49,7 @@ def measure(
     return result, {m: sorted(data.lines(f) or ()) for m, f in files.items()}
 
 
-def measure_import(root: Path, modules: Iterable[str]) -> tuple[None, dict[str, list[int]]]:
+def measure_import(root: Path, modules: Iterable[str]) -> dict[str, list[int]]:
     """The lines of ``modules`` that importing them executes (module code, and the
     function bodies a module calls while it is built). Each must not be imported yet."""
     names = [m.removesuffix(".py").replace("/", ".") for m in modules]
@@ -60,7 +61,7 @@ def measure_import(root: Path, modules: Iterable[str]) -> tuple[None, dict[str, 
         for n in names:
             importlib.import_module(n)
 
-    return measure(root, modules, load)
+    return measure(root, modules, load)[1]
 
 
 def changed_lines(before: str, after: str) -> set[int]:

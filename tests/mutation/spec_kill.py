@@ -87,7 +87,7 @@ def _measure_config(name: str, modules: tuple[str, ...]) -> dict[str, Any]:
     out["seconds"] = round(time.monotonic() - started, 1)  # under coverage's tracer
     out["lines"] = lines
     print(f"baseline {name}: {out['distinct']:,} states", file=sys.stderr, flush=True)
-    return dict(out)
+    return out
 
 
 def _measure_mutant(mutant: str, modules: tuple[str, ...]) -> dict[str, Any]:
@@ -106,7 +106,7 @@ def measure_baseline(
     lines of ``modules`` each check executed."""
     # What the import executed (module code, and function bodies a module calls as it
     # is built) every config executed: measured before the checks fork from here.
-    _imported, at_import = selection.measure_import(_tree(), modules)
+    at_import = selection.measure_import(_tree(), modules)
     from bkref.spec.configs import MUTANT_CONFIGS, NAMED
     from tests.spec.test_mutants import CAUGHT_BY
 

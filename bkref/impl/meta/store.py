@@ -23,6 +23,7 @@ from kazoo.exceptions import (
     OperationTimeoutError,
     SessionExpiredError,
 )
+from kazoo.interfaces import IAsyncResult
 
 from bkref.impl.clock import SYSTEM_CLOCK, Clock
 from bkref.impl.core.metadata import LedgerMetadata
@@ -125,25 +126,16 @@ class ZkMetadataStore:
                 continue
 
     def read_ledger(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
-        try:
-            data, stat = self.zk.get(paths.ledger_path(self.root, ledger_id))
-        except NoNodeError:
-            raise NoSuchLedgerError(ledger_id) from None
-        return LedgerMetadata.deserialize(data), int(stat.version)
+        got = _ledger(self.zk.get_async(paths.ledger_path(self.root, ledger_id)))
+        if got is None:
+            raise NoSuchLedgerError(ledger_id)
+        return got
 
     def read_ledgers(self, ledger_ids: list[int]) -> dict[int, tuple[LedgerMetadata, int] | None]:
         """Each ledger's metadata and version (None: no such ledger), the reads pipelined
         (one round trip, not one per ledger)."""
-        asks = [(lid, self.zk.get_async(paths.ledger_path(self.root, lid))) for lid in ledger_ids]
-        out: dict[int, tuple[LedgerMetadata, int] | None] = {}
-        for lid, ask in asks:
-            try:
-                data, stat = ask.get()
-            except NoNodeError:
-                out[lid] = None
-                continue
-            out[lid] = LedgerMetadata.deserialize(data), int(stat.version)
-        return out
+        reads = [(lid, self.zk.get_async(paths.ledger_path(self.root, lid))) for lid in ledger_ids]
+        return {lid: _ledger(read) for lid, read in reads}
 
     def write_ledger(self, ledger_id: int, metadata: LedgerMetadata, version: int) -> int:
         """CAS from ``version``; returns the new version or raises MetadataConflictError."""
@@ -318,3 +310,12 @@ class ZkMetadataStore:
             raise RuntimeError(
                 f"cookie of bookie {bookie_id} already exists in ZooKeeper"
             ) from None
+
+
+def _ledger(read: IAsyncResult) -> tuple[LedgerMetadata, int] | None:
+    """A ledger's metadata and version from a read of its znode (None: no such ledger)."""
+    try:
+        data, stat = read.get()
+    except NoNodeError:
+        return None
+    return LedgerMetadata.deserialize(data), int(stat.version)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.interfaces import IAsyncResult
 from kazoo.recipe.lock import Semaphore
 
 from bkref.impl.clock import SYSTEM_CLOCK, Clock
@@ -148,8 +149,12 @@ class UnderreplicationManager:
                 continue
 
     def get(self, ledger_id: int) -> tuple[Task, int] | None:
+        return self._task(ledger_id, self.zk.get_async(task_path(self.root, ledger_id)))
+
+    def _task(self, ledger_id: int, read: IAsyncResult) -> tuple[Task, int] | None:
+        """The task and its znode's version from a read of its znode (None: no task)."""
         try:
-            data, stat = self.zk.get(task_path(self.root, ledger_id))
+            data, stat = read.get()
         except NoNodeError:
             return None
         return self._decode(ledger_id, data), int(stat.version)
@@ -225,11 +230,7 @@ class UnderreplicationManager:
             self.zk.delete(path, version=stat.version)
 
     def lock_holder(self, ledger_id: int) -> str | None:
-        try:
-            data, _ = self.zk.get(lock_path(self.root, ledger_id))
-        except NoNodeError:
-            return None
-        return str(data.decode())
+        return _holder(self.zk.get_async(lock_path(self.root, ledger_id)))
 
     # ------------------------------------------------------------ enable / disable
 
@@ -309,25 +310,16 @@ class UnderreplicationManager:
         locks = [(lid, self.zk.get_async(lock_path(self.root, lid))) for lid in ledger_ids]
         disabled = self.zk.exists_async(f"{self.base}/disable")
         votes = self.zk.get_children_async(f"{self.base}/auditorelection")
-        got: dict[int, tuple[Task, int] | None] = {}
-        held: dict[int, str | None] = {}
-        for lid, ask in tasks:
-            try:
-                data, stat = ask.get()
-            except NoNodeError:
-                got[lid] = None
-            else:
-                got[lid] = (self._decode(lid, data), int(stat.version))
-        for lid, ask in locks:
-            try:
-                held[lid] = str(ask.get()[0].decode())
-            except NoNodeError:
-                held[lid] = None
         try:
             names = list(votes.get())
         except NoNodeError:
             names = []
-        return View(got, held, self._lowest_vote(names), disabled.get() is None)
+        return View(
+            {lid: self._task(lid, read) for lid, read in tasks},
+            {lid: _holder(read) for lid, read in locks},
+            self._lowest_vote(names),
+            disabled.get() is None,
+        )
 
     # ------------------------------------------------------------ decommission
 
@@ -400,6 +392,15 @@ class UnderreplicationManager:
 
 def _seq(name: str) -> int:
     return int(name.rsplit("_", 1)[-1])
+
+
+def _holder(read: IAsyncResult) -> str | None:
+    """The lock's owner from a read of its znode (None: not locked)."""
+    try:
+        data, _ = read.get()
+    except NoNodeError:
+        return None
+    return str(data.decode())
 
 
 def _children(zk: KazooClient, path: str) -> list[str]:
