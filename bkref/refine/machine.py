@@ -59,6 +59,7 @@ class RunStats:
     refused: Counter[str] = field(default_factory=Counter)
     refused_why: dict[str, str] = field(default_factory=dict)
     states: set[State] = field(default_factory=set)  # distinct projected abstract states
+    passed_over: int = 0  # replay(): chosen steps the spec did not enable at their turn
     # Called with the stats at the start of each example (the CLI prints progress).
     on_example: Callable[[RunStats], None] | None = None
     # Seconds per part: "setup" (building and removing a system per example),
@@ -67,7 +68,11 @@ class RunStats:
 
 
 class RefinementError(AssertionError):
-    """A counterexample: the implementation and the spec disagree after ``trace``."""
+    """A counterexample: the implementation and the spec disagree after ``trace``.
+
+    ``chosen``: the steps the machine chose, in order, refused ones included (``trace``
+    adds the follow-ups the implementation took and leaves out refusals); :func:`replay`
+    takes them again."""
 
     def __init__(
         self,
@@ -78,9 +83,11 @@ class RefinementError(AssertionError):
         spec: State,
         impl: State | None,
         invariant: str = "",
+        chosen: list[Label] | None = None,
     ) -> None:
         self.cfg, self.trace, self.what = cfg, list(trace), what
         self.spec, self.impl, self.invariant = spec, impl, invariant
+        self.chosen = list(chosen or [])
         super().__init__(self.report())
 
     def report(self) -> str:
@@ -104,19 +111,28 @@ class RefinementError(AssertionError):
         return "\n".join(lines)
 
 
-def make_machine(
-    cfg: Config, new_driver: Callable[[], Driver], stats: RunStats
-) -> type[RuleBasedStateMachine]:
+class Machine(RuleBasedStateMachine):
+    """What :func:`make_machine`'s class offers besides Hypothesis's rule."""
+
+    def enabled(self) -> list[Label]:
+        raise NotImplementedError
+
+    def take(self, label: Label) -> None:
+        raise NotImplementedError
+
+
+def make_machine(cfg: Config, new_driver: Callable[[], Driver], stats: RunStats) -> type[Machine]:
     """A ``RuleBasedStateMachine`` class that holds ``new_driver()`` against the spec."""
     invariants = [i for i in INVARIANTS if i.__name__ not in cfg.skip_invariants]
 
-    class RefinementMachine(RuleBasedStateMachine):
+    class RefinementMachine(Machine):
         def __init__(self) -> None:
             super().__init__()
             stats.examples += 1
             if stats.on_example is not None:
                 stats.on_example(stats)
             self.trace: list[Label] = []
+            self.chosen: list[Label] = []  # the machine's choices, for replay()
             self.swarm_off: dict[str, bool] = {}  # actions this example never takes
             # Steps the implementation refused in the current spec state: not drawn again
             # until a step changes the state (a refusal changes nothing on either side).
@@ -132,7 +148,13 @@ def make_machine(
             if not stats.first_failure:
                 stats.first_failure = stats.examples
             raise RefinementError(
-                cfg, self.trace, what, spec=self.spec, impl=impl, invariant=invariant
+                cfg,
+                self.trace,
+                what,
+                spec=self.spec,
+                impl=impl,
+                invariant=invariant,
+                chosen=self.chosen,
             )
 
         def _check(self, what: str) -> None:
@@ -177,11 +199,16 @@ def make_machine(
                     self.driver.abstract(),
                 )
 
-        @rule(data=st.data())
-        def step(self, data: st.DataObject) -> None:
+        def enabled(self) -> list[Label]:
+            """The steps the machine may choose now."""
             t0 = time.perf_counter()
             labels = [lb for lb, _ in next_states(cfg, self.spec) if lb not in self.refused_here]
             stats.seconds["spec"] += time.perf_counter() - t0
+            return labels
+
+        @rule(data=st.data())
+        def step(self, data: st.DataObject) -> None:
+            labels = self.enabled()
             if not labels:
                 return  # a final state: nothing more happens (a stutter)
             # Action first, then its arguments: a uniform draw over labels would favour
@@ -203,6 +230,11 @@ def make_machine(
             action = data.draw(st.sampled_from(on), label="spec action")
             label = data.draw(st.sampled_from(by_action[action]), label="spec step")
             note(format_label(label))
+            self.take(label)
+
+        def take(self, label: Label) -> None:
+            """The implementation takes the chosen step ``label``; the spec follows it."""
+            self.chosen.append(label)
             t1 = time.perf_counter()
             try:
                 done = self.driver.perform(label)
@@ -302,3 +334,34 @@ def run(
     except Flaky as e:  # the implementation did not behave the same on a replay
         raise ImplementationError(f"a counterexample did not reproduce on replay: {e}") from e
     return stats, None
+
+
+def replay(
+    cfg: Config,
+    new_driver: Callable[[], Driver],
+    chosen: list[Label],
+    *,
+    stats: RunStats | None = None,
+) -> RefinementError | None:
+    """Take a counterexample's chosen steps (:attr:`RefinementError.chosen`) again, on
+    a new system and outside Hypothesis: each in turn where the spec enables it, one it
+    does not enable there (the implementation decided otherwise this time) passed over.
+    The counterexample this one example finds, if any: a planted bug's steps, replayed
+    without the plant, show that the plant made the difference, in one example where the
+    same seed's whole run would take every example before it again."""
+    stats = stats if stats is not None else RunStats()
+    try:
+        machine = make_machine(cfg, new_driver, stats)()
+    except RefinementError as ce:
+        return ce
+    try:
+        for label in chosen:
+            if label in machine.enabled():
+                machine.take(label)
+            else:
+                stats.passed_over += 1
+    except RefinementError as ce:
+        return ce
+    finally:
+        machine.teardown()
+    return None

@@ -6,7 +6,7 @@ index), on ``LedgerWriter`` and ``LedgerRecovery``, with metadata in the
 session's ZooKeeper. Every config the driver supports must pass, taking every
 step the spec offers: the ledger configs here, the AutoRecovery configs in
 test_bkref_autorecovery.py; every planted bug the driver can exercise must be
-caught within 2,000 examples, and the same seed must pass without the plant
+caught within 2,000 examples, and the same steps must pass without the plant
 (test_bkref_planted.py). Three modules, so that `make verify`'s workers share them.
 """
 

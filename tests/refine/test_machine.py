@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bkref.refine.driver import Performed
-from bkref.refine.machine import run
+from bkref.refine.machine import RunStats, replay, run
 from bkref.refine.observe import differences, project
 from bkref.refine.spec_driver import SpecDriver
 from bkref.spec.config import Config
@@ -92,6 +92,26 @@ def test_a_followup_the_spec_does_not_enable_is_a_counterexample() -> None:
     _stats, found = run(CONFIGS["a-short"], _ExtraStep, examples=50, seed=0)
     assert found is not None
     assert "does not enable" in found.what
+
+
+def test_replay_takes_a_counterexample_s_steps_again_and_passes_over_disabled_ones() -> None:
+    # The mutant is in the driver only: the spec it is held to is the correct one.
+    cfg, mutant = MUTANT_CONFIGS["recovery-reads-without-fence"], "recovery-reads-without-fence"
+    _stats, found = run(cfg, lambda: SpecDriver(frozenset({mutant})), examples=2000, seed=0)
+    assert found is not None
+    again = replay(cfg, lambda: SpecDriver(frozenset({mutant})), found.chosen)
+    assert again is not None
+    assert again.trace == found.trace
+    stats = RunStats()
+    assert replay(cfg, SpecDriver, found.chosen, stats=stats) is None
+    assert stats.passed_over == 0
+    assert stats.steps >= len(found.chosen) > 0
+    # A step the spec does not enable at its turn (no ledger to close yet) is passed
+    # over, not taken; the others are taken as before.
+    stats = RunStats()
+    closes_first = [("writer_closes_ledger", ()), *found.chosen]
+    assert replay(cfg, SpecDriver, closes_first, stats=stats) is None
+    assert stats.passed_over == 1
 
 
 class _Forgetful(SpecDriver):
