@@ -280,10 +280,17 @@ def test_ack_before_fsync_loses_acked_entries_on_lazyfs_and_the_same_seed_is_val
     assert result.faults.get("lose-unsynced", 0) >= 2
     if plant:
         assert result.valid is False
-        assert caught(result, plant[0]), _counts(result)
         # A bookie restarted without entries it had acknowledged: the trace check sees it
         # in the bookie's own replay, whatever the histories' reads saw.
         assert trace_caught(result, "came back without"), _counts(result)
+        # The history checks and the replication audit see it only if the entries the
+        # crashes dropped are still in the ledger's final copies, which the machine's load
+        # decides: a loaded verify run's saw none. `make planted` holds them to it with
+        # campaigns of the default length; here they must name nothing outside its family,
+        # but that entries lost from every replica cannot be repaired: the cluster does not
+        # converge (the planted run waits 30 s for it, above).
+        expected = FAMILIES[plant[0]] | {"not-repaired-after-heal"}
+        assert anomaly_kinds(result, without="trace") <= expected, _counts(result)
     else:
         assert result.valid is True, result.checks
         assert result.checks["trace"]["counts"]["explained"] > 0
