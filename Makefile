@@ -5,11 +5,12 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# pytest workers for `make verify` on the 2-core CI machine: one more than the cores, as
-# much of the suite waits on ZooKeeper, fsyncs and child processes (and, on a loaded
-# machine, three get a larger share of the CPU than two). A test module runs whole on
+# pytest workers for `make verify` on the 2-core CI machine: twice the cores, as much of
+# the suite waits on ZooKeeper, fsyncs and child processes. Beside two CPU-bound
+# processes, 4 workers took a fresh clone's verify from 36:53 (3 workers, 3 tests failed
+# on load races since fixed) to 33:01, green (2026-11-29). A test module runs whole on
 # one worker (--dist loadfile), so module fixtures are shared as before.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 STAMP := $(VENV)/.bkref-installed
 # Debian packages the project runs for real: ZooKeeper (metadata), iptables,
 # nftables and iproute2 (network faults in campaigns), libfuse2 (lazyfs, the

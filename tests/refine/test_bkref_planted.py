@@ -65,7 +65,9 @@ def test_a_planted_bug_is_caught_and_its_steps_pass_without_it(plant: str, zk: K
     assert control.passed_over == 0, "without the plant, the spec did not enable every step"
 
 
-@pytest.mark.parametrize("plant", ["recovery-reads-without-fence", "ack-before-fsync"])
+# One plant: shrinking ack-before-fsync's counterexample as well took 130 s of a loaded
+# verify (`make refine` shrinks every plant's).
+@pytest.mark.parametrize("plant", ["recovery-reads-without-fence"])
 def test_a_caught_bug_is_shrunk_to_a_few_spec_steps(plant: str, zk: KazooClient) -> None:
     # Shrunk from examples of up to 60 steps. How far shrinking gets is not guaranteed (a
     # change to the driver changes its path): the shortest counterexamples are 3 to 13
