@@ -125,6 +125,21 @@ CONFIGS: dict[str, Config] = {
             description="config b without the crash",
         ),
         replace(
+            _B,
+            name="live-resend",
+            entries=1,
+            crashes=0,
+            losses=1,
+            ack_quorum=3,
+            liveness="ledger-closed",
+            # 23,108 states. Kills the mutation-testing survivor that resent a recovery's
+            # add to the wrong bookies (docs/mutation.md): with Aq = Wq a write-back
+            # needs its resend, and with E > Wq the new bookie's index is not fixed by
+            # symmetry (in config a the resend reached the one spare by luck).
+            description="liveness: a recovery whose write-back add is lost changes its "
+            "ensemble and resends the entry, striping E=4 > Wq=Aq=3, and closes the ledger",
+        ),
+        replace(
             _C,
             name="c-short",
             writer=False,

@@ -101,9 +101,11 @@ def section(s: Session) -> str:
         f"filter, {meta['sampled']} sampled uniformly, **{ran} ran**"
         + ("" if ran == meta["sampled"] else f" ({meta['sampled'] - ran} still pending)"),
         f"- killed {c.get('killed', 0)}, survived {c.get('survived', 0)} "
-        f"({sc.equivalent} judged equivalent), timeout {c.get('timeout', 0)}, "
+        f"({sc.equivalent} judged equivalent, {sc.killed_later} killed by a config added "
+        f"since), timeout {c.get('timeout', 0)}, "
         f"incompetent {c.get('incompetent', 0)}, error {c.get('error', 0)}",
-        f"- **score {sc.score:.1%}** (killed or equivalent, of killed and survived), 95% "
+        f"- **score {sc.score:.1%}** (killed, equivalent or killed since, of killed and "
+        f"survived), 95% "
         f"Wilson interval {lo:.1%} to {hi:.1%}",
         "",
     ]
@@ -129,7 +131,9 @@ def section(s: Session) -> str:
             where = f"{r['module']}:{r['line']} `{r['definition']}`"
             op = r["operator"].removeprefix("core/")
             lines.append(
-                f"| {where} | {op} | `{text}` | {v.get('verdict', '**none yet**')} | "
+                f"| {where} | {op} | `{text}` | {v.get('verdict', '**none yet**')}"
+                + (f" (`{v['config']}`)" if v.get("config") else "")
+                + " | "
                 f"{v.get('reason', _survivor_clue(r))} |"
             )
         lines.append("")

@@ -9,15 +9,17 @@ A sampled mutant that ran is one of:
   numerator, since nothing said the mutant was wrong;
 - **survived**: every test passed. A survivor counts for the score only when
   ``verdicts.toml`` judges it *equivalent* (it cannot change a behaviour, and says
-  why). Any other verdict (*needs-config*, *finding*, or none yet) leaves it against
-  the score until a new config or test kills it or the fix lands;
+  why) or *killed-by-config* (a config added since it ran fails with it: the verdict
+  names the config, and tests/unit/test_mutation.py applies the mutant's diff and runs
+  that config again). Any other verdict (*needs-config*, *finding*, or none yet) leaves
+  it against the score until a new config or test kills it or the fix lands;
 - **incompetent**: the mutated module did not even import (cosmic-ray's own
   outcome); counted apart, like timeouts;
 - **error**: the test could not judge the mutant (the core's refinement run could
   not start its ZooKeeper, say: exit 2, not a difference); counted apart, and run
   again by a fresh session.
 
-The score is (killed + equivalent) / (killed + survived), with a 95% Wilson score
+The score is (killed + equivalent + killed-by-config) / (killed + survived), with a 95% Wilson score
 interval for the sampled proportion: the sample is uniform over the population the
 operator filter leaves, so the interval is the population's.
 """
@@ -32,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 VERDICTS = Path(__file__).with_name("verdicts.toml")
-KINDS = ("equivalent", "needs-config", "finding")
+KINDS = ("equivalent", "killed-by-config", "needs-config", "finding")
+CREDITED = ("equivalent", "killed-by-config")  # survivors the score counts for the checks
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -69,6 +72,8 @@ def load_verdicts(path: Path = VERDICTS) -> dict[str, dict[str, str]]:
     for m in tomllib.loads(path.read_text()).get("mutant", []):
         if m.get("verdict") not in KINDS or not m.get("reason"):
             raise SystemExit(f"{path}: {m.get('key')}: needs a verdict of {KINDS} and a reason")
+        if (m["verdict"] == "killed-by-config") != bool(m.get("config")):
+            raise SystemExit(f"{path}: {m.get('key')}: a config, with killed-by-config only")
         out[m["key"]] = m
     return out
 
@@ -120,14 +125,22 @@ class Score:
         return sum(1 for r in self.survivors if self.verdict(r).get("verdict") == "equivalent")
 
     @property
+    def killed_later(self) -> int:
+        """Survivors a config added since they ran kills."""
+        return sum(
+            1 for r in self.survivors if self.verdict(r).get("verdict") == "killed-by-config"
+        )
+
+    @property
     def judged(self) -> int:
         """Mutants that count for the score: killed or survived."""
         return self.counts.get("killed", 0) + self.counts.get("survived", 0)
 
     @property
     def credited(self) -> int:
-        """Mutants the score counts for the checks: killed, or judged equivalent."""
-        return self.counts.get("killed", 0) + self.equivalent
+        """Mutants the score counts for the checks: killed, judged equivalent, or killed
+        by a config added since."""
+        return self.counts.get("killed", 0) + self.equivalent + self.killed_later
 
     @property
     def score(self) -> float:

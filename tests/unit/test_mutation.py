@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mutation.score import Score, mutant_key, outcome, wilson
+from tests.mutation.score import Score, load_verdicts, mutant_key, outcome, wilson
 from tests.mutation.selection import ALL, changed_lines, statements
 from tests.mutation.session import ROOT, Session, Target, copy_tree
 
@@ -236,3 +238,48 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:
         return b""
+
+
+def _mutated(source: str, diff: str, near: int) -> str:
+    """``source`` with a one-line mutant's diff applied to the matching line nearest
+    ``near`` (its line when it ran; the file may have changed around it since)."""
+    old = [ln[1:] for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    new = [ln[1:] for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    assert len(old) == len(new) == 1, f"not a one-line mutant:\n{diff}"
+    lines = source.splitlines(keepends=True)
+    at = [i for i, ln in enumerate(lines) if ln.rstrip("\n") == old[0]]
+    assert at, f"the mutated line is no longer in the source: {old[0].strip()}"
+    i = min(at, key=lambda i: abs(i + 1 - near))
+    lines[i] = new[0] + "\n"
+    return "".join(lines)
+
+
+@pytest.mark.slow
+def test_a_survivor_judged_killed_by_a_later_config_is_killed_by_it(tmp_path: Path) -> None:
+    # The verdict is checked, not taken on trust: the mutant's diff applied to today's
+    # spec, the config it names must fail (exit 1: a violation or a failed liveness goal).
+    results = json.loads((ROOT / "tests/mutation/results/spec.json").read_text())["results"]
+    source = (ROOT / PROTOCOL).read_text()
+    verdicts = load_verdicts()
+    later = [
+        (r, verdicts[k])
+        for r in results
+        if (k := mutant_key(r, source)) in verdicts and verdicts[k]["verdict"] == "killed-by-config"
+    ]
+    assert later, "no survivor judged killed-by-config: this test checks nothing"
+    for r, v in later:
+        tree = tmp_path / f"line-{r['line']}"
+        shutil.copytree(ROOT / "bkref", tree / "bkref")
+        (tree / PROTOCOL).write_text(_mutated(source, str(r["diff"]), r["line"]))
+        cmd = [sys.executable, "-m", "bkref.impl.cli.main", "spec", "check", "--quiet"]
+        run = subprocess.run(
+            [*cmd, "--config", v["config"]],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": str(tree)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        why = f"{v['config']} did not kill the mutant of line {r['line']}: {run.stdout}"
+        assert run.returncode == 1, why
