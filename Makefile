@@ -6,10 +6,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # pytest workers for `make verify` on the 2-core CI machine: twice the cores, as much of
-# the suite waits on ZooKeeper, fsyncs and child processes. Beside two CPU-bound
-# processes, 4 workers took a fresh clone's verify from 36:53 (3 workers, 3 tests failed
-# on load races since fixed) to 33:01, green (2026-11-29). A test module runs whole on
-# one worker (--dist loadfile), so module fixtures are shared as before.
+# the suite waits on ZooKeeper, fsyncs and child processes. Beside the mutation run's
+# two model-checker processes, 4 workers took a fresh clone's verify from 36:53 (3
+# workers, 3 tests failed on load races since fixed) to 33:01, green; beside two busy
+# loops, 24:36, green (2026-11-29). A test module runs whole on one worker (--dist
+# loadfile), so module fixtures are shared as before.
 TEST_WORKERS ?= 4
 STAMP := $(VENV)/.bkref-installed
 # Debian packages the project runs for real: ZooKeeper (metadata), iptables,
