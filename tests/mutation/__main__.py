@@ -105,8 +105,7 @@ def section(s: Session) -> str:
         f"since), timeout {c.get('timeout', 0)}, "
         f"incompetent {c.get('incompetent', 0)}, error {c.get('error', 0)}",
         f"- **score {sc.score:.1%}** (killed, equivalent or killed since, of killed and "
-        f"survived), 95% "
-        f"Wilson interval {lo:.1%} to {hi:.1%}",
+        f"survived), 95% Wilson interval {lo:.1%} to {hi:.1%}",
         "",
     ]
     kills: dict[str, int] = {}

@@ -19,9 +19,9 @@ A sampled mutant that ran is one of:
   not start its ZooKeeper, say: exit 2, not a difference); counted apart, and run
   again by a fresh session.
 
-The score is (killed + equivalent + killed-by-config) / (killed + survived), with a 95% Wilson score
-interval for the sampled proportion: the sample is uniform over the population the
-operator filter leaves, so the interval is the population's.
+The score is (killed + equivalent + killed-by-config) / (killed + survived), with a
+95% Wilson score interval for the sampled proportion: the sample is uniform over the
+population the operator filter leaves, so the interval is the population's.
 """
 
 from __future__ import annotations
@@ -56,12 +56,16 @@ def mutant_key(r: dict[str, Any], source: str) -> str:
     two of each number)."""
     lines = source.splitlines()
     text = lines[r["line"] - 1].strip() if 0 < r["line"] <= len(lines) else ""
-    after = " / ".join(
-        ln[1:].strip()
-        for ln in str(r.get("diff", "")).splitlines()
-        if ln.startswith("+") and not ln.startswith("+++")
-    )
+    after = " / ".join(ln.strip() for ln in diff_lines(str(r.get("diff", "")))[1])
     return f"{r['module']}:{r['definition']}:{r['operator']}:{text} => {after}"
+
+
+def diff_lines(diff: str) -> tuple[list[str], list[str]]:
+    """A unified diff's removed and added lines, without their '-' and '+'."""
+    rows = diff.splitlines()
+    removed = [ln[1:] for ln in rows if ln.startswith("-") and not ln.startswith("---")]
+    added = [ln[1:] for ln in rows if ln.startswith("+") and not ln.startswith("+++")]
+    return removed, added
 
 
 def load_verdicts(path: Path = VERDICTS) -> dict[str, dict[str, str]]:
@@ -120,16 +124,18 @@ class Score:
     def verdict(self, r: dict[str, Any]) -> dict[str, str]:
         return self.verdicts.get(self.keys[r["job"]], {})
 
+    def judged_as(self, *kinds: str) -> int:
+        """Survivors whose verdict is one of ``kinds``."""
+        return sum(1 for r in self.survivors if self.verdict(r).get("verdict") in kinds)
+
     @property
     def equivalent(self) -> int:
-        return sum(1 for r in self.survivors if self.verdict(r).get("verdict") == "equivalent")
+        return self.judged_as("equivalent")
 
     @property
     def killed_later(self) -> int:
         """Survivors a config added since they ran kills."""
-        return sum(
-            1 for r in self.survivors if self.verdict(r).get("verdict") == "killed-by-config"
-        )
+        return self.judged_as("killed-by-config")
 
     @property
     def judged(self) -> int:
@@ -140,7 +146,7 @@ class Score:
     def credited(self) -> int:
         """Mutants the score counts for the checks: killed, judged equivalent, or killed
         by a config added since."""
-        return self.counts.get("killed", 0) + self.equivalent + self.killed_later
+        return self.counts.get("killed", 0) + self.judged_as(*CREDITED)
 
     @property
     def score(self) -> float:

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.mutation.score import Score, load_verdicts, mutant_key, outcome, wilson
+from tests.mutation.score import (
+    Score,
+    diff_lines,
+    load_verdicts,
+    mutant_key,
+    outcome,
+    wilson,
+)
 from tests.mutation.selection import ALL, changed_lines, statements
 from tests.mutation.session import ROOT, Session, Target, copy_tree
 
@@ -243,8 +250,7 @@ def _read(path: Path) -> bytes:
 def _mutated(source: str, diff: str, near: int) -> str:
     """``source`` with a one-line mutant's diff applied to the matching line nearest
     ``near`` (its line when it ran; the file may have changed around it since)."""
-    old = [ln[1:] for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
-    new = [ln[1:] for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    old, new = diff_lines(diff)
     assert len(old) == len(new) == 1, f"not a one-line mutant:\n{diff}"
     lines = source.splitlines(keepends=True)
     at = [i for i, ln in enumerate(lines) if ln.rstrip("\n") == old[0]]
