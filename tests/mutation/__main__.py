@@ -98,7 +98,8 @@ def section(s: Session) -> str:
         f"({meta['seconds'] / 60:.0f} min of wall time on {meta['workers']} workers).",
         "",
         f"- mutants: {meta['population']:,} in all, {meta['filtered']:,} after the operator "
-        f"filter, {meta['sampled']} sampled uniformly, **{ran} ran**"
+        f"filter, of which {meta.get('annotations', 0):,} in annotations (left out), "
+        f"{meta['sampled']} sampled uniformly from the rest, **{ran} ran**"
         + ("" if ran == meta["sampled"] else f" ({meta['sampled'] - ran} still pending)"),
         f"- killed {c.get('killed', 0)}, survived {c.get('survived', 0)} "
         f"({sc.equivalent} judged equivalent, {sc.killed_later} killed by a config added "

@@ -1,7 +1,7 @@
 """The test of one mutant of the protocol core (bkref/impl/core): its tests, then the
 refinement machine.
 
-    python -m tests.mutation.core_kill
+    python -m tests.mutation.core_kill [--configs A,B] [--examples N]
 
 cosmic-ray runs this in a copy of the tree holding one mutant. Exit 1 (killed) when a
 test of the core fails, or when `bkref refine` (bkref's bookies, writer, recovery and
@@ -14,6 +14,7 @@ seconds and kill most mutants; the machine runs only for what they let through.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -40,7 +41,15 @@ REFINE_CONFIGS = "a-short,b-short,a-readers,c-short,c-workers"
 REFINE_EXAMPLES = "40"
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m tests.mutation.core_kill",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--configs", default=REFINE_CONFIGS, help=f"default {REFINE_CONFIGS}")
+    p.add_argument("--examples", default=REFINE_EXAMPLES, help=f"default {REFINE_EXAMPLES}")
+    args = p.parse_args(argv)
     started = time.monotonic()
     verdict: dict[str, Any]
     tests = subprocess.run(
@@ -56,7 +65,7 @@ def main() -> int:
         tail = " ".join(tests.stdout.strip().splitlines()[-1:])[:300]
         verdict = {"verdict": "error", "by": f"pytest exit {tests.returncode}: {tail}"}
     else:
-        refine_argv = ["refine", "--config", REFINE_CONFIGS, "--examples", REFINE_EXAMPLES]
+        refine_argv = ["refine", "--config", args.configs, "--examples", args.examples]
         refine = subprocess.run(
             [sys.executable, "-m", "bkref.impl.cli.main", *refine_argv, "--seed", "0"],
             capture_output=True,
@@ -76,4 +85,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

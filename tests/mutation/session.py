@@ -15,6 +15,12 @@ runs and where:
   seed, from the mutants sorted by (module, operator, occurrence), so a seed names
   the same sample whatever order cosmic-ray listed them in. The others are marked
   skipped, as cosmic-ray's own filters do.
+- **No annotations.** cosmic-ray also mutates the ``|`` of ``-> State | None``; under
+  ``from __future__ import annotations`` no annotation is evaluated, so such a mutant
+  is equivalent by construction (and mypy rejects it). Those drawn are replaced by
+  draws from the rest of the filtered mutants (``_draw``), so the sample stays
+  uniform over the mutants that can change a behaviour, and a seed's sample keeps
+  every other mutant it had before this filter.
 - **Shards.** One exec per worker, each in its own copy with its own copy of the
   session, every job in exactly one shard (cosmic-ray's local distributor runs one
   job at a time; its HTTP one gives up on a request after aiohttp's 5 minutes, which a
@@ -26,6 +32,7 @@ leaves out, ``[tool.bkref.mutation]`` gives for all (the operator filter).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -46,6 +53,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SAMPLED_OUT = "not in the sample"
+# How the sample is drawn (``_draw``); a session drawn another way is not resumed.
+DRAW = "annotations replaced"
 OTHER_SHARD = "in another shard"
 # What ran, kept in the repository: a session on a new machine (same sources, sample and
 # seed) takes these results instead of running their mutants again.
@@ -93,10 +102,31 @@ class Target:
         h = hashlib.sha256()
         for p in self.sources(root):
             h.update(str(p).encode() + b"\0" + (root / p).read_bytes())
-        here = Path(__file__).parent
-        for script in sorted([*here.glob("*_kill.py"), here / "selection.py"]):
+        for script in self.scripts():
             h.update(script.name.encode() + b"\0" + script.read_bytes())
         return h.hexdigest()[:16]
+
+    def scripts(self) -> list[Path]:
+        """The scripts of tests/mutation that the target's commands run (``-m
+        tests.mutation.NAME``), with what they import from there: another target's
+        test script changing leaves this one's results standing."""
+        here = Path(__file__).parent
+        commands = f"{self.test_command} {self.baseline_command}"
+        todo = re.findall(r"-m tests\.mutation\.(\w+)", commands)
+        seen: set[str] = set()
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for node in ast.walk(ast.parse((here / f"{name}.py").read_text())):
+                if not isinstance(node, ast.ImportFrom) or not node.module:
+                    continue
+                if node.module == "tests.mutation":
+                    todo += [a.name for a in node.names]
+                elif node.module.startswith("tests.mutation."):
+                    todo.append(node.module.rsplit(".", 1)[1])
+        return sorted(here / f"{n}.py" for n in seen)
 
 
 def copy_tree(dest: Path) -> None:
@@ -216,6 +246,53 @@ def _key(item: Any) -> tuple[str, str, int]:
     return (str(m.module_path), m.operator_name, m.occurrence)
 
 
+Span = tuple[tuple[int, int], tuple[int, int]]
+
+
+def annotation_spans(source: str) -> list[Span]:
+    """Where ``source``'s annotations are, as (line, column) pairs (lines from 1, as
+    cosmic-ray counts them): arguments', returns' and annotated assignments'."""
+    found: list[ast.expr | None] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.append(node.returns)
+        elif isinstance(node, ast.arg | ast.AnnAssign):
+            found.append(node.annotation)
+    spans: list[Span] = [
+        ((a.lineno, a.col_offset), (a.end_lineno, a.end_col_offset))
+        for a in found
+        if a is not None and a.end_lineno is not None and a.end_col_offset is not None
+    ]
+    return spans
+
+
+def in_annotation(start: tuple[int, int], spans: list[Span]) -> bool:
+    return any(lo <= tuple(start) < hi for lo, hi in spans)
+
+
+def _draw(kept: list[Any], sample: int, seed: int, tree: Path) -> tuple[list[Any], int]:
+    """``sample`` of ``kept`` drawn uniformly with ``seed``, none in an annotation: the
+    seed's draw over every kept mutant, less those in annotations, topped up from the
+    rest (a uniform subset of a uniform draw, topped up uniformly, is a uniform draw).
+    Returns the sample and how many mutants of ``kept`` are in annotations."""
+    spans = {
+        m: annotation_spans((tree / m).read_text())
+        for m in {str(i.mutations[0].module_path) for i in kept}
+    }
+
+    def annotated(i: Any) -> bool:
+        m = i.mutations[0]
+        return in_annotation(m.start_pos, spans[str(m.module_path)])
+
+    rng = random.Random(seed)
+    first = rng.sample(kept, min(sample, len(kept)))
+    chosen = [i for i in first if not annotated(i)]
+    drawn = {i.job_id for i in first}
+    rest = [i for i in kept if i.job_id not in drawn and not annotated(i)]
+    chosen += rng.sample(rest, min(sample - len(chosen), len(rest)))
+    return chosen, sum(map(annotated, kept))
+
+
 def _skip(db: Any, job_ids: list[str], why: str) -> None:
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
@@ -248,14 +325,22 @@ class Session:
         if not self.meta_path.exists():
             return False
         m = self.meta()
-        want = {"sample": sample, "seed": seed, "workers": workers}
+        want = {"sample": sample, "seed": seed, "workers": workers, "draw": DRAW}
         return all(m.get(k) == v for k, v in want.items()) and m["digest"] == self.target.digest()
 
     def create(self, sample: int, seed: int, workers: int, *, log: Any = print) -> None:
-        """A new session: init in one copy, the sample drawn, one shard per worker."""
+        """A new session: init in one copy, the sample drawn, one shard per worker. The
+        unmutated baseline is kept when the sources and test scripts are the same."""
+        baseline = self.work / "baseline.json"
+        keep = None
+        same = self.meta_path.exists() and self.meta().get("digest") == self.target.digest()
+        if baseline.exists() and same:
+            keep = baseline.read_bytes()
         if self.work.exists():
             shutil.rmtree(self.work)
         self.work.mkdir(parents=True)
+        if keep is not None:
+            baseline.write_bytes(keep)
         config = self.work / "mutation.toml"
         config.write_text(config_text(self.target, self.work))
         first = self.work / "shard-0"
@@ -269,12 +354,13 @@ class Session:
         with _db(first / "session.sqlite") as db:
             items = sorted(db.pending_work_items, key=_key)
             kept = [i for i in items if not excluded.match(i.mutations[0].operator_name)]
-            chosen = random.Random(seed).sample(kept, min(sample, len(kept)))
+            chosen, annotations = _draw(kept, sample, seed, first)
             ids = {i.job_id for i in chosen}
             _skip(db, [i.job_id for i in items if i.job_id not in ids], SAMPLED_OUT)
         log(
             f"{self.target.name}: {len(items):,} mutants, {len(kept):,} after the operator "
-            f"filter, {len(chosen)} sampled (seed {seed}); init {time.monotonic() - started:.0f} s"
+            f"filter, {annotations:,} of them in annotations, {len(chosen)} sampled "
+            f"(seed {seed}); init {time.monotonic() - started:.0f} s"
         )
         order = sorted(ids)
         for k in range(1, workers):
@@ -285,8 +371,10 @@ class Session:
             with _db(self.work / f"shard-{k}" / "session.sqlite") as db:
                 _skip(db, [j for n, j in enumerate(order) if n % workers != k], OTHER_SHARD)
         reused = self._reuse(sample, seed, {_key(i): i.job_id for i in chosen})
+        seconds = 0.0
         if reused:
             log(f"{self.target.name}: {reused} results taken from {self.stored.name}")
+            seconds = float(json.loads(self.stored.read_text()).get("seconds", 0.0))
         self.meta_path.write_text(
             json.dumps(
                 {
@@ -297,8 +385,10 @@ class Session:
                     "workers": workers,
                     "population": len(items),
                     "filtered": len(kept),
+                    "annotations": annotations,
+                    "draw": DRAW,
                     "sampled": len(chosen),
-                    "seconds": 0.0,
+                    "seconds": seconds,  # the stored run's, when its results are taken
                 },
                 indent=1,
             )
@@ -349,7 +439,7 @@ class Session:
         for r in results:
             del r["job"]
         keep = {k: meta[k] for k in ("target", "digest", "sample", "seed", "population")}
-        keep.update(filtered=meta["filtered"], sampled=meta["sampled"], seconds=meta["seconds"])
+        keep.update({k: meta.get(k) for k in ("filtered", "annotations", "sampled", "seconds")})
         STORED.mkdir(exist_ok=True)
         self.stored.write_text(json.dumps({**keep, "results": results}, indent=1) + "\n")
 

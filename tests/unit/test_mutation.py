@@ -6,12 +6,14 @@ from __future__ import annotations
 import ast
 import json
 import os
+import random
 import shlex
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -24,7 +26,15 @@ from tests.mutation.score import (
     wilson,
 )
 from tests.mutation.selection import ALL, changed_lines, statements
-from tests.mutation.session import ROOT, Session, Target, copy_tree
+from tests.mutation.session import (
+    ROOT,
+    Session,
+    Target,
+    _draw,
+    annotation_spans,
+    copy_tree,
+    in_annotation,
+)
 
 # The smallest configs of spec-check that use the quorum arithmetic, and a hand-written
 # mutant's config (m-4651: acks of a replaced bookie), so the smoke run takes seconds.
@@ -72,6 +82,56 @@ def test_a_change_maps_to_its_innermost_statement_or_to_every_config() -> None:
     assert statements(SOURCE, {5}) is ALL
     assert statements(SOURCE, {8}) is ALL
     assert statements(SOURCE, {7}) is ALL  # a decorator
+
+
+ANNOTATED = """\
+from __future__ import annotations
+LIMIT: int | None = 3
+def f(a: int | None, b=1 | 2) -> dict[str, int] | None:
+    x: list[int] = [a | b]
+    return None
+"""
+
+
+def test_a_mutant_in_an_annotation_is_found_and_one_in_code_is_not() -> None:
+    spans = annotation_spans(ANNOTATED)
+    # The `|` of each annotation: module-level, argument, return, local.
+    for pos in [(2, 11), (3, 13), (3, 48), (4, 7)]:
+        assert in_annotation(pos, spans), pos
+    # The `|` of a default and of an expression are code, evaluated at run time.
+    assert not in_annotation((3, 25), spans)
+    assert not in_annotation((4, 22), spans)
+    assert ANNOTATED.splitlines()[2][25] == ANNOTATED.splitlines()[3][22] == "|"
+
+
+def test_the_sample_leaves_out_annotations_and_keeps_the_seed_s_other_draws(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "m.py").write_text(ANNOTATED)
+    annotated = [(2, 11), (3, 13), (3, 48)]
+    code = [(3, 25), (4, 22)] + [(5, c) for c in range(4, 10)]
+    items = [
+        SimpleNamespace(
+            job_id=f"j{n}", mutations=[SimpleNamespace(module_path="m.py", start_pos=pos)]
+        )
+        for n, pos in enumerate(annotated + code)
+    ]
+    for seed in range(20):
+        chosen, n_annotated = _draw(items, 5, seed, tmp_path)
+        assert n_annotated == 3
+        assert len(chosen) == len({i.job_id for i in chosen}) == 5
+        assert not any(i.mutations[0].start_pos in annotated for i in chosen)
+        # The plain draw of the same seed, less its annotations, is kept.
+        first = random.Random(seed).sample(items, 5)
+        assert {i.job_id for i in first if i.mutations[0].start_pos in code} <= {
+            i.job_id for i in chosen
+        }
+
+
+def test_a_target_s_digest_names_its_own_test_scripts_only() -> None:
+    spec, core = Target.load("spec"), Target.load("core")
+    assert [p.name for p in spec.scripts()] == ["selection.py", "spec_kill.py"]
+    assert [p.name for p in core.scripts()] == ["core_kill.py"]
 
 
 def test_the_wilson_interval_has_its_textbook_values() -> None:
@@ -157,6 +217,43 @@ def test_the_spec_kill_passes_the_spec_and_kills_a_broken_quorum(tmp_path: Path)
     status, verdict = _kill(tree, baseline)
     assert status == 1, verdict
     assert str(verdict["by"]).startswith("crashed: RuntimeError: planted"), verdict
+
+
+def _core_kill(tree: Path, *argv: str) -> tuple[int, dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.mutation.core_kill", *argv],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_the_core_kill_passes_the_core_and_kills_a_broken_quorum(tmp_path: Path) -> None:
+    from cosmic_ray.mutating import mutate_code
+    from cosmic_ray.plugins import get_operator
+
+    tree = tmp_path / "tree"
+    copy_tree(tree)
+    # Unmutated: the core's tests pass and so does the refinement machine (a short run
+    # of one config: the whole path, on a ZooKeeper it starts itself).
+    status, verdict = _core_kill(tree, "--configs", "a-short", "--examples", "3")
+    assert (status, verdict["verdict"]) == (0, "survived"), verdict
+    # The client's ack quorum test made `<`: the core's own tests fail first.
+    quorum = tree / "bkref" / "impl" / "core" / "quorum.py"
+    source = quorum.read_text()
+    mutated = mutate_code(source, get_operator("core/ReplaceComparisonOperator_GtE_Lt")(), 3)
+    assert mutated is not None
+    assert "return len(ws.intersection(acked)) < self.ack_quorum" in mutated
+    quorum.write_text(mutated)
+    status, verdict = _core_kill(tree, "--configs", "a-short", "--examples", "3")
+    assert status == 1, verdict
+    assert verdict["verdict"] == "killed"
+    assert str(verdict["by"]).startswith("core tests: FAILED"), verdict
 
 
 def _simple_statement(source: str, want: Callable[[int], bool]) -> int:
