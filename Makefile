@@ -213,6 +213,7 @@ clean:
 MUTATION_ARGS ?=
 mutation: setup
 	$(PY) -m tests.mutation run spec $(MUTATION_ARGS)
+	$(PY) -m tests.mutation run core $(MUTATION_ARGS)
 
 # The main job. CAMPAIGN_ARGS passes options, e.g. CAMPAIGN_ARGS="--time 300 --runs 3 --seed 7".
 CAMPAIGN_ARGS ?=

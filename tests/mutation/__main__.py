@@ -150,13 +150,17 @@ def _kill_kind(output: str) -> str:
         return "a liveness goal fails"
     if " violates " in by:
         return f"an invariant violated ({by.split(' violates ')[1]})"
+    if by.startswith("core tests:"):
+        return "a test of the core failed"
+    if by.startswith("bkref refine:"):
+        return "the refinement machine found a step the spec does not take"
     return by or "a test failed"
 
 
 def _survivor_clue(r: dict[str, object]) -> str:
     v = last_json(str(r["output"]))
     if "ran" in v and not v["ran"]:
-        return "no config executes it"
+        return "no test or config executes it"
     changed = v.get("changed") or {}
     exploded = list(v.get("exploded") or [])
     parts = [
@@ -166,6 +170,8 @@ def _survivor_clue(r: dict[str, object]) -> str:
     parts += [f"{k} (bound)" for k in exploded if k not in changed]
     if not parts:
         ran = v.get("ran")
+        if "changed" not in v:  # the core's test: tests and configs passed
+            return f"passed the {len(ran or [])} test files and configs that execute it"
         return "same distinct states on every config" + (
             f" that executes it ({len(ran)})" if isinstance(ran, list) else ""
         )

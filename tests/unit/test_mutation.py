@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -219,7 +220,7 @@ def test_the_spec_kill_passes_the_spec_and_kills_a_broken_quorum(tmp_path: Path)
     assert str(verdict["by"]).startswith("crashed: RuntimeError: planted"), verdict
 
 
-def _core_kill(tree: Path, *argv: str) -> tuple[int, dict[str, object]]:
+def _core_kill(tree: Path, *argv: str) -> tuple[int, dict[str, Any]]:
     done = subprocess.run(
         [sys.executable, "-m", "tests.mutation.core_kill", *argv],
         cwd=tree,
@@ -228,21 +229,33 @@ def _core_kill(tree: Path, *argv: str) -> tuple[int, dict[str, object]]:
         timeout=900,
         check=False,
     )
-    assert done.returncode in (0, 1), done.stderr
-    return done.returncode, json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]
+    verdict: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return done.returncode, verdict
 
 
 @pytest.mark.slow
-def test_the_core_kill_passes_the_core_and_kills_a_broken_quorum(tmp_path: Path) -> None:
+def test_the_core_kill_selects_by_its_baseline_and_kills_a_broken_quorum(tmp_path: Path) -> None:
     from cosmic_ray.mutating import mutate_code
     from cosmic_ray.plugins import get_operator
 
     tree = tmp_path / "tree"
     copy_tree(tree)
-    # Unmutated: the core's tests pass and so does the refinement machine (a short run
-    # of one config: the whole path, on a ZooKeeper it starts itself).
-    status, verdict = _core_kill(tree, "--configs", "a-short", "--examples", "3")
-    assert (status, verdict["verdict"]) == (0, "survived"), verdict
+    short = ("--configs", "a-short", "--examples", "3")
+    baseline = tmp_path / "baseline.json"
+    # Measuring runs every core test file and the refinement config on the unmutated
+    # core (each must pass) under coverage.py.
+    subprocess.run(
+        [sys.executable, "-m", "tests.mutation.core_kill", "--baseline", str(baseline), *short],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    base = json.loads(baseline.read_text())
+    assert set(base["configs"]) == {"a-short"}
+    writer = "bkref/impl/core/writer.py"
+    assert base["configs"]["a-short"]["lines"][writer], "the refinement machine writes"
     # The client's ack quorum test made `<`: the core's own tests fail first.
     quorum = tree / "bkref" / "impl" / "core" / "quorum.py"
     source = quorum.read_text()
@@ -250,10 +263,45 @@ def test_the_core_kill_passes_the_core_and_kills_a_broken_quorum(tmp_path: Path)
     assert mutated is not None
     assert "return len(ws.intersection(acked)) < self.ack_quorum" in mutated
     quorum.write_text(mutated)
-    status, verdict = _core_kill(tree, "--configs", "a-short", "--examples", "3")
+    status, verdict = _core_kill(tree, str(baseline), *short)
     assert status == 1, verdict
     assert verdict["verdict"] == "killed"
     assert str(verdict["by"]).startswith("core tests: FAILED"), verdict
+    quorum.write_text(source)
+    # A statement of the writer that a-short executes, rewritten to the same effect
+    # (`x = (...)`): the selected test files and the machine run, and it survives.
+    stages = [*base["tests"].values(), *base["configs"].values()]
+    text = (tree / writer).read_text()
+    run = set(base["configs"]["a-short"]["lines"][writer])
+    (tree / writer).write_text(_parenthesised(text, run))
+    status, verdict = _core_kill(tree, str(baseline), *short)
+    assert (status, verdict["verdict"]) == (0, "survived"), verdict
+    assert "a-short" in verdict["ran"]
+    # A statement no test file and no config executes is run by none of them.
+    unrun = _simple_statement(
+        text,
+        lambda n: (
+            all(n not in st["lines"][writer] for st in stages) and n not in base["import"][writer]
+        ),
+    )
+    (tree / writer).write_text(_raise_at(text, unrun))
+    status, verdict = _core_kill(tree, str(baseline), *short)
+    assert (status, verdict["verdict"], verdict["ran"]) == (0, "survived", []), verdict
+
+
+def _parenthesised(source: str, lines: set[int]) -> str:
+    """``source`` with the value of its first one-line assignment on one of ``lines``
+    in parentheses: the same program, a changed line."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign) and node.lineno in lines:
+            v = node.value
+            if v.lineno == v.end_lineno == node.lineno and v.end_col_offset is not None:
+                text = source.splitlines(keepends=True)
+                ln = text[v.lineno - 1]
+                a, b = v.col_offset, v.end_col_offset
+                text[v.lineno - 1] = f"{ln[:a]}({ln[a:b]}){ln[b:]}"
+                return "".join(text)
+    raise AssertionError("no such assignment")
 
 
 def _simple_statement(source: str, want: Callable[[int], bool]) -> int:
