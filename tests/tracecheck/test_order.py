@@ -91,3 +91,34 @@ def test_recorded_runs_keep_every_pairwise_conflict(
     """Fences, recovery reads, restarts (recorded) and AutoRecovery's copies (repaired)."""
     assert _same_order(recorded.traces, monkeypatch) > 20
     assert _same_order(repaired.traces, monkeypatch) > 20
+
+
+def test_an_auditor_s_mark_is_tried_where_its_audit_was_decided() -> None:
+    """An audit reads the registrations (``decided``), then each ledger, then writes its
+    marks: a client's ensemble change between the read and the mark can have replaced the
+    bookie the mark names, and the spec's audit names it only before that change. The
+    search tries the mark first at ``decided`` (netns soak seed 15, ledger 197: tried at
+    its line, the search backtracked over every event in between until its budget ran
+    out)."""
+    from bkref.tracecheck.search import HEARD, LOST, _when
+
+    change = Event("step", Line("client", 7, 2_000, "writer_changes_ensemble", {}))
+    mark = Event(
+        "step",
+        Line(
+            "autorecovery-0",
+            3,
+            3_000,
+            "auditor_marks_ledgers_of_lost_bookies",
+            {"replicas": {"127.0.0.1:3181": "LOST"}, "rewrite": True, "decided": 1_000},
+        ),
+    )
+    undecided = Event(
+        "step", Line("autorecovery-0", 4, 4_000, "auditor_marks_ledgers_of_lost_bookies", {})
+    )
+    moves = [(undecided, LOST), (change, LOST), (mark, LOST)]
+    assert [ev for ev, _how in sorted(moves, key=_when)] == [mark, change, undecided]
+    # A bookie's step heard at the client's receipt is still tried at the receipt.
+    handle = _step(5, "bookie_handles_add", 0, sender="writer")
+    handle.receipt = Event("receipt", Line("client", 8, 2_500, "writer_receives_add_response", {}))
+    assert _when((handle, HEARD)) == (2_500, 0)
