@@ -9,8 +9,9 @@ PY := $(VENV)/bin/python
 # the suite waits on ZooKeeper, fsyncs and child processes. Beside the mutation run's
 # two model-checker processes, 4 workers took a fresh clone's verify from 36:53 (3
 # workers, 3 tests failed on load races since fixed) to 33:01, green; beside two busy
-# loops, 24:36, green (2026-11-29). A test module runs whole on one worker (--dist
-# loadfile), so module fixtures are shared as before.
+# loops, 24:36, green (2026-11-29). At 2202426, fresh clones: 21:04 quiet, 26:50 beside
+# two busy loops, both green. A test module runs whole on one worker (--dist loadfile),
+# so module fixtures are shared as before.
 TEST_WORKERS ?= 4
 STAMP := $(VENV)/.bkref-installed
 # Debian packages the project runs for real: ZooKeeper (metadata), iptables,
