@@ -24,7 +24,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.mutation.score import Score, last_json, load_verdicts, mutant_key, outcome
+from tests.mutation.score import (
+    Score,
+    last_json,
+    load_verdicts,
+    mark_syntax_errors,
+    mutant_key,
+    outcome,
+)
 from tests.mutation.session import ROOT, Session, Target
 
 DOC = ROOT / "docs" / "mutation.md"
@@ -73,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
 def _score(s: Session) -> Score:
     results = s.results()
     sources = {p: (ROOT / p).read_text() for p in {r["module"] for r in results}}
+    mark_syntax_errors(results, sources)
     keys = {r["job"]: mutant_key(r, sources[r["module"]]) for r in results}
     return Score(s.target.name, results, keys, load_verdicts())
 

@@ -14,7 +14,8 @@ A sampled mutant that ran is one of:
   that config again). Any other verdict (*needs-config*, *finding*, or none yet) leaves
   it against the score until a new config or test kills it or the fix lands;
 - **incompetent**: the mutated module did not even import (cosmic-ray's own
-  outcome); counted apart, like timeouts;
+  outcome), or is not Python at all (``mark_syntax_errors``); counted apart, like
+  timeouts;
 - **error**: the test could not judge the mutant (the core's refinement run could
   not start its ZooKeeper, say: exit 2, not a difference); counted apart, and run
   again by a fresh session.
@@ -83,6 +84,8 @@ def load_verdicts(path: Path = VERDICTS) -> dict[str, dict[str, str]]:
 
 
 def outcome(r: dict[str, Any]) -> str:
+    if r.get("syntax_error"):  # set by ``mark_syntax_errors``
+        return "incompetent"
     if r["output"].strip() == "timeout":
         return "timeout"
     if last_json(r["output"]).get("verdict") == "error":
@@ -90,6 +93,31 @@ def outcome(r: dict[str, Any]) -> str:
     if r["test"] == "incompetent" or r["worker"] == "exception":
         return "incompetent"
     return "killed" if r["test"] == "killed" else "survived"
+
+
+def compiles(r: dict[str, Any], source: str) -> bool:
+    """Whether the mutant (of ``source``, its module as it was) is Python at all: cosmic-ray's
+    parso-based operators can take a keyword-only ``*`` for a product and make ``-,``."""
+    from cosmic_ray.mutating import mutate_code
+    from cosmic_ray.plugins import get_operator
+
+    code = mutate_code(source, get_operator(r["operator"])(), r["occurrence"])
+    if code is None:
+        return True
+    try:
+        compile(code, r["module"], "exec")
+    except SyntaxError:
+        return False
+    return True
+
+
+def mark_syntax_errors(results: list[dict[str, Any]], sources: dict[str, str]) -> None:
+    """Flag as incompetent the mutants whose module does not compile. Only those whose test
+    could have met the error are compiled again (mutating re-parses the whole module): a
+    pytest that could not even load its conftest (exit 4), or a spec that raised."""
+    for r in results:
+        if "pytest exit 4" in r["output"] or "SyntaxError" in r["output"]:
+            r["syntax_error"] = not compiles(r, sources[r["module"]])
 
 
 def last_json(output: str) -> dict[str, Any]:

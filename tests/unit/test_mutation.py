@@ -22,6 +22,7 @@ from tests.mutation.score import (
     Score,
     diff_lines,
     load_verdicts,
+    mark_syntax_errors,
     mutant_key,
     outcome,
     wilson,
@@ -434,3 +435,31 @@ def test_a_survivor_judged_killed_by_a_later_config_is_killed_by_it(tmp_path: Pa
         )
         why = f"{v['config']} did not kill the mutant of line {r['line']}: {run.stdout}"
         assert run.returncode == 1, why
+
+
+def test_a_mutant_that_is_not_python_is_incompetent() -> None:
+    """cosmic-ray's parso-based `*` -> `-` also hits a keyword-only marker (`*,` becomes
+    `-,`): such a mutant's tests cannot even load (pytest exit 4), and it is counted
+    apart from kills and survivors, while a real product mutated stays as it ran."""
+    from cosmic_ray.mutating import mutate_code
+    from cosmic_ray.plugins import get_operator
+
+    module, operator = "bkref/impl/core/frames.py", "core/ReplaceBinaryOperator_Mul_Sub"
+    source = (ROOT / module).read_text()
+    op = get_operator(operator)()
+    count = 0
+    while mutate_code(source, op, count) is not None:
+        count += 1
+    out = '{"verdict": "error", "by": "pytest exit 4: "}\n'
+    results = [
+        {"module": module, "operator": operator, "occurrence": n, "output": out}
+        | {"test": "killed", "worker": "normal"}
+        for n in range(count)
+    ]
+    mark_syntax_errors(results, {module: source})
+    kinds = {outcome(r) for r in results}
+    assert kinds == {"incompetent", "error"}, kinds
+    for r in results:
+        code = mutate_code(source, op, r["occurrence"])
+        assert code is not None
+        assert (outcome(r) == "incompetent") == ("\n        -,\n" in code)
