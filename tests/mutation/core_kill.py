@@ -134,6 +134,11 @@ def _verdict(base: dict[str, Any] | None, configs: list[str], examples: str) -> 
         if done.returncode in (1, 2):  # failed, or a module did not even collect
             failed = [ln for ln in done.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
             return {"verdict": "killed", "by": "core tests: " + "; ".join(failed[:2])[:300]}
+        if done.returncode == 4 and "ImportError while loading conftest" in done.stderr:
+            # The conftest imports the core: the mutated core raised as it was imported (a
+            # module-level `A | B` made `A * B`), so every test fails.
+            where = " ".join(done.stderr.strip().splitlines()[-1:])[:200]
+            return {"verdict": "killed", "by": f"core tests: the core does not import: {where}"}
         if done.returncode != 0:  # pytest's own error, a usage error, no tests
             tail = " ".join(done.stdout.strip().splitlines()[-1:])[:300]
             return {"verdict": "error", "by": f"pytest exit {done.returncode}: {tail}"}

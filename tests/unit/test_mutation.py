@@ -133,7 +133,7 @@ def test_the_sample_leaves_out_annotations_and_keeps_the_seed_s_other_draws(
 def test_a_target_s_digest_names_its_own_test_scripts_only() -> None:
     spec, core = Target.load("spec"), Target.load("core")
     assert [p.name for p in spec.scripts()] == ["selection.py", "spec_kill.py"]
-    assert [p.name for p in core.scripts()] == ["core_kill.py"]
+    assert [p.name for p in core.scripts()] == ["core_kill.py", "selection.py"]
 
 
 def test_the_wilson_interval_has_its_textbook_values() -> None:
@@ -269,6 +269,17 @@ def test_the_core_kill_selects_by_its_baseline_and_kills_a_broken_quorum(tmp_pat
     assert verdict["verdict"] == "killed"
     assert str(verdict["by"]).startswith("core tests: FAILED"), verdict
     quorum.write_text(source)
+    # A module-level alias `A | B` made `A * B` raises as the core is imported: pytest
+    # cannot load its conftest (exit 4), and every test fails with it.
+    reads = tree / "bkref" / "impl" / "core" / "reads.py"
+    text = reads.read_text()
+    alias = "EntryReadAction = SendRead | ReadCompleted"
+    assert alias in text
+    reads.write_text(text.replace(alias, alias.replace("|", "*")))
+    status, verdict = _core_kill(tree, str(baseline), *short)
+    assert status == 1, verdict
+    assert str(verdict["by"]).startswith("core tests: the core does not import"), verdict
+    reads.write_text(text)
     # A statement of the writer that a-short executes, rewritten to the same effect
     # (`x = (...)`): the selected test files and the machine run, and it survives.
     stages = [*base["tests"].values(), *base["configs"].values()]
