@@ -109,12 +109,15 @@ def expiries(
     registrations: list[Line], mine: dict[str, list[Line]], marks_of: Mapping[str, list[Line]]
 ) -> dict[int, Line]:
     """Per registration (the ``id`` of its line) of a bookie that registered again while
-    it ran, with no restart since it last registered and no audit that marked it lost in
-    between, while a worker looked at the ledger: its session expired unseen by the
-    auditor (``bookie_loses_session``, which no node logs). Timed before the first such
-    worker lock that led to a copy of its fragments (that worker saw it lost), else just
-    before it registered again. Unseen by any worker, it changes nothing in the ledger.
-    ``registrations``: a bookie's restarts and registrations in order."""
+    it ran, with no restart since it last registered, while a worker looked at the
+    ledger: its session expired (``bookie_loses_session``, which no node logs), unless
+    an audit marked it lost in between and no worker copied its fragments before that
+    mark was written (the replay takes the expiry at the mark). Timed before the first
+    such worker lock that led to a copy of its fragments (that worker saw it lost), else
+    just before it registered again. Unseen by any worker, it changes nothing in the
+    ledger. A mark written after such a copy (its audit read the ledger before the swap;
+    a soak run's ledger) takes the bookie lost as it is. ``registrations``: a bookie's
+    restarts and registrations in order."""
     looks: list[int] = []  # when a worker took a ledger's lock
     copied: list[tuple[int, str]] = []  # (when, the lost bookie) of a lock that led to a copy
     for lines in mine.values():
@@ -131,8 +134,9 @@ def expiries(
         if x.action == REGISTERED and prev is not None and prev.action == REGISTERED:
             b, since, until = str(x["bookie"]), prev.t, x.t
             looked = any(since < t < until for t in looks)
-            if looked and not any(since < decided(m) < until for m in marks_of.get(b, [])):
-                seen = [t for t, lost in copied if lost == b and since < t < until]
+            seen = [t for t, lost in copied if lost == b and since < t < until]
+            marks = [m.t for m in marks_of.get(b, []) if since < decided(m) < until]
+            if looked and (not marks or (seen and min(seen) < min(marks))):
                 at = min(seen) - 1 if seen else x.t - 1
                 out[id(x)] = Line(x.node, x.seq, max(at, prev.t + 1), EXPIRED, {"bookie": b})
         prev = x

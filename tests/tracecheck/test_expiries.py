@@ -1,6 +1,7 @@
-"""A bookie that registered again while it ran, and that no audit marked lost in between:
-its session expired unseen (``autorecovery.expiries``), a spec step placed where a
-worker's look shows it, or nowhere when no worker looked."""
+"""A bookie that registered again while it ran, and that no audit marked lost in between
+(or only after a worker copied its fragments): its session expired unseen
+(``autorecovery.expiries``), a spec step placed where a worker's look shows it, or
+nowhere when no worker looked."""
 
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ def _worker(lock_t: int, lost: str | None) -> dict[str, list[Line]]:
     return {w: lines}
 
 
-def _mark(decided: int) -> Line:
+def _mark(decided: int, written: int | None = None) -> Line:
     return Line(
         "auditor",
         5,
-        decided + 10,
+        decided + 10 if written is None else written,
         "auditor_marks_ledgers_of_lost_bookies",
         {
             "ledger": 10,
@@ -55,6 +56,14 @@ def test_an_expiry_an_audit_marked_or_no_worker_saw_is_not_one() -> None:
     assert expiries(regs, _worker(400, B), {B: [_mark(300)]}) == {}  # the mark's own choice
     assert expiries(regs, _worker(1500, B), {}) == {}  # no worker looked meanwhile
     assert expiries(regs, {}, {}) == {}
+
+
+def test_a_mark_written_after_a_worker_copied_its_fragments_leaves_the_expiry() -> None:
+    # The audit read the bookie lost before the worker's lock, and wrote its mark after
+    # the copy (docker-15 ledger 403): the worker saw the expiry first.
+    again = _reg(1000, 1)
+    out = expiries([_reg(0, 0), again], _worker(400, B), {B: [_mark(300, written=900)]})
+    assert out[id(again)].t == 399
 
 
 def test_a_registration_after_a_restart_is_no_expiry() -> None:

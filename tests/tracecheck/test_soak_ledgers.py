@@ -1,0 +1,45 @@
+"""Ledgers of soak runs the trace check once left unknown, kept as their traces
+(``tests/data/tracecheck-soak``, each cut to one ledger's lines and the lines that name no
+ledger): each must stay explained, and the same trace with one step changed must not be."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bkref.tracecheck.cli import check
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "tracecheck-soak"
+WORKER = "trace-autorecovery-127.0.0.1_3181-0.jsonl"
+
+
+def _ledger(name: str) -> int:
+    return int(name.rsplit("-", 1)[1])
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.iterdir() if p.is_dir()))
+def test_a_soak_ledger_once_unknown_is_explained(name: str) -> None:
+    (v,) = check(DATA / name, 60.0, [_ledger(name)])
+    assert v.verdict == "explained", v.render()
+
+
+def test_a_mark_written_after_a_copy_of_its_bookie_explains_the_copy_not_any_copy(
+    tmp_path: Path,
+) -> None:
+    """docker-15 ledger 403: a worker copied 3182's fragment (its session had expired,
+    which no node logs) before the audit that read it lost wrote its mark. The same trace
+    with one entry left out of that copy is a violation."""
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "docker-15-ledger-403", run)
+    worker = run / WORKER
+    lines = [json.loads(x) for x in worker.read_text().splitlines()]
+    (copy,) = [x for x in lines if x["action"] == "worker_copies_fragment"]
+    dropped = copy["entries"].pop(1)
+    copy["sends"] = [s for s in copy["sends"] if s.get("entry") != dropped]
+    worker.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (v,) = check(run, 60.0, [403])
+    assert v.verdict == "violation", v.render()
+    assert "worker_copies_fragment" in v.event, v.render()
