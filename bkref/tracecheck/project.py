@@ -81,6 +81,9 @@ class Event:
     marked_after: bool = False
     needs: list[Event] = field(default_factory=list)
     copies: list[Send] = field(default_factory=list)  # a worker's copy: the adds it sent
+    # restart: when the bookie registered after it (the spec's restart registers at once);
+    # the search tries it there first.
+    registered_at: int | None = None
 
     @property
     def t(self) -> int:
@@ -434,6 +437,11 @@ def project(run: Run, ledger: int) -> LedgerTrace:
             if x.action in ("bookie_restarts", REGISTERED):
                 bookie_id = bookie_id or str(x["bookie"])
                 ev = Event("restart" if x.action != REGISTERED else "register", x)
+                if x.action != REGISTERED:
+                    ev.registered_at = next(
+                        (r.t for r in run.restarts[n] if r.action == REGISTERED and r.seq > x.seq),
+                        None,
+                    )
                 taken.append(ev)
                 if x.action == REGISTERED:
                     overtaken.append((ev, not restarted))

@@ -22,7 +22,7 @@ def _ledger(name: str) -> int:
 
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.iterdir() if p.is_dir()))
 def test_a_soak_ledger_once_unknown_is_explained(name: str) -> None:
-    (v,) = check(DATA / name, 60.0, [_ledger(name)])
+    (v,) = check(DATA / name, 20.0, [_ledger(name)])
     assert v.verdict == "explained", v.render()
 
 
@@ -40,6 +40,6 @@ def test_a_mark_written_after_a_copy_of_its_bookie_explains_the_copy_not_any_cop
     dropped = copy["entries"].pop(1)
     copy["sends"] = [s for s in copy["sends"] if s.get("entry") != dropped]
     worker.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    (v,) = check(run, 60.0, [403])
+    (v,) = check(run, 20.0, [403])
     assert v.verdict == "violation", v.render()
     assert "worker_copies_fragment" in v.event, v.render()
