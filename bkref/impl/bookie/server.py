@@ -96,12 +96,17 @@ class Bookie:
 
     async def serve(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.check_disk()
+        assert self.registration is not None
+        # Registered before it listens, as BookKeeper's bookie is (``BookieImpl.start``
+        # registers, then ``BookieServer.start`` starts the Netty server; apache/bookkeeper
+        # 9590a97f): a restarted bookie serves no request while the auditor and the workers
+        # still take it for lost, which the spec's restart (registered and serving at
+        # once) assumes. Until then a client's connect is refused, as for a bookie down.
+        await asyncio.to_thread(self.registration.register, self.core.read_only)
         self._server = await asyncio.start_server(
             self._connection, "127.0.0.1", self.config.bookiePort
         )
-        self.check_disk()
-        assert self.registration is not None
-        await asyncio.to_thread(self.registration.register, self.core.read_only)
         for name, fn in (("sync", self._sync_loop), ("gc", self._gc_loop)):
             t = threading.Thread(target=fn, name=name, daemon=True)
             t.start()
