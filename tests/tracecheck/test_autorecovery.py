@@ -31,16 +31,31 @@ def _verdict(traces: Path, ledger: int, budget: float = 60.0) -> Verdict:
 
 def _changed(repaired: Repaired, tmp_path: Path, change: Callable[[Lines], Lines]) -> Path:
     """A copy of the run's traces where ``change(lines)`` rewrote each AutoRecovery node's
-    lines (it returns them, changed or not)."""
+    lines (it returns them, changed or not). A line it added goes where its time puts it
+    among the node's own, as the node would have written it: appended, it would follow
+    whatever the node logged later (the cluster's teardown can end the auditor's session
+    and mark again: a mark after that is one no auditor could write)."""
     out = tmp_path / "traces"
     shutil.copytree(repaired.traces, out)
     for f in out.glob("trace-autorecovery-*.jsonl"):
         lines: Lines = [json.loads(x) for x in f.read_text().splitlines()]
-        lines = change(lines)
+        lines = _in_time(lines, change(lines))
         for i, x in enumerate(lines):
             x["seq"] = i
         f.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return out
+
+
+def _in_time(before: Lines, after: Lines) -> Lines:
+    """``after`` with the lines that are not ``before``'s moved among the others by time."""
+    mine = {id(x) for x in before}
+    added = sorted((x for x in after if id(x) not in mine), key=lambda x: int(x["t"]))
+    out: Lines = []
+    for x in (x for x in after if id(x) in mine):
+        while added and int(added[0]["t"]) < int(x["t"]):
+            out.append(added.pop(0))
+        out.append(x)
+    return out + added
 
 
 def _autorecovery_lines(repaired: Repaired) -> Lines:
