@@ -91,3 +91,21 @@ def test_bookie_dispatches_each_request_type_and_answers_anything_else_bad_reque
         assert d.reply.status is Status.BAD_REQUEST
         assert d.reply.message.endswith(f"not {name}")
     assert core.ledgers == before
+
+
+def test_a_refused_fencing_read_lac_reveals_no_lac_and_fences_nothing() -> None:
+    """A fencing read-LAC with a wrong (or no) master key is UNAUTHORIZED, and like the
+    NO_SUCH_LEDGER answer it carries no LAC and no last entry (-1, -1): the caller
+    learns nothing of a ledger it may not fence."""
+    core = BookieCore()
+    key = master_key(PW)
+    body = Digest(DigestType.CRC32C, PW).sign(1, 0, -1, 1, b"a")
+    assert core.handle(AddRequest(1, 1, 0, key, body)).reply == AddResponse(1, Status.OK, 1, 0)
+    for rid, wrong in ((2, master_key(b"nope")), (3, b"")):
+        d = core.handle(ReadLacRequest(rid, 1, fence=True, master_key=wrong))
+        assert d.reply == ReadLacResponse(rid, Status.UNAUTHORIZED, 1, -1, -1)
+        assert d.records == ()
+    assert not core.ledgers[1].fenced
+    d = core.handle(ReadLacRequest(4, 9, fence=True, master_key=b""))  # unknown ledger
+    assert d.reply == ReadLacResponse(4, Status.UNAUTHORIZED, 9, -1, -1)
+    assert 9 not in core.ledgers

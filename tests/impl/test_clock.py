@@ -47,6 +47,15 @@ def test_manual_clock_moves_only_when_stepped_and_never_back() -> None:
         clock.step(-1)
 
 
+def test_a_manual_clock_step_of_zero_is_allowed_and_changes_nothing() -> None:
+    """No time passing is not going back: step(0) (or a sub-millisecond step_seconds,
+    which rounds to 0) leaves both readings as they were."""
+    clock = ManualClock(monotonic_ms=10, wall_ms=5_000)
+    assert clock.step(0) == 10
+    assert clock.step_seconds(0.0004) == 10
+    assert (clock.monotonic_ms(), clock.wall_ms()) == (10, 5_000)
+
+
 def test_system_clock_reads_the_system_time() -> None:
     assert isinstance(SYSTEM_CLOCK, SystemClock)
     assert isinstance(SYSTEM_CLOCK, Clock)

@@ -124,3 +124,36 @@ def test_declared_body_longer_than_frame_is_an_error_not_a_crash() -> None:
     (err,) = FrameDecoder().feed(frame)
     assert isinstance(err, FrameError)
     assert "declares 10000 bytes" in err.reason
+
+
+def test_every_status_has_its_own_wire_code_and_comes_back_by_name() -> None:
+    """A status is told apart on the wire by its number alone: two names sharing a code
+    (an IntEnum alias) would turn, say, an I/O error into READ_ONLY at the peer."""
+    codes = {name: int(s) for name, s in Status.__members__.items()}
+    assert len(set(codes.values())) == len(codes), codes
+    for name, s in Status.__members__.items():
+        (got,) = FrameDecoder().feed(encode(ErrorResponse(1, s, name)))
+        assert isinstance(got, ErrorResponse)
+        assert got.status.name == name
+
+
+def test_a_five_mib_entry_fits_in_one_frame_each_way() -> None:
+    """BookKeeper's default nettyMaxFrameSizeBytes is 5 MiB: an entry of that size, with
+    the frame's own header, key and checksum on top, is accepted by the default decoder
+    (the client's, for the read response; the bookie allows the same headroom)."""
+    body = bytes(5 * 1024 * 1024)
+    for msg in (
+        AddRequest(1, 2, 3, b"k" * 32, body),
+        ReadResponse(4, Status.OK, 2, 3, body),
+    ):
+        assert FrameDecoder().feed(encode(msg)) == [msg]
+
+
+def test_trailing_bytes_after_a_body_are_counted_and_the_stream_stays_in_sync() -> None:
+    inner = struct.pack(">2sBBQ", b"BK", 1, 3, 5) + struct.pack(">QBH", 1, 0, 0) + b"xyz"
+    frame = struct.pack(">I", len(inner) + 4) + inner + struct.pack(">I", crc32c(inner))
+    err, ok = FrameDecoder().feed(frame + encode(ReadLacRequest(6, 1)))
+    assert isinstance(err, FrameError)
+    assert err.reason == "READ_LAC: 3 unexpected trailing bytes"
+    assert (err.request_id, err.fatal, err.status) == (5, False, Status.BAD_REQUEST)
+    assert ok == ReadLacRequest(6, 1)

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import itertools
+import struct
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkref.impl.core.digest import Digest, DigestMismatchError, DigestType, master_key
+from bkref.impl.core.checksum import crc32c
+from bkref.impl.core.digest import (
+    Digest,
+    DigestMismatchError,
+    DigestType,
+    content_fingerprint,
+    master_key,
+)
 from bkref.impl.core.placement import NotEnoughBookiesError, choose_ensemble, replace_bookie
 from bkref.impl.core.quorum import Quorum
 
@@ -82,6 +90,26 @@ def test_hmac_digest_with_a_wrong_password_is_a_mismatch() -> None:
     with pytest.raises(DigestMismatchError, match="digest mismatch"):
         Digest(DigestType.HMAC, b"wrong").verify(body, 1, 0)
     assert master_key(b"right") != master_key(b"wrong")
+
+
+def test_crc32c_replicas_differing_only_in_their_piggybacked_lac_share_a_fingerprint() -> None:
+    """A recovery's write-back carries its own LAC; a verifying CRC32C body is fingerprinted
+    by its ids, length and data (the LAC and digest left out), so both copies agree. An
+    HMAC body, or a CRC32C body that fails to verify, is fingerprinted whole."""
+    crc = Digest(DigestType.CRC32C, b"pw")
+    writer, writeback = crc.sign(7, 3, 1, 120, b"payload"), crc.sign(7, 3, 2, 120, b"payload")
+    ids = struct.pack(">QQQ", 7, 3, 120)
+    want = f"{crc32c(b'payload', crc32c(ids)):08x}"
+    assert content_fingerprint(writer) == content_fingerprint(writeback) == want
+    bad = bytearray(writer)
+    bad[-1] ^= 1  # fails verification: the whole body counts
+    assert content_fingerprint(bytes(bad)) == f"{crc32c(bytes(bad)):08x}"
+    mac = Digest(DigestType.HMAC, b"pw")
+    a, b = mac.sign(7, 3, 1, 120, b"payload"), mac.sign(7, 3, 2, 120, b"payload")
+    assert (content_fingerprint(a), content_fingerprint(b)) == (
+        f"{crc32c(a):08x}",
+        f"{crc32c(b):08x}",
+    )
 
 
 def test_placement_never_puts_two_bookies_of_one_domain_in_an_ensemble() -> None:

@@ -49,6 +49,7 @@ CORE_TESTS = [
     "tests/impl/test_autorecovery_worker_core.py",
     "tests/impl/test_storage.py",
     "tests/impl/test_crashdisk.py",
+    "tests/impl/test_clock.py",
 ]
 # Configs of the refinement machine that exercise every core module: writes and
 # recovery (a-short, b-short), reads (a-readers), AutoRecovery (c-short, c-workers).
