@@ -12,6 +12,7 @@ import random
 
 import pytest
 
+from bkref.impl.bookie.config import BookieConfig
 from bkref.impl.core.actions import LocalProtocolError
 from bkref.impl.core.audit import (
     AuditorConfig,
@@ -144,6 +145,18 @@ def test_a_second_lost_bookie_or_a_trigger_brings_a_delayed_audit_forward() -> N
     assert core.take_actions() == [ReadLedgers()]
 
 
+def test_two_bookies_lost_in_one_change_are_audited_without_the_delay() -> None:
+    # BookKeeper's Auditor: more than one bookie down ("Multiple bookie failure; not
+    # delaying bookie audit"): the two may hold both replicas of an entry (Wq = 2).
+    core = _leader()
+    core.on_registered(ALL - {A, B}, 1_000)  # both hold data: the last audit named them
+    assert core.take_actions() == [ReadDelay(frozenset({A, B}), frozenset({A, B}))]
+    core.on_delay(60)
+    assert core.audit_due_at == 1_000
+    core.tick(1_000)
+    assert core.take_actions() == [ReadLedgers()]
+
+
 def test_a_zero_delay_audits_at_once_and_a_returning_bookie_is_audited_too() -> None:
     core = _leader()
     core.on_registered(ALL - {C}, 1_000)
@@ -243,6 +256,43 @@ def test_the_ledger_check_reads_every_entry_at_100_percent_and_skips_open_segmen
         check.on_probe(probe, dict.fromkeys(probe.entries, Verdict.INTACT))
     assert seen == [0, 0, 0]
     assert check.take_actions() == []
+
+
+def test_the_ledger_check_reads_its_percentage_of_the_entries_between_first_and_last() -> None:
+    # auditorLedgerVerificationPercentage: 1 % of a 300-entry fragment is 3 entries read
+    # besides the first and the last (0 would read those two alone).
+    md = _md((Segment(0, (A, B, C)),), closed_at=299, wq=3)  # every replica holds all
+    check = LedgerCheck(9, md, ALL, 1, random.Random(1))
+    [probe] = check.take_actions()
+    assert isinstance(probe, Probe)
+    assert (probe.entries[0], probe.entries[-1]) == (0, 299)
+    assert len(probe.entries) == 2 + 3
+
+
+def test_a_percentage_that_rounds_down_to_no_entry_reads_the_first_and_last_alone() -> None:
+    # BookKeeper's LedgerChecker.verifyLedgerFragment: (int)(length * pct / 100.0) middle
+    # entries, none when that is 0 (a mutation run found bkref reading one all the same).
+    md = _md((Segment(0, (A, B, C)),), closed_at=29, wq=3)
+    for percentage, middle in ((1, 0), (3, 0), (4, 1), (10, 3)):
+        check = LedgerCheck(9, md, ALL, percentage, random.Random(1))
+        [probe] = check.take_actions()
+        assert isinstance(probe, Probe)
+        assert (probe.entries[0], probe.entries[-1]) == (0, 29)
+        assert len(probe.entries) == 2 + middle, percentage
+
+
+def test_the_auditor_config_defaults_are_bookkeepers() -> None:
+    """An auditor built without a config (the shell's tests, an embedding) decides as one
+    configured with bk_server.conf's defaults does: lostBookieRecoveryDelay 0 and the
+    rest, as the bookie config names them."""
+    conf = BookieConfig()
+    assert conf.lostBookieRecoveryDelay == 0
+    assert AuditorConfig() == AuditorConfig(
+        conf.lostBookieRecoveryDelay,
+        conf.auditorPeriodicCheckInterval,
+        conf.auditorPeriodicBookieCheckInterval,
+        conf.auditorLedgerVerificationPercentage,
+    )
 
 
 def test_unknown_plants_are_refused() -> None:

@@ -13,10 +13,11 @@ from dataclasses import replace
 
 import pytest
 
+from bkref.impl.bookie.config import BookieConfig
 from bkref.impl.core.actions import LocalProtocolError
 from bkref.impl.core.audit import Probe, Verdict
 from bkref.impl.core.metadata import Segment
-from bkref.impl.core.repair import Fragment, Reason, Task, replace_replica
+from bkref.impl.core.repair import Fragment, Reason, Scheduling, Task, replace_replica
 from bkref.impl.core.repair_run import (
     CAS_ATTEMPTS,
     PLANT_NO_COPY,
@@ -482,3 +483,82 @@ def test_a_lost_bookie_back_during_the_copies_needs_nothing_more() -> None:
     assert core.take_actions() == [ReadLedger(1, live=True)]
     core.on_ledger(cas.metadata, 11, 0, live=LIVE)
     assert core.take_actions() == [Verified(1), CompleteTask(1, 3, True)]
+
+
+def test_a_ledger_read_without_the_bookies_for_its_look_is_refused() -> None:
+    # The first look decides from the live bookies (the check) and the writable ones
+    # (where copies go): a read that lacks either is the shell's error, not a decision.
+    core = _locked()
+    with pytest.raises(LocalProtocolError):
+        core.on_ledger(CLOSED, 10, 0, live=LIVE)
+    with pytest.raises(LocalProtocolError):
+        core.on_ledger(CLOSED, 10, 0, candidates=RACKS)
+
+
+def test_any_other_metadata_version_restarts_the_grace_period_a_lower_one_too() -> None:
+    # A read after a new ZooKeeper session may come from a server behind the last one
+    # (kazoo starts the new session from zxid 0): version 10 after 11 is no proof that the
+    # ledger stood still since the wait started, so the wait starts over.
+    core = _locked(config=WorkerConfig(grace_period_ms=30_000))
+    core.on_ledger(OPEN, 11, 0, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [Defer(1, "open or in recovery: grace period started"), Unlock(1)]
+    core.on_unlocked(0)
+    core.on_tasks([(_task(), 3)], 30_000, wall_ms=30_000)
+    core.on_lock(1, True, (_task(), 3), 30_000)
+    core.take_actions()
+    core.on_ledger(OPEN, 10, 30_000, live=LIVE, candidates=RACKS)
+    assert core.take_actions() == [Defer(1, "open or in recovery: grace period started"), Unlock(1)]
+
+
+def test_a_repair_run_that_gives_up_or_copies_nothing_is_incomplete() -> None:
+    run = RepairRun(1, CLOSED, 10, {A: Reason.LOST}, RACKS)
+    [copy] = run.take_actions()
+    assert isinstance(copy, Copy)
+    run.on_copied(4, 400)
+    with pytest.raises(LocalProtocolError):
+        run.on_copied(4, 400)  # its CAS is out: no copy pending
+    with pytest.raises(LocalProtocolError):
+        run.on_copy_busy()
+    for version in range(11, 11 + CAS_ATTEMPTS):
+        [cas] = run.take_actions()
+        assert isinstance(cas, CasReplica)
+        run.on_cas_conflict(CLOSED, version)
+    assert run.done
+    assert run.failed == "ledger 1: metadata kept changing under the repair"
+    assert not run.result.complete
+    # Nowhere to copy (the local bookie B is in the ensemble): nothing copied, 0 entries.
+    run = RepairRun(1, CLOSED, 10, {A: Reason.LOST}, RACKS, local=B)
+    assert run.done
+    assert not run.result.complete
+    [frag] = run.result.fragments
+    assert (frag.bookie, frag.target, frag.entries, frag.bytes) == (A, None, 0, 0)
+
+
+def test_plant_open_segment_without_fence_copies_an_open_segment_of_one_entry() -> None:
+    # The planted bug copies the open segment up to its replicas' LAC, inclusive: a LAC
+    # on the segment's first entry is one entry to copy; -1 (no entry confirmed) is none.
+    plants = frozenset({PLANT_OPEN_SEGMENT})
+    run = RepairRun(1, OPEN, 10, {A: Reason.LOST}, RACKS, local=D, plants=plants)
+    assert run.take_actions() == [ReadOpenLac(1, (B, C))]
+    run.on_open_lac(0)
+    [copy] = run.take_actions()
+    assert isinstance(copy, Copy)
+    assert copy.fragment == Fragment(1, 0, 0, 0, (A, B, C), 0)
+    run = RepairRun(1, OPEN, 10, {A: Reason.LOST}, RACKS, local=D, plants=plants)
+    run.take_actions()
+    run.on_open_lac(-1)
+    assert run.done
+    assert run.result.fragments == []
+
+
+def test_the_worker_config_defaults_are_the_bookie_configs() -> None:
+    """A worker built without a config (the shell's tests, an embedding) decides as one a
+    bookie's config starts: openLedgerRereplicationGracePeriod, rwRereplicateBackoffMs
+    (BookKeeper's defaults), repairSlotsPerBookie and the task priorities."""
+    c = BookieConfig()
+    assert WorkerConfig() == WorkerConfig(
+        c.openLedgerRereplicationGracePeriod,
+        c.rwRereplicateBackoffMs,
+        c.repairSlotsPerBookie,
+        Scheduling(c.repairDeprioritizeAfterFailures, c.repairPromoteAfterMs),
+    )

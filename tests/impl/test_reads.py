@@ -6,6 +6,8 @@ ensemble at once. Each test feeds answers and checks the actions that come out.
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
+
 import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
@@ -177,6 +179,20 @@ def test_an_answer_the_reader_did_not_ask_for_is_a_local_error() -> None:
         r.on_bookie_unavailable(first, "late")
     with pytest.raises(LocalProtocolError, match="started twice"):
         r.start()
+
+
+def test_a_reads_completion_is_an_immutable_value() -> None:
+    """The completion handed out is the reader's ``result`` too: neither can be changed
+    under the other, and like every action it is a hashable value (a shell may keep
+    completions in a set or key a dict by them)."""
+    r = _reader(_md(3, 2, 2), 4)
+    r.on_read_response(_sent(r), Status.OK, _body(4, b"four"))
+    done = _completed(r)
+    assert done is r.result
+    with pytest.raises(FrozenInstanceError):
+        done.data = b"other"  # type: ignore[misc]
+    assert r.result.data == b"four"
+    assert {done, ReadCompleted(4, Status.OK, b"four")} == {done}
 
 
 ANSWERS = st.sampled_from(["valid", "corrupt", "absent", "error", "unavailable"])

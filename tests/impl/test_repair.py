@@ -51,6 +51,15 @@ def test_fragment_entries_are_those_whose_write_set_holds_the_index() -> None:
     assert frag.sources(md, 2) == [C]
 
 
+def test_a_copy_reads_from_the_other_replicas_bad_ones_last_never_the_target() -> None:
+    md = ledger_md((Segment(0, (C, D, E)),), closed_at=8, wq=3)
+    frag = Fragment(1, 0, 0, 8, (C, D, E), 0)  # C lost; D and E hold every entry
+    # Whatever the bookie ids' order, the target (B, which sorts first) is never a source.
+    assert frag.copy_sources(md, 4, B, ()) == [D, E]
+    assert frag.copy_sources(md, 4, B, {D}) == [E, D]  # D is bad: it may still serve
+    assert frag.copy_sources(md, 4, E, ()) == [D]  # E named already: not a source for E
+
+
 @given(st.integers(1, 5), st.data())
 def test_every_entry_of_a_closed_ledger_is_in_exactly_wq_fragments(
     e: int, data: st.DataObject
@@ -106,6 +115,7 @@ def test_replace_replica_only_where_the_segment_still_names_the_bookie() -> None
     assert new.segments == (Segment(0, (E, B, C)), Segment(10, (A, B, D)))
     assert replace_replica(new, 0, A, D) is None
     assert replace_replica(md, 5, A, E) is None
+    assert replace_replica(md, 2, A, E) is None  # no segment 2 (any more)
     assert replace_replica(md, 0, A, B) is None  # B would hold two replicas of segment 0
     assert not is_repaired(new, {A: Reason.LOST})
     done = replace_replica(new, 1, A, C)
@@ -138,3 +148,13 @@ def test_most_at_risk_first_with_failures_deprioritised_and_old_tasks_promoted()
     assert [t.ledger_id for t in order_tasks([failing, two_left], now, s)] == [2, 1]
     waited = replace(two_left, ctime_ms=now - 5000)  # promoted to the tier of one_left
     assert [t.ledger_id for t in order_tasks([one_left, waited], now, s)] == [2, 1]
+
+
+def test_a_new_task_has_failed_no_attempt_yet() -> None:
+    # A task the auditor just marked runs in its tier even where one failure
+    # deprioritises: only the failed one goes behind every other tier.
+    s = Scheduling(deprioritize_after_failures=1, promote_after_ms=10**9)
+    fresh = Task(1, {A: Reason.LOST}, 2, 0)
+    failed = Task(2, {A: Reason.LOST}, 1, 0, failures=1)
+    assert fresh.failures == 0
+    assert [t.ledger_id for t in order_tasks([failed, fresh], 0, s)] == [1, 2]

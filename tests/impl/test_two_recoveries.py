@@ -4,9 +4,13 @@ The refinement machine runs the same race on real bookies and ZooKeeper (config
 ``a-recoveries``); these tests pin the outcome the spec's ``recovery_client_closes_ledger``
 states, after BookKeeper's ``ReadOnlyLedgerHandle.closeRecovered``: the close that loses
 the CAS writes nothing and reports the stored close, whatever it recovered itself.
+
+At the end, single recoveries that test_writer_recovery.py has no room for.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -17,13 +21,15 @@ from bkref.impl.core.actions import (
     SendAdd,
     SendRead,
     SendReadLac,
+    WriteMetadata,
 )
-from bkref.impl.core.metadata import LedgerMetadata, LedgerState
+from bkref.impl.core.frames import Status
+from bkref.impl.core.metadata import LedgerMetadata, LedgerState, Segment
 from bkref.impl.core.reads import EntryReader, LacReader
-from bkref.impl.core.recovery import LedgerRecovery
-from bkref.impl.core.sim import Delivery, SimCluster, status_of
+from bkref.impl.core.recovery import LedgerRecovery, RecoveryPhase
+from bkref.impl.core.sim import Delivery, MetaStore, SimCluster, status_of
 from bkref.impl.core.writer import LedgerWriter
-from tests.impl.client_sim import LEDGER, Driver, setup_cluster
+from tests.impl.client_sim import LEDGER, Driver, run_all, setup_cluster
 
 
 def _deliver(
@@ -199,3 +205,109 @@ def test_a_tailing_reader_returns_no_entry_the_close_excludes(plants: frozenset[
             pending += reader.take_actions()
     assert isinstance(reader.result, ReadCompleted)
     assert reader.result.data == b"e0"
+
+
+# ---------------------------------------------------------------- single recoveries
+
+
+def test_recovery_of_an_empty_ledger_closes_it_at_minus_one_with_length_zero() -> None:
+    """Nothing was written: entry 0 is proved absent, and the close says the ledger has no
+    entry and no byte. ``reading`` shows the entry read: -1 before reading, -2 at the end."""
+    cluster, store, digest = setup_cluster(3, 2, 2, 3)
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    rd = Driver(cluster, store, r, "r")
+    r.start()
+    assert (r.phase, r.reading) == (RecoveryPhase.MARKING, -1)
+    rd.pump()  # the IN_RECOVERY mark lands; the fencing LAC reads go out
+    assert (r.phase, r.reading) == (RecoveryPhase.FENCING, -1)
+    seen: set[int] = set()
+    while cluster.inflight:
+        rd.deliver(cluster.inflight.pop(0))
+        if r.phase is RecoveryPhase.READING:
+            seen.add(r.reading)
+    assert seen == {0}
+    assert r.reading == -2
+    (done,) = rd.finished
+    assert done == RecoveryCompleted(True, -1, 0, "")
+    md = store.metadata
+    assert (md.state, md.last_entry, md.length) == (LedgerState.CLOSED, -1, 0)
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        s
+        for s in Status
+        if s not in (Status.OK, Status.NO_SUCH_LEDGER, Status.NO_SUCH_ENTRY, Status.UNAUTHORIZED)
+    ],
+    ids=lambda s: s.name,
+)
+def test_a_fencing_lac_read_that_errors_counts_as_a_bookie_that_did_not_answer(
+    status: Status,
+) -> None:
+    """Any error but UNAUTHORIZED (a wrong password, which fails the recovery at once) is
+    the bookie not answering: recovery goes on once the others cover every write set."""
+    cluster, store, digest = setup_cluster(3, 2, 2, 3)
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+    wd = Driver(cluster, store, w, "w")
+    w.add(b"e0")
+    wd.pump()
+    run_all(cluster, {"w": wd}, None)
+    assert [c.entry_id for c in wd.completed] == [0]
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    rd = Driver(cluster, store, r, "r")
+    r.start()
+    rd.pump()
+    (b0,) = [
+        d for d in cluster.inflight if isinstance(d.action, SendReadLac) and d.action.bookie == "b0"
+    ]
+    cluster.inflight.remove(b0)
+    r.on_read_lac_response("b0", status, -1)
+    rd.pump()
+    assert r.phase is RecoveryPhase.FENCING  # b0 failed; b1 and b2 have not answered yet
+    run_all(cluster, {"r": rd}, None)  # b1 and b2 cover every write set (one of each)
+    (done,) = rd.finished
+    assert done.ok, done.message
+    assert (store.metadata.last_entry, store.metadata.length) == (0, 2)
+
+
+def test_a_recovery_close_retried_on_a_worker_swap_keeps_its_own_replacement() -> None:
+    """As test_writer_recovery's c-merge test, and recovery also replaced a failed
+    write-back bookie of the segment it read: the retried close keeps the worker's swap
+    of the earlier segment and recovery's replacement in the segment it wrote back to."""
+    cluster, one, digest = setup_cluster(2, 2, 2, 5)
+    two = (Segment(0, ("b0", "b1")), Segment(1, ("b0", "b2")))
+    store = MetaStore(replace(one.metadata, segments=two), 1)
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+    wd = Driver(cluster, store, w, "w")
+    w.add(b"e0")
+    w.add(b"e1")
+    wd.pump()
+    run_all(cluster, {"w": wd}, None)
+    assert [c.entry_id for c in wd.completed] == [0, 1]
+    cluster.bookies["b1"].alive = cluster.bookies["b2"].alive = False
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    rd = Driver(cluster, store, r, "r")
+    rd.deferred = []
+    r.start()
+    rd.pump()
+    ((_d, mark),) = rd.deferred
+    rd.deferred.clear()
+    rd.land(mark)
+    # Entry 1 is found on b0 and written back; b2's write-back fails and b3 replaces it
+    # from entry 1 (held until the close).
+    run_all(cluster, {"r": rd}, None)
+    ((_d, close),) = rd.deferred
+    assert close.metadata.segments[1] == Segment(1, ("b0", "b3"))
+    # A replication worker's CAS lands first: b4 replaces the lost b1 in segment 0.
+    swapped = replace(store.metadata, segments=(Segment(0, ("b0", "b4")), two[1]))
+    assert swapped.state is LedgerState.IN_RECOVERY
+    assert store.cas(WriteMetadata(swapped, store.version, "worker swap"))
+    rd.deferred = None
+    rd.land(close)
+    (done,) = rd.finished
+    assert done.ok, done.message
+    md = store.metadata
+    assert (md.state, md.last_entry) == (LedgerState.CLOSED, 1)
+    assert md.segments == (Segment(0, ("b0", "b4")), Segment(1, ("b0", "b3")))
+    assert all((LEDGER, 1) in cluster.bookies[b].entries for b in ("b0", "b3"))

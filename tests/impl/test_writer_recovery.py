@@ -490,3 +490,73 @@ def test_a_recovery_close_keeps_a_worker_swap_of_an_earlier_segment() -> None:
     assert md.state is LedgerState.CLOSED
     assert md.last_entry == 1
     assert md.segments == (Segment(0, ("b0", "b3")), Segment(1, ("b0", "b2")))
+
+
+def test_an_add_after_the_writer_stopped_fails_with_the_reason_it_stopped() -> None:
+    """Once fenced, every later add fails as FENCED (a recovery took the ledger over, as
+    BookKeeper's BKLedgerFencedException says); once failed otherwise (here no spare
+    bookie to replace a failed one), as IO_ERROR, with the writer's error message."""
+    for fenced in (True, False):
+        _cluster, store, digest = setup_cluster(3, 3, 3, 3)
+        w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+        w.add(b"a")
+        send = next(a for a in w.take_actions() if isinstance(a, SendAdd))
+        w.on_add_response(send.bookie, 0, Status.FENCED if fenced else Status.IO_ERROR)
+        if not fenced:
+            (need,) = w.take_actions()
+            assert isinstance(need, NeedReplacement)
+            w.no_replacement(need.failed, "no spare bookie")
+        expected = Status.FENCED if fenced else Status.IO_ERROR
+        assert w.state is (WriterState.FENCED if fenced else WriterState.FAILED)
+        assert w.take_actions() == [AddCompleted(0, expected, w.error)]
+        assert w.add(b"late") == 1
+        assert w.take_actions() == [AddCompleted(1, expected, w.error)]
+
+
+def test_recovery_replaces_a_write_back_bookie_from_its_own_lac_plus_one() -> None:
+    """The new segment of a write-back bookie's replacement starts after recovery's own LAC:
+    LC and the entries before it, and a write-back already at Aq, stay on the segment whose
+    bookies hold them (the replacement never receives them)."""
+    # E=Wq=3, Aq=2, LC = 2; entries 3 and 4 reached b0 and b1 only; b3 is the spare.
+    cluster, store, wd, _r, rd = _recovery_after_two_unconfirmed_adds(
+        4, [b"a", b"b", b"c"], (b"d", b"e")
+    )
+    cluster.bookies["b2"].alive = False  # every write-back to it fails
+    run_all(cluster, {"w": wd, "r": rd}, None)  # in the order sent
+    (done,) = rd.finished
+    assert done.ok, done.message
+    md = store.metadata
+    assert (md.last_entry, md.length) == (4, 5)
+    # Entry 3's write-back reached Aq on b0 and b1 before b2's error came back: recovery's
+    # LAC was 3, so the replacement's segment starts at 4.
+    assert md.segments == (Segment(0, ("b0", "b1", "b2")), Segment(4, ("b0", "b1", "b3")))
+    for entry in range(3):  # up to LC: on every bookie its segment names
+        for b in md.ensemble_for(entry):
+            assert (LEDGER, entry) in cluster.bookies[b].entries, (entry, b)
+
+
+def test_recovery_replacing_two_write_back_bookies_adds_one_segment() -> None:
+    """Two replacements from the same entry make one new segment, as BookKeeper's ensembles
+    (a map keyed by first entry) hold one ensemble per first entry."""
+    cluster, store, digest = setup_cluster(3, 3, 3, 5)
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+    wd = Driver(cluster, store, w, "w")
+    for body in (b"a", b"b", b"c"):  # one at a time: entry 2 piggybacks LAC 1
+        w.add(body)
+        wd.pump()
+        run_all(cluster, {"w": wd}, None)
+    assert [c.entry_id for c in wd.completed] == [0, 1, 2]
+    cluster.bookies["b0"].alive = cluster.bookies["b1"].alive = False
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    rd = Driver(cluster, store, r, "r")
+    r.start()
+    rd.pump()
+    # b2 alone covers every write set (Wq - Aq + 1 = 1): LC = 1; entry 2 is written back,
+    # and its write-backs to b0 and b1 fail: b3, then b4, replace them from entry 2.
+    run_all(cluster, {"r": rd}, None)
+    (done,) = rd.finished
+    assert done.ok, done.message
+    md = store.metadata
+    assert md.last_entry == 2
+    assert md.segments == (Segment(0, ("b0", "b1", "b2")), Segment(2, ("b3", "b4", "b2")))
+    assert all((LEDGER, 2) in cluster.bookies[b].entries for b in ("b2", "b3", "b4"))

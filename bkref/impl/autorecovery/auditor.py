@@ -15,7 +15,8 @@
 - Ledger check (the Fsck seed's "periodically check ledgers are available"): every
   ``auditorPeriodicCheckInterval`` it reads, from each live bookie of each immutable
   segment, the first and last entry that bookie should hold (plus
-  ``auditorLedgerVerificationPercentage`` percent of the rest) and marks a replica
+  ``auditorLedgerVerificationPercentage`` percent of them, rounded down, from the rest)
+  and marks a replica
   that lacks one, or holds a copy whose digest fails, as ENTRIES_MISSING.
 - While AutoRecovery is disabled the auditor keeps watching but publishes nothing.
 
@@ -385,9 +386,9 @@ async def check_replicas(
 ) -> list[Mark]:
     """Run :class:`bkref.impl.core.audit.LedgerCheck` over every ledger: read from every live
     replica of every immutable segment its first and last entry, plus ``percentage``
-    percent of the rest (100: every entry); mark replicas that miss entries or hold
-    corrupt ones as ENTRIES_MISSING, and bookies not registered as LOST. Returns the
-    marks, one per ledger it found replicas missing in.
+    percent of its entries, rounded down, from the rest (100: every entry); mark
+    replicas that miss entries or hold corrupt ones as ENTRIES_MISSING, and bookies not
+    registered as LOST. Returns the marks, one per ledger it found replicas missing in.
 
     The auditor runs it every ``auditorPeriodicCheckInterval``; ``bkref shell
     checkledgers`` and the campaigns' convergence run it on demand."""

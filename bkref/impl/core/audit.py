@@ -379,7 +379,9 @@ class LedgerCheck:
     and of the bookies of those segments that are not registered (LOST).
 
     A probe reads the fragment's first and last entry plus ``percentage`` percent of
-    the rest (100: every entry). With Aq < Wq an acknowledged entry may reach only Aq
+    its entries, rounded down, from the rest (100: every entry), as BookKeeper's
+    ``LedgerChecker.verifyLedgerFragment`` does: a share that rounds down to no entry
+    reads the first and last alone. With Aq < Wq an acknowledged entry may reach only Aq
     bookies and the writer's ensemble change starts after the LAC: only this check
     finds such a gap, and only when it samples the missing entry.
     """
@@ -465,7 +467,7 @@ class LedgerCheck:
         if not entries:
             return ()
         sample = {entries[0], entries[-1]}
-        if self.percentage > 0 and len(entries) > 2:
-            k = max(1, len(entries) * self.percentage // 100)
-            sample.update(self.rng.sample(entries[1:-1], min(k, len(entries) - 2)))
+        k = min(len(entries) * self.percentage // 100, len(entries) - 2)
+        if k > 0:
+            sample.update(self.rng.sample(entries[1:-1], k))
         return tuple(sorted(sample))
