@@ -284,6 +284,10 @@ def effects(cfg: Config, s: State, label: Label, t: State) -> Iterable[tuple[str
 class ViolationError(Exception):
     """A config's check found an invariant violated: coverage of a wrong spec means nothing."""
 
+    def __init__(self, message: str, violation: str = "") -> None:
+        super().__init__(message)
+        self.violation = violation  # the invariant's name
+
 
 @dataclass
 class ConfigCoverage:
@@ -321,7 +325,8 @@ def measure(cfg: Config, *, max_states: int | None = None) -> ConfigCoverage:
     if r.violation is not None:
         raise ViolationError(
             f"config {cfg.name} violates {r.violation}: see its trace with "
-            f"`bkref spec check --config {cfg.name}`"
+            f"`bkref spec check --config {cfg.name}`",
+            str(r.violation),
         )
     cov.distinct, cov.complete = r.distinct, r.complete
     cov.seconds = time.monotonic() - started

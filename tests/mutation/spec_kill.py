@@ -14,7 +14,12 @@ config per process. The verdicts, in order:
 1. every named config (``bkref.spec.configs.NAMED``, what `make spec-check` checks),
    smallest first by the baseline's distinct states: no invariant violated, and the
    liveness goal of a config that has one holds;
-2. every hand-written mutant (``bkref.spec.config.MUTANTS``) is still caught by its
+2. `make spec-check`'s coverage conditions over every config (``bkref.spec.coverage``):
+   each branch of an action the unmutated spec reaches is still reached by some config
+   (or its line says why not), and each pair of metadata writers still races and still
+   with an effect. A mutant that only takes behaviour away (a guard that refuses more)
+   breaks no invariant; spec-check fails on the branch or race it leaves unreached;
+3. every hand-written mutant (``bkref.spec.config.MUTANTS``) is still caught by its
    config, by the invariant tests/spec/test_mutants.py expects.
 
 How the exceptional outcomes count (docs/mutation.md):
@@ -43,9 +48,12 @@ import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.mutation import selection
+
+if TYPE_CHECKING:
+    from bkref.spec.coverage import ConfigCoverage
 
 EXPLOSION = 3  # a config may reach this many times its baseline's distinct states
 MEASURED = "bkref/spec/protocol.py"  # the modules whose lines the baseline records
@@ -66,18 +74,45 @@ def _tree() -> Path:
     return Path(bkref.__file__).resolve().parents[1]
 
 
+def _reach(cov: ConfigCoverage) -> dict[str, list[str]]:
+    """What spec-check's coverage conditions read of one config's check: the branches it
+    reached (``action#k``, the k-th return of the action: line numbers move with a
+    mutant that removes a line), the pairs of writers that raced, and those whose race
+    had an effect (``a/b``, either direction)."""
+    keys = {line: key for key, (line, _reason) in _branches().items()}
+    return {
+        "branches": sorted(keys[line] for line in cov.reached if line in keys),
+        "races": sorted({"/".join(sorted(p)) for p, n in cov.races.items() if n}),
+        "effects": sorted({"/".join(sorted(p)) for p, n in cov.effects.items() if n}),
+    }
+
+
+def _branches() -> dict[str, tuple[int, str | None]]:
+    """Per branch of the spec in this tree, ``action#k`` (its place among its action's
+    returns): its line and why no config reaches it, if its line says."""
+    from bkref.spec.coverage import branches
+
+    out: dict[str, tuple[int, str | None]] = {}
+    seen: dict[str, int] = {}
+    for b in branches():
+        k = seen[b.action] = seen.get(b.action, -1) + 1
+        out[f"{b.action}#{k}"] = (b.line, b.reason)
+    return out
+
+
 def _measure_config(name: str, modules: tuple[str, ...]) -> dict[str, Any]:
-    from bkref.spec.checker import check
     from bkref.spec.configs import NAMED
+    from bkref.spec.coverage import ViolationError, measure
     from bkref.spec.liveness import check_liveness
 
     cfg = NAMED[name]
 
     def verdicts() -> dict[str, Any]:
-        r = check(cfg)
-        if r.violation is not None or not r.complete:
-            raise SystemExit(f"baseline: config {name} is not clean ({r.violation}): fix the spec")
-        out: dict[str, Any] = {"distinct": r.distinct}
+        try:
+            cov = measure(cfg)
+        except ViolationError as e:
+            raise SystemExit(f"baseline: config {name} is not clean ({e}): fix the spec") from e
+        out: dict[str, Any] = {"distinct": cov.distinct, "reach": _reach(cov)}
         if cfg.liveness:
             out["liveness"] = check_liveness(cfg).holds
         return out
@@ -123,9 +158,31 @@ def measure_baseline(
         }
 
 
+def _unreached(base: dict[str, Any], reach: dict[str, dict[str, list[str]]]) -> str | None:
+    """The first coverage condition of spec-check the mutant breaks, over every config:
+    ``reach`` holds what the configs that ran reached (an exploded one keeps its
+    baseline's: its check stopped early), the baseline what every other did."""
+    configs: dict[str, dict[str, Any]] = base["configs"]
+    now = {n: reach.get(n, c["reach"]) for n, c in configs.items()}
+    reasons = {key: reason for key, (_line, reason) in _branches().items()}
+    for kind, what in (
+        ("branches", "no config reaches the branch {} now"),
+        ("races", "no config has {} racing now"),
+        ("effects", "no config has a race of {} with an effect now"),
+    ):
+        before = {x for c in configs.values() for x in c["reach"][kind]}
+        after = {x for r in now.values() for x in r[kind]}
+        for x in sorted(before - after):
+            if kind == "branches" and reasons.get(x) is not None:
+                continue  # its line says why no config reaches it: spec-check accepts that
+            return what.format(x)
+    return None
+
+
 def _verdict(base: dict[str, Any]) -> dict[str, Any]:
     from bkref.spec.checker import check
     from bkref.spec.configs import NAMED, mutant_config
+    from bkref.spec.coverage import ViolationError, measure
     from bkref.spec.liveness import check_liveness
     from tests.spec.test_mutants import CAUGHT_BY
 
@@ -135,23 +192,29 @@ def _verdict(base: dict[str, Any]) -> dict[str, Any]:
     ran: list[str] = []
     changed: dict[str, list[int]] = {}
     exploded: list[str] = []
+    reach: dict[str, dict[str, list[str]]] = {}
     for name in sorted(configs, key=lambda n: configs[n]["distinct"]):
         if not selection.runs(configs[name]["lines"], at_import, module, stmts):
             continue
         ran.append(name)
         cfg = NAMED[name]
         before = configs[name]["distinct"]
-        r = check(cfg, max_states=EXPLOSION * before + 1_000)
-        print(f"{name}: {r.distinct:,} states (baseline {before:,})", flush=True)
-        if r.violation is not None:
-            return {"verdict": "killed", "by": f"{name} violates {r.violation}"}
-        if r.distinct != before or not r.complete:
-            changed[name] = [before, r.distinct]
-        if not r.complete:
+        try:
+            cov = measure(cfg, max_states=EXPLOSION * before + 1_000)
+        except ViolationError as e:
+            return {"verdict": "killed", "by": f"{name} violates {e.violation}"}
+        print(f"{name}: {cov.distinct:,} states (baseline {before:,})", flush=True)
+        if cov.distinct != before or not cov.complete:
+            changed[name] = [before, cov.distinct]
+        if not cov.complete:
             exploded.append(name)
             continue
+        reach[name] = _reach(cov)
         if cfg.liveness and check_liveness(cfg).holds != configs[name].get("liveness"):
             return {"verdict": "killed", "by": f"{name}: liveness <>{cfg.liveness} fails"}
+    lost = _unreached(base, reach)
+    if lost is not None:
+        return {"verdict": "killed", "by": f"spec-check's coverage: {lost}"}
     for mutant, expected in CAUGHT_BY.items():
         if mutant not in base["mutants"]:  # its config is outside --only
             continue

@@ -219,6 +219,17 @@ def test_the_spec_kill_passes_the_spec_and_kills_a_broken_quorum(tmp_path: Path)
     status, verdict = _kill(tree, baseline)
     assert status == 1, verdict
     assert str(verdict["by"]).startswith("crashed: RuntimeError: planted"), verdict
+    # A guard that refuses more breaks no invariant and no liveness goal: the auditor
+    # never loses its session. spec-check's coverage fails on the branch no config
+    # reaches any more (live-check reached it).
+    guard = "if node < 0 or s.budget[B_ELECT] == 0:"
+    assert text.count(guard) == 1
+    protocol.write_text(text.replace(guard, "if node < 0 or s.budget[B_ELECT] >= 0:"))
+    status, verdict = _kill(tree, baseline)
+    assert status == 1, verdict
+    assert verdict["by"] == (
+        "spec-check's coverage: no config reaches the branch auditor_loses_session#1 now"
+    ), verdict
 
 
 def _core_kill(tree: Path, *argv: str) -> tuple[int, dict[str, Any]]:
