@@ -2092,18 +2092,27 @@ def worker_fails_repair(cfg: Config, s: State, w: int, record: int = 0) -> State
     attempt. So does a worker whose versioned delete of the task fails on a ZooKeeper
     error after it found the ledger replicated: ``rereplicate``'s ``markLedgerReplicated``
     throws, and its ``finally`` releases the lock; bkref's worker counts a failure and
-    lets the lock go. An environment step, bounded by ``cfg.repair_failures``, and only
-    where the worker would copy or has verified the ledger (elsewhere
+    lets the lock go. And one whose metadata write fails on a ZooKeeper error after its
+    copy (a connection lost, its session kept or not): ``replicateLedgerFragment``
+    throws from its ensemble update and the fragment stays to repair, the copy left on
+    the worker's bookie, named by no metadata (a soak run's worker had its CAS fail with
+    ConnectionLoss). An environment step, bounded by ``cfg.repair_failures``, and only
+    where the worker would copy, has copied or has verified the ledger (elsewhere
     ``worker_releases_lock`` is the same step).
     """
     _bookie, ledger, _tv, pending = s.wk[w]
     if s.budget[B_REPAIR_FAIL] == 0 or ledger < 0:
         return None
-    if pending != VERIFIED and (
-        not _worker_ready(s, w)
-        or all(
-            worker_copies_fragment(cfg, s, w, idx) is None
-            for idx in range(len(s.meta_segments[ledger]))
+    swapping = pending is not None and pending not in (VERIFIED, RECOVERING)  # copied
+    if (
+        pending != VERIFIED
+        and not swapping
+        and (
+            not _worker_ready(s, w)
+            or all(
+                worker_copies_fragment(cfg, s, w, idx) is None
+                for idx in range(len(s.meta_segments[ledger]))
+            )
         )
     ):
         return None
