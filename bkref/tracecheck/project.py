@@ -115,6 +115,11 @@ class LedgerTrace:
     # Bookies copies were sent to: a copied entry carries the LAC it was written with,
     # which raises the target's LAC; the spec's copy leaves the LAC as it was.
     copied_to: set[str] = field(default_factory=set)
+    # Bookies a copy was under way to when its worker died (their adds of the ledger
+    # answered, no copy logged): their handle lines follow the journal's fsync, so the
+    # last adds' lines may have died with the process (the bookie's own, when one process
+    # ran both) while a restart replays the entries.
+    dead_copy: set[str] = field(default_factory=set)
     steps: int = 0
 
     def bookie(self, bookie_id: str) -> int:
@@ -467,6 +472,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
             ):  # a copy whose worker died before logging it: a failed copy's adds
                 lt.stray.setdefault(bookie_id, set()).add(int(x["entry"]))
                 lt.copied_to.add(bookie_id)
+                lt.dead_copy.add(bookie_id)
                 continue
             if asked is None:
                 lt.unknown = (

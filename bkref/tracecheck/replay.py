@@ -171,6 +171,8 @@ class Replay:
         signed = list(t.b_signed[b])
         for e in _bits(mask & ~synced & ~stray):
             sent = [x for x in self.unanswered.get((b, e), []) if not f or x.sender != "writer"]
+            if not sent and str(ev.line["bookie"]) in self.lt.dead_copy:
+                continue  # that copy's too, its line lost with the process (``dead_copy``)
             if not sent:
                 raise NotAllowedError(
                     f"b{b} came back with e{e}, which no client sent it",
