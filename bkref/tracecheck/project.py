@@ -81,9 +81,10 @@ class Event:
     marked_after: bool = False
     needs: list[Event] = field(default_factory=list)
     copies: list[Send] = field(default_factory=list)  # a worker's copy: the adds it sent
-    # restart: when the bookie registered after it (the spec's restart registers at once);
-    # the search tries it there first.
-    registered_at: int | None = None
+    # When the search tries it first, where that is not its line's time: a restart where
+    # its bookie registered after it (the spec's restart registers at once); a crash no
+    # earlier than the ledger's creation when the writer chose the bookie then.
+    prefer_at: int | None = None
 
     @property
     def t(self) -> int:
@@ -438,12 +439,16 @@ def project(run: Run, ledger: int) -> LedgerTrace:
             elif x.action == REGISTERED and not x.t > marked_lost.get(str(x["bookie"]), x.t):
                 continue
             if x.action == "bookie_restarts":
-                taken.append(Event("crash", autorecovery.crash_before(run.nodes[n], x)))
+                crash = Event("crash", autorecovery.crash_before(run.nodes[n], x))
+                if str(x["bookie"]) in create["ensemble"] and crash.t < create.t < x.t:
+                    # Its last line came before the creation: it was up for the writer.
+                    crash.prefer_at = create.t + 1
+                taken.append(crash)
             if x.action in ("bookie_restarts", REGISTERED):
                 bookie_id = bookie_id or str(x["bookie"])
                 ev = Event("restart" if x.action != REGISTERED else "register", x)
                 if x.action != REGISTERED:
-                    ev.registered_at = next(
+                    ev.prefer_at = next(
                         (r.t for r in run.restarts[n] if r.action == REGISTERED and r.seq > x.seq),
                         None,
                     )

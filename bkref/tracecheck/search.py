@@ -77,7 +77,9 @@ _PREFERENCE = {HEARD: 0, LOST: 1, EARLY: 2}
 def _when(move: tuple[Event, str], marks_at_decided: bool = True) -> tuple[int, int]:
     """Moves are tried in the order of their real times (a heard answer at the client's
     receipt of it), and an event heard before lost, lost before folded early. A
-    bookie's restart goes where it registered (the spec's restart registers at once).
+    bookie's restart goes where it registered (the spec's restart registers at once), a
+    crash no earlier than the creation of a ledger the writer put it in
+    (``Event.prefer_at``).
 
     An auditor's mark wrote its task somewhere between ``decided`` (its audit read the
     registrations, then the ledger) and its line, and no order of the two places suits
@@ -91,8 +93,8 @@ def _when(move: tuple[Event, str], marks_at_decided: bool = True) -> tuple[int, 
     ev, how = move
     if ev.line.action in MARKS:
         t = decided(ev.line) if marks_at_decided else ev.t
-    elif ev.registered_at is not None:
-        t = ev.registered_at
+    elif ev.prefer_at is not None:
+        t = ev.prefer_at
     else:
         t = ev.receipt.t if how != LOST and ev.receipt is not None else ev.t
     return (t, _PREFERENCE[how])
