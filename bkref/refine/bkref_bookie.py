@@ -94,6 +94,8 @@ class Bookie:
             raise ImplementationError(f"bookie {self.name}: journal did not sync in time")
         if errors:
             raise ImplementationError(f"bookie {self.name}: journal write failed: {errors[0]}")
+        assert self.core is not None
+        self.core.on_durable(records)
 
     def serve(self, request: Request) -> Response:
         """Answer ``request`` as the bookie server does: decide, make the decision's

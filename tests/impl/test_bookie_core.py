@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from bkref.impl.core.bookie import BookieCore
+from bkref.impl.core.bookie import BookieCore, JournalFence
 from bkref.impl.core.digest import Digest, DigestType, master_key
 from bkref.impl.core.frames import (
     AddRequest,
@@ -109,3 +109,28 @@ def test_a_refused_fencing_read_lac_reveals_no_lac_and_fences_nothing() -> None:
     d = core.handle(ReadLacRequest(4, 9, fence=True, master_key=b""))  # unknown ledger
     assert d.reply == ReadLacResponse(4, Status.UNAUTHORIZED, 9, -1, -1)
     assert 9 not in core.ledgers
+
+
+def test_a_fence_request_while_the_first_fence_is_journaled_waits_for_a_durable_fence() -> None:
+    """Two fencing requests, the second decided before the first one's fence is durable:
+    each reply waits for a journaled fence (the second journals it again, after the
+    first), as BookKeeper's ``fenceAndLogInJournal`` has a later fence request wait on
+    the first one's journal write. Answered at once, the second told a recovery the
+    bookie was fenced while a crash could still forget the fence (a soak run's trace
+    check: "came back unfenced"). Once the fence is durable, a fence request waits for
+    nothing."""
+    core = BookieCore()
+    key = master_key(PW)
+    body = Digest(DigestType.CRC32C, PW).sign(1, 0, -1, 1, b"a")
+    add = core.handle(AddRequest(1, 1, 0, key, body))
+    core.on_durable(add.records)
+    first = core.handle(ReadLacRequest(2, 1, fence=True, master_key=key))
+    assert first.records == (JournalFence(1),)
+    second = core.handle(ReadRequest(3, 1, 0, True, key))
+    assert second.records == (JournalFence(1),)
+    assert second.read is not None  # looked up and answered after the fsync
+    core.on_durable(first.records)
+    core.on_durable(second.records)
+    third = core.handle(ReadRequest(4, 1, 0, True, key))
+    assert third.records == ()
+    assert core.ledgers[1].fenced

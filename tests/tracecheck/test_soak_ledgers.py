@@ -26,6 +26,19 @@ def test_a_soak_ledger_once_unknown_is_explained(name: str) -> None:
     assert v.verdict == "explained", v.render()
 
 
+FINDINGS = DATA.parent / "tracecheck-findings"
+
+
+def test_a_fence_answered_before_it_was_durable_is_a_violation() -> None:
+    """netns-29 ledger 454: a bookie answered a recovery's fencing reads while the fence
+    an earlier request started was not durable, then restarted unfenced (bkref's bug,
+    fixed since; the trace stays as the run wrote it)."""
+    (v,) = check(FINDINGS / "netns-29-ledger-454", 20.0, [454])
+    assert v.verdict == "violation", v.render()
+    assert v.reason == "b2 came back unfenced; the spec's bookie keeps its fence", v.render()
+    assert "bookie_restarts(bookie=127.0.0.1:3183" in v.event
+
+
 def test_a_mark_written_after_a_copy_of_its_bookie_explains_the_copy_not_any_copy(
     tmp_path: Path,
 ) -> None:

@@ -380,6 +380,8 @@ class Bookie:
             self._wakeup_pending = False
         for req, d, out, err in batch:
             out.inflight -= 1
+            if err is None:
+                self.core.on_durable(d.records)
             self._reply(req, d, out, err)
 
     def _reply(self, req: Message, d: BookieDecision, out: _Out, err: BaseException | None) -> None:

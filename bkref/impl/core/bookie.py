@@ -35,6 +35,8 @@ class LedgerInfo:
     fenced: bool = False
     lac: int = -1
     last_entry: int = -1
+    # Fenced, and the fence's journal record not yet durable (``on_durable``).
+    fence_pending: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,11 +157,26 @@ class BookieCore:
         )
 
     def _fence(self, ledger_id: int, key: bytes) -> tuple[list[JournalRecord], Status]:
+        """Fence ``ledger_id``. A fence request is answered only once the fence is
+        durable, the first one's and every one after it while the first one's journal
+        record is not: the fence is journaled again (after the first in the journal's
+        order, so its fsync says both are durable). Answered at once, a later request
+        told a recovery the bookie was fenced while a crash could still forget it; a
+        soak run's trace check caught one (`came back unfenced`). BookKeeper's
+        ``LedgerDescriptorImpl.fenceAndLogInJournal`` has a later fence request wait on
+        the first one's journal write (apache/bookkeeper 9590a97f)."""
         records, status = self._check_key(ledger_id, key)
-        if status is Status.OK and not self.ledgers[ledger_id].fenced:
-            self.ledgers[ledger_id].fenced = True
+        info = self.ledgers.get(ledger_id)
+        if status is Status.OK and info is not None and (not info.fenced or info.fence_pending):
+            info.fenced = info.fence_pending = True
             records.append(JournalFence(ledger_id))
         return records, status
+
+    def on_durable(self, records: tuple[JournalRecord, ...]) -> None:
+        """The shell made ``records`` durable (journaled and synced)."""
+        for r in records:
+            if isinstance(r, JournalFence) and r.ledger_id in self.ledgers:
+                self.ledgers[r.ledger_id].fence_pending = False
 
     def _read(self, req: ReadRequest) -> BookieDecision:
         records: list[JournalRecord] = []

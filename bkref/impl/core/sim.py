@@ -48,6 +48,7 @@ class SimBookie:
         for r in d.records:
             if isinstance(r, JournalAdd):
                 self.entries[(r.ledger_id, r.entry_id)] = r.body
+        self.core.on_durable(d.records)  # the sim's journal is durable at once
         if d.read is not None:
             return self.core.read_result(
                 d.read, self.entries.get((d.read.ledger_id, d.read.entry_id))
