@@ -57,7 +57,11 @@ def mutant_key(r: dict[str, Any], source: str) -> str:
     two of each number)."""
     lines = source.splitlines()
     text = lines[r["line"] - 1].strip() if 0 < r["line"] <= len(lines) else ""
-    after = " / ".join(ln.strip() for ln in diff_lines(str(r.get("diff", "")))[1])
+    removed, added = diff_lines(str(r.get("diff", "")))
+    if len(removed) == 1 and removed[0].strip() != text:
+        # The file moved since the run (an edit above the line): the line as it was.
+        text = removed[0].strip()
+    after = " / ".join(ln.strip() for ln in added)
     return f"{r['module']}:{r['definition']}:{r['operator']}:{text} => {after}"
 
 

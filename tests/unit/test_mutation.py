@@ -72,6 +72,16 @@ def test_two_mutants_of_one_operator_on_one_line_have_two_keys() -> None:
     assert one.endswith("if n > cap: => if n > 1:")
 
 
+def test_a_mutant_keeps_its_key_when_lines_above_it_move() -> None:
+    # A stored run's line numbers point elsewhere once the file is edited above them:
+    # the key takes the line as the mutant's diff shows it (a verdict then still applies).
+    diff = "--- a/m.py\n+++ b/m.py\n@@ -9 +9 @@\n-        if n > cap:\n+        if n > 1:\n"
+    r = {"module": "m.py", "definition": "fits", "line": 9, "operator": "o", "diff": diff}
+    moved = "# an edit\n# above it\n" + SOURCE
+    assert mutant_key(r, moved) == mutant_key(r, SOURCE)
+    assert mutant_key(r, SOURCE).endswith("if n > cap: => if n > 1:")
+
+
 def test_a_change_maps_to_its_innermost_statement_or_to_every_config() -> None:
     assert changed_lines(SOURCE, SOURCE.replace("n > cap", "n >= cap")) == {9}
     assert statements(SOURCE, {9}) == {9}  # the if's test
