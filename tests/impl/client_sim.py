@@ -122,3 +122,14 @@ def run_all(
         drivers[d.client].deliver(d)
         delivered += 1
     return delivered
+
+
+def write_entries(cluster: SimCluster, store: MetaStore, digest: Digest, n: int) -> None:
+    """A writer adds entries 0..n-1 to the store's ledger and every add completes."""
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+    wd = Driver(cluster, store, w, "w")
+    for i in range(n):
+        w.add(b"e%d" % i)
+    wd.pump()
+    run_all(cluster, {"w": wd}, None)
+    assert [c.entry_id for c in wd.completed] == list(range(n))

@@ -29,7 +29,7 @@ from bkref.impl.core.reads import EntryReader, LacReader
 from bkref.impl.core.recovery import LedgerRecovery, RecoveryPhase
 from bkref.impl.core.sim import Delivery, MetaStore, SimCluster, status_of
 from bkref.impl.core.writer import LedgerWriter
-from tests.impl.client_sim import LEDGER, Driver, run_all, setup_cluster
+from tests.impl.client_sim import LEDGER, Driver, run_all, setup_cluster, write_entries
 
 
 def _deliver(
@@ -278,13 +278,7 @@ def test_a_recovery_close_retried_on_a_worker_swap_keeps_its_own_replacement() -
     cluster, one, digest = setup_cluster(2, 2, 2, 5)
     two = (Segment(0, ("b0", "b1")), Segment(1, ("b0", "b2")))
     store = MetaStore(replace(one.metadata, segments=two), 1)
-    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
-    wd = Driver(cluster, store, w, "w")
-    w.add(b"e0")
-    w.add(b"e1")
-    wd.pump()
-    run_all(cluster, {"w": wd}, None)
-    assert [c.entry_id for c in wd.completed] == [0, 1]
+    write_entries(cluster, store, digest, 2)
     cluster.bookies["b1"].alive = cluster.bookies["b2"].alive = False
     r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
     rd = Driver(cluster, store, r, "r")

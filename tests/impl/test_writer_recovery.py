@@ -22,7 +22,7 @@ from bkref.impl.core.metadata import LedgerMetadata, LedgerState, Segment
 from bkref.impl.core.recovery import LedgerRecovery
 from bkref.impl.core.sim import MetaStore, SimCluster
 from bkref.impl.core.writer import LedgerWriter, WriterState
-from tests.impl.client_sim import LEDGER, PW, Driver, run_all, setup_cluster
+from tests.impl.client_sim import LEDGER, PW, Driver, run_all, setup_cluster, write_entries
 
 
 @settings(max_examples=150, deadline=None)
@@ -452,13 +452,7 @@ def test_a_recovery_close_keeps_a_worker_swap_of_an_earlier_segment() -> None:
         password_hash(PW),
     )
     store = MetaStore(two, 1)
-    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
-    wd = Driver(cluster, store, w, "w")
-    w.add(b"e0")
-    w.add(b"e1")
-    wd.pump()
-    run_all(cluster, {"w": wd}, None)
-    assert [c.entry_id for c in wd.completed] == [0, 1]
+    write_entries(cluster, store, digest, 2)
     r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
     rd = Driver(cluster, store, r, "r")
     rd.deferred = []
