@@ -256,10 +256,20 @@ class AutoRecoveryActors:
         ledger before the worker's swaps landed: ``plan_marks`` over the metadata as it was
         before them (each replaced bookie back in place), written with the auditor's mark.
         bkref's one audit does both from one read; the driver splits it in two calls."""
+        return self._audit_earlier_scan(ledger, self.registered())
+
+    def auditor_marks_from_earlier_view_and_scan(self, ledger: int) -> tuple[Label, ...]:
+        """Both of the above in one audit: the registrations read before the bookies back
+        since the last audit came back, ``ledger`` read before the worker's swaps."""
+        if not self.back:
+            raise ImplementationError("no bookie came back since the last audit")
+        return self._audit_earlier_scan(ledger, self.registered() - self.back)
+
+    def _audit_earlier_scan(self, ledger: int, registered: set[str]) -> tuple[Label, ...]:
         n = self._leader()
         if n is None or not n.auditor.stale:
             raise CannotDecideError("no auditor has an audit due")
-        self._audit(n)
+        self._audit(n, registered)
         d = self.d
         lid = d.ledger_ids()[ledger]
         md, _version = d.store.read_ledger(lid)
@@ -267,7 +277,7 @@ class AutoRecoveryActors:
         before = sp.segments_before_swaps(now, self.rereplicated.get(ledger, ()))
         segments = tuple(Segment(f, tuple(d.bookies[b].name for b in ens)) for f, ens in before)
         earlier = replace(md, segments=segments)
-        for act in plan_marks([(lid, earlier)], frozenset(self.registered()), frozenset()):
+        for act in plan_marks([(lid, earlier)], frozenset(registered), frozenset()):
             self.urm.mark(act.ledger_id, act.replicas, act.priority, rewrite=act.rewrite)
         return ()
 

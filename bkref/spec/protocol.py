@@ -1603,16 +1603,36 @@ def auditor_marks_from_earlier_scan(cfg: Config, s: State, ledger: int) -> State
     return audit_from_earlier_scan(cfg, s, ledger)
 
 
-def audit_from_earlier_scan(cfg: Config, s: State, ledger: int) -> State | None:
-    """An audit's marks with ``ledger``'s replaced bookies (not up) added, if that adds any.
-    The trace check takes it for a mark at any time, as it takes :func:`_audit`."""
+def auditor_marks_from_earlier_view_and_scan(cfg: Config, s: State, ledger: int) -> State | None:
+    """The due audit, whose read of the registrations came before bookies registered again
+    and whose read of ``ledger`` came before a worker's swap there: both races at once.
+
+    Key points: the two reads are seconds apart from the marks (every
+    registration, then every ledger), so both may be early in one audit. Its
+    mark names the bookie a swap replaced when that bookie is not up or came
+    back after the read of the registrations (``au_back``): a worker may
+    have copied the bookie's fragment, swapped it out and deleted the task
+    before the mark lands, and the mark then makes a task in which a worker
+    must find nothing to do. The marks of the other ledgers are those of
+    ``auditor_marks_from_earlier_view``; the same over-approximations as the
+    two steps apart.
+    """
+    if not s.au_stale or not s.au_back or auditor_node(s) < 0 or not s.meta_autorecovery:
+        return None
+    return audit_from_earlier_scan(cfg, s, ledger, s.au_back)
+
+
+def audit_from_earlier_scan(cfg: Config, s: State, ledger: int, back: int = 0) -> State | None:
+    """An audit's marks with ``ledger``'s replaced bookies (not up, or in ``back``, up again
+    since the audit read the registrations) added, if that adds any. The trace check takes
+    it for a mark at any time, as it takes :func:`_audit`."""
     stale = 0
     for _idx, _filled, replaced in s.meta_rereplicated[ledger]:
-        if replaced >= 0 and s.b_up[replaced] != UP:
+        if replaced >= 0 and (s.b_up[replaced] != UP or back >> replaced & 1):
             stale |= bit(replaced)
-    t = _audit(s)
+    t = _audit(s, back)
     if "audit-marks-only-its-earlier-scan" in cfg.mutants:
-        u = _audit(_before_swaps(s, ledger))._replace(meta_segments=s.meta_segments)
+        u = _audit(_before_swaps(s, ledger), back)._replace(meta_segments=s.meta_segments)
         return u if u != t else None
     version, lost = t.meta_task[ledger]
     if not stale & ~lost:
@@ -2525,6 +2545,8 @@ def next_states(cfg: Config, s: State) -> list[Step]:
             for lg in range(cfg.ledgers):
                 if s.meta_rereplicated[lg]:
                     emit(auditor_marks_from_earlier_scan, lg)
+                    if s.au_back:
+                        emit(auditor_marks_from_earlier_view_and_scan, lg)
         emit(auditor_runs_periodic_bookie_check)
         if cfg.periodic_check:
             for lg in range(cfg.ledgers):
@@ -2616,6 +2638,7 @@ ACTIONS: tuple[Callable[..., State | None], ...] = (
     auditor_marks_ledgers_of_lost_bookies,
     auditor_marks_from_earlier_scan,
     auditor_marks_from_earlier_view,
+    auditor_marks_from_earlier_view_and_scan,
     auditor_runs_periodic_bookie_check,
     auditor_checks_ledger_replicas,
     auditor_loses_session,

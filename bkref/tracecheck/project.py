@@ -20,9 +20,8 @@ turns them into *lanes*, one per node, each in the node's own order:
 
 Real names become the spec's: bookies are numbered in the order they enter the ledger
 (the first ensemble, then replacements), recovery clients in the order they start.
-What cannot be projected faithfully makes the ledger *unknown*, with the reason, never
-a violation: steps of a client that left no trace, a ledger created by an untraced
-client, two writers.
+What cannot be projected faithfully makes the ledger *unknown*, with the reason, never a
+violation (a client that left no trace took steps or created it; two writers).
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from bkref.tracecheck.names import COPY, HANDLES, MARKS, RECEIPTS, TAKEN
 
 Key = tuple[str, str, int]  # (client node, bookie, request id): one request
 FAULTS = frozenset({"crash", "restart", "register", "expire"})  # commute with no step
+NOT_DESCRIBED = ("sends", "peer", "ledger", "ledgers")  # a restart's ledgers: every ledger's
 
 
 @dataclass
@@ -91,7 +91,7 @@ class Event:
         return self.line.t
 
     def describe(self) -> str:
-        args = {k: v for k, v in self.line.args.items() if k not in ("sends", "peer", "ledger")}
+        args = {k: v for k, v in self.line.args.items() if k not in NOT_DESCRIBED}
         shown = ", ".join(f"{k}={v}" for k, v in args.items())
         return f"{self.line.where()} {self.line.action}({shown})"
 

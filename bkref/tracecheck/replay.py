@@ -327,7 +327,8 @@ class Replay:
         the spec's auditor audits only then, a reduction for the model checker (another
         audit marks the same bookies again, with a new task version), which a replay
         cannot assume; so is the audit that read the ledger before a worker's swap
-        (``auditor_marks_from_earlier_scan``), where the mark names a bookie it replaced."""
+        (``auditor_marks_from_earlier_scan``), where the mark names a bookie it replaced,
+        with or without an earlier read of the registrations."""
         cfg, wl, line = self.cfg, self.cfg.writer_ledger, ev.line
         want = sum(1 << b for b in replicas)
         if line.action == "auditor_checks_ledger_replicas" and not want & ~s.meta_task[wl][1]:
@@ -335,6 +336,9 @@ class Replay:
         if early:  # it read the registrations before bookies registered again
             ready = p.auditor_node(s) >= 0 and s.meta_autorecovery
             after = p.audit_from_earlier_view(s) if ready else None
+            if ready and (after is None or want & ~after.meta_task[wl][1]):
+                # and the ledger before a worker's swap: it names a bookie replaced
+                after = p.audit_from_earlier_scan(cfg, s, wl, s.au_back) or after
         elif line.action == "auditor_checks_ledger_replicas" and "LOST" not in replicas.values():
             after = p.auditor_checks_ledger_replicas(cfg, s, wl)
         else:  # a bookie lost: what any audit marks

@@ -89,19 +89,13 @@ def section(s: Session) -> str:
     """The target's section of docs/mutation.md."""
     sc, meta = _score(s), s.meta()
     lo, hi = sc.interval
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
     c = sc.counts
     ran = len(sc.results)
     lines = [
         f"## {s.target.name}: {', '.join(s.target.modules)}",
         "",
-        f"Run {dt.date.today()} at {commit}: `python -m tests.mutation run {s.target.name} "
+        f"Run {meta.get('ran_at') or 'at an unrecorded revision'}: "
+        f"`python -m tests.mutation run {s.target.name} "
         f"--sample {meta['sample']} --seed {meta['seed']} --workers {meta['workers']}` "
         f"({meta['seconds'] / 60:.0f} min of wall time on {meta['workers']} workers).",
         "",

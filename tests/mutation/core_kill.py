@@ -58,13 +58,6 @@ REFINE_EXAMPLES = "40"
 CORE = "bkref/impl/core"
 
 
-def _tree() -> Path:
-    """The tree this process imports bkref from (a session's copy, not the checkout)."""
-    import bkref
-
-    return Path(bkref.__file__).resolve().parents[1]
-
-
 def _core_modules(tree: Path) -> tuple[str, ...]:
     return tuple(str(p.relative_to(tree)) for p in sorted((tree / CORE).glob("*.py")))
 
@@ -77,7 +70,7 @@ def _measure_tests(path: str, modules: tuple[str, ...]) -> dict[str, Any]:
     import pytest
 
     argv = ["-q", "-p", "no:cacheprovider", path]
-    status, lines = selection.measure(_tree(), modules, lambda: pytest.main(argv))
+    status, lines = selection.measure(selection.tree(), modules, lambda: pytest.main(argv))
     if status != 0:
         raise SystemExit(f"baseline: {path} fails on the unmutated core (exit {status})")
     return {"lines": lines}
@@ -88,7 +81,7 @@ def _measure_config(name: str, examples: str, modules: tuple[str, ...]) -> dict[
 
     argv = _refine_argv(name, examples)
     started = time.monotonic()
-    status, lines = selection.measure(_tree(), modules, lambda: bkref_main(argv))
+    status, lines = selection.measure(selection.tree(), modules, lambda: bkref_main(argv))
     if status != 0:
         raise SystemExit(f"baseline: bkref refine --config {name} exits {status} unmutated")
     return {"lines": lines, "seconds": round(time.monotonic() - started, 1)}
@@ -97,10 +90,10 @@ def _measure_config(name: str, examples: str, modules: tuple[str, ...]) -> dict[
 def measure_baseline(configs: list[str], examples: str, jobs: int) -> dict[str, Any]:
     """Run every core test file and refinement config on the core as it is, recording
     the lines of bkref/impl/core each executed."""
-    modules = _core_modules(_tree())
+    modules = _core_modules(selection.tree())
     # What importing the core executed, every stage executed: measured here, before the
     # stages fork from this process (a worker process runs several stages).
-    at_import = selection.measure_import(_tree(), modules)
+    at_import = selection.measure_import(selection.tree(), modules)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         tests = {t: pool.submit(_measure_tests, t, modules) for t in CORE_TESTS}
         refine = {c: pool.submit(_measure_config, c, examples, modules) for c in configs}
@@ -108,7 +101,7 @@ def measure_baseline(configs: list[str], examples: str, jobs: int) -> dict[str, 
             "tests": {t: f.result() for t, f in tests.items()},
             "configs": {c: f.result() for c, f in refine.items()},
             "examples": examples,
-            "sources": {m: (_tree() / m).read_text() for m in modules},
+            "sources": {m: (selection.tree() / m).read_text() for m in modules},
             "import": at_import,
         }
 
@@ -117,7 +110,7 @@ def _verdict(base: dict[str, Any] | None, configs: list[str], examples: str) -> 
     if base is None:
         module, stmts, why = "", selection.ALL, "no baseline: every test and config"
     else:
-        module, stmts, why = selection.selected(base, _tree())
+        module, stmts, why = selection.selected(base, selection.tree())
 
     def runs(stage: dict[str, Any]) -> bool:
         return selection.runs(stage["lines"], base["import"] if base else {}, module, stmts)

@@ -31,6 +31,13 @@ T = TypeVar("T")
 ALL = None  # the selection of a change every config may see
 
 
+def tree() -> Path:
+    """The tree this process imports bkref from (a session's copy, not the checkout)."""
+    import bkref
+
+    return Path(bkref.__file__).resolve().parents[1]
+
+
 def measure(
     root: Path, modules: Iterable[str], run: Callable[[], T]
 ) -> tuple[T, dict[str, list[int]]]:

@@ -233,6 +233,18 @@ def config_text(target: Target, work: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ran_at() -> str:
+    """Today's date and the checkout's short revision, as a report names a run."""
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return f"{time.strftime('%Y-%m-%d')} at {head or 'an unknown revision'}"
+
+
 @contextmanager
 def _db(path: Path) -> Iterator[Any]:
     from cosmic_ray.work_db import WorkDB, use_db
@@ -371,10 +383,11 @@ class Session:
             with _db(self.work / f"shard-{k}" / "session.sqlite") as db:
                 _skip(db, [j for n, j in enumerate(order) if n % workers != k], OTHER_SHARD)
         reused = self._reuse(sample, seed, {_key(i): i.job_id for i in chosen})
-        seconds = 0.0
+        seconds, when = 0.0, None
         if reused:
             log(f"{self.target.name}: {reused} results taken from {self.stored.name}")
-            seconds = float(json.loads(self.stored.read_text()).get("seconds", 0.0))
+            stored = json.loads(self.stored.read_text())
+            seconds, when = float(stored.get("seconds", 0.0)), stored.get("ran_at")
         self.meta_path.write_text(
             json.dumps(
                 {
@@ -389,6 +402,7 @@ class Session:
                     "draw": DRAW,
                     "sampled": len(chosen),
                     "seconds": seconds,  # the stored run's, when its results are taken
+                    "ran_at": when,
                 },
                 indent=1,
             )
@@ -439,7 +453,8 @@ class Session:
         for r in results:
             del r["job"]
         keep = {k: meta[k] for k in ("target", "digest", "sample", "seed", "population")}
-        keep.update({k: meta.get(k) for k in ("filtered", "annotations", "sampled", "seconds")})
+        more = ("filtered", "annotations", "sampled", "seconds", "ran_at")
+        keep.update({k: meta.get(k) for k in more})
         STORED.mkdir(exist_ok=True)
         self.stored.write_text(json.dumps({**keep, "results": results}, indent=1) + "\n")
 
@@ -483,6 +498,7 @@ class Session:
             _stop(procs)
             meta = self.meta()
             meta["seconds"] = meta.get("seconds", 0.0) + time.monotonic() - started
+            meta["ran_at"] = ran_at()  # the report names this run's revision, not today's
             self.meta_path.write_text(json.dumps(meta, indent=1))
         failed = [p.returncode for p in procs if p.returncode not in (0, -signal.SIGTERM)]
         if failed:

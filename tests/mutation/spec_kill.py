@@ -67,13 +67,6 @@ def baseline(path: Path) -> dict[str, Any]:
     return data
 
 
-def _tree() -> Path:
-    """The tree this process imports bkref from (a session's copy, not the checkout)."""
-    import bkref
-
-    return Path(bkref.__file__).resolve().parents[1]
-
-
 def _reach(cov: ConfigCoverage) -> dict[str, list[str]]:
     """What spec-check's coverage conditions read of one config's check: the branches it
     reached (``action#k``, the k-th return of the action: line numbers move with a
@@ -118,7 +111,7 @@ def _measure_config(name: str, modules: tuple[str, ...]) -> dict[str, Any]:
         return out
 
     started = time.monotonic()
-    out, lines = selection.measure(_tree(), modules, verdicts)
+    out, lines = selection.measure(selection.tree(), modules, verdicts)
     out["seconds"] = round(time.monotonic() - started, 1)  # under coverage's tracer
     out["lines"] = lines
     print(f"baseline {name}: {out['distinct']:,} states", file=sys.stderr, flush=True)
@@ -129,7 +122,7 @@ def _measure_mutant(mutant: str, modules: tuple[str, ...]) -> dict[str, Any]:
     from bkref.spec.checker import check
     from bkref.spec.configs import mutant_config
 
-    _r, lines = selection.measure(_tree(), modules, lambda: check(mutant_config(mutant)))
+    _r, lines = selection.measure(selection.tree(), modules, lambda: check(mutant_config(mutant)))
     return {"lines": lines}
 
 
@@ -141,7 +134,7 @@ def measure_baseline(
     lines of ``modules`` each check executed."""
     # What the import executed (module code, and function bodies a module calls as it
     # is built) every config executed: measured before the checks fork from here.
-    at_import = selection.measure_import(_tree(), modules)
+    at_import = selection.measure_import(selection.tree(), modules)
     from bkref.spec.configs import MUTANT_CONFIGS, NAMED
     from tests.spec.test_mutants import CAUGHT_BY
 
@@ -153,7 +146,7 @@ def measure_baseline(
         return {
             "configs": {n: f.result() for n, f in configs.items()},
             "mutants": {m: f.result() for m, f in marked.items()},
-            "sources": {m: (_tree() / m).read_text() for m in modules},
+            "sources": {m: (selection.tree() / m).read_text() for m in modules},
             "import": at_import,
         }
 
@@ -186,7 +179,7 @@ def _verdict(base: dict[str, Any]) -> dict[str, Any]:
     from bkref.spec.liveness import check_liveness
     from tests.spec.test_mutants import CAUGHT_BY
 
-    module, stmts, why = selection.selected(base, _tree())
+    module, stmts, why = selection.selected(base, selection.tree())
     at_import = base["import"]
     configs: dict[str, dict[str, Any]] = base["configs"]
     ran: list[str] = []

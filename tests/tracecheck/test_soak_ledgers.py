@@ -56,3 +56,20 @@ def test_a_mark_written_after_a_copy_of_its_bookie_explains_the_copy_not_any_cop
     (v,) = check(run, 20.0, [403])
     assert v.verdict == "violation", v.render()
     assert "worker_copies_fragment" in v.event, v.render()
+
+
+def test_a_mark_from_both_early_reads_names_only_bookies_the_ledger_had(tmp_path: Path) -> None:
+    """netns-29 ledger 9: an audit read the registrations while 3181, 3182 and 3185 were
+    unregistered and the ledger before a worker swapped 3185 out; its mark (all three
+    lost) landed after all three came back (``auditor_marks_from_earlier_view_and_scan``).
+    The same mark naming 3183 too, which the ledger never had, is not explained."""
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "netns-29-ledger-9", run)
+    auditor = run / "trace-autorecovery-127.0.0.1_3184-1.jsonl"
+    lines = [json.loads(x) for x in auditor.read_text().splitlines()]
+    (mark,) = [x for x in lines if x["action"].startswith("auditor_marks") and x["seq"] == 12]
+    mark["replicas"]["127.0.0.1:3183"] = "LOST"
+    auditor.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (v,) = check(run, 5.0, [9])
+    assert v.verdict != "explained", v.render()
+    assert "#12 auditor_marks_ledgers_of_lost_bookies" in v.render(), v.render()
