@@ -193,7 +193,7 @@ def _coverage(args: argparse.Namespace) -> int:
         print(dumps(r.to_json()))
     else:
         r.write_text(sys.stdout)
-    return 1 if r.unexplained() or r.unraced() or r.without_effect() else 0
+    return 1 if r.unexplained() or r.unraced() or r.without_effect() or r.unspent() else 0
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -31,6 +31,12 @@ at the task version it read or the metadata version of the copy it is to
 swap in. The auditor holds nothing: its audit reads the metadata and writes
 the tasks in one step, and each mark is one conditional write of the task
 znode. Every pair of the four must be reached by some config.
+
+Bounds. Each fault a config allows comes with a budget (``State.budget``: losses,
+crashes, give-ups, ...), as TLC's configs bound their constants. A budget that no
+config ever spends to 0 bounds nothing: the spec could stop spending it and no
+check would notice (a recovery that gives up without counting it). Every kind of
+budget that some config sets must be spent to 0 in some state of some config.
 """
 
 from __future__ import annotations
@@ -171,6 +177,21 @@ RACES: tuple[tuple[str, str], ...] = tuple(
 )
 
 
+# The budget slots of ``State.budget``, by the Config field that bounds each.
+BUDGETS = (
+    "losses",
+    "duplicates",
+    "crashes",
+    "wipes",
+    "elections",
+    "toggles",
+    "give_ups",
+    "repair_failures",
+    "session_losses",
+    "lock_losses",
+)
+
+
 def actor(action: str) -> str | None:
     for a in ACTORS:
         if action.startswith(a + "_"):
@@ -302,6 +323,8 @@ class ConfigCoverage:
     reached: frozenset[int] = frozenset()  # lines of the branches reached
     races: Counter[tuple[str, str]] = field(default_factory=Counter)  # (writer, holder) steps
     effects: Counter[tuple[str, str]] = field(default_factory=Counter)  # (winner, loser) steps
+    bounded: frozenset[str] = frozenset()  # budgets (BUDGETS) the config sets above 0
+    spent: frozenset[str] = frozenset()  # those of them some reachable state has at 0
 
 
 def measure(cfg: Config, *, max_states: int | None = None) -> ConfigCoverage:
@@ -309,6 +332,8 @@ def measure(cfg: Config, *, max_states: int | None = None) -> ConfigCoverage:
     namespace, reached = instrumented()
     steps = namespace["next_states"]
     cov = ConfigCoverage(cfg.name)
+    initial = namespace["initial_state"](cfg).budget
+    spent: set[int] = set()
 
     def expand(c: Config, s: State) -> list[Step]:
         out: list[Step] = steps(c, s)
@@ -318,6 +343,8 @@ def measure(cfg: Config, *, max_states: int | None = None) -> ConfigCoverage:
         for label, t in out:
             cov.races.update(races(c, s, label[0], t))
             cov.effects.update(effects(c, s, label, t))
+            if t.budget != s.budget:  # rare: a fault's step
+                spent.update(i for i, v in enumerate(t.budget) if v == 0 and initial[i])
         return out
 
     started = time.monotonic()
@@ -331,6 +358,8 @@ def measure(cfg: Config, *, max_states: int | None = None) -> ConfigCoverage:
     cov.distinct, cov.complete = r.distinct, r.complete
     cov.seconds = time.monotonic() - started
     cov.reached = frozenset(reached)
+    cov.bounded = frozenset(BUDGETS[i] for i, v in enumerate(initial) if v)
+    cov.spent = frozenset(BUDGETS[i] for i in spent)
     return cov
 
 
@@ -375,6 +404,15 @@ class Report:
     def without_effect(self) -> list[tuple[str, str]]:
         """Pairs of metadata writers whose race changes data in no config."""
         return [p for p in RACES if not self.effect_by(p)]
+
+    def spent_by(self, budget: str) -> list[str]:
+        """The configs in which some reachable state has spent ``budget`` to 0."""
+        return [c.config for c in self.configs if budget in c.spent]
+
+    def unspent(self) -> list[str]:
+        """Budgets some config sets that no config spends to 0: bounds that bound nothing."""
+        bounded = {b for c in self.configs for b in c.bounded}
+        return [b for b in BUDGETS if b in bounded and not self.spent_by(b)]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -425,9 +463,17 @@ class Report:
                 }
                 for p in RACES
             ],
+            "bounds": {
+                b: {
+                    "set_by": [c.config for c in self.configs if b in c.bounded],
+                    "spent_by": self.spent_by(b),
+                }
+                for b in BUDGETS
+            },
             "unexplained": len(self.unexplained()),
             "unraced": len(self.unraced()),
             "without_effect": len(self.without_effect()),
+            "unspent": len(self.unspent()),
         }
 
     def write_text(self, out: TextIO) -> None:
@@ -457,6 +503,11 @@ class Report:
             by = self.effect_by(p)
             cells = ", ".join(f"{n} {k:,}" for n, k in by.items()) or "NO EFFECT"
             out.write(f"  {p[0]} / {p[1]}: {cells}\n")
+        out.write("bounds: configs that spend each budget to 0\n")
+        for budget in BUDGETS:
+            if any(budget in c.bounded for c in self.configs):
+                spent = ", ".join(self.spent_by(budget)) or "NEVER SPENT"
+                out.write(f"  {budget}: {spent}\n")
 
 
 def write_markdown(r: Report, out: TextIO) -> None:
@@ -504,6 +555,15 @@ def write_markdown(r: Report, out: TextIO) -> None:
         eff = r.effect_by(p)
         cell2 = ", ".join(f"`{n}` ({k:,})" for n, k in eff.items()) or "**NO EFFECT**"
         w(f"| {p[0]} / {p[1]} | {cell} | {cell2} |\n")
+    w("\n## Bounds\n\nEach fault's budget, the configs that set it and those in which ")
+    w("some reachable state has spent it to 0. A budget never spent bounds nothing.\n\n")
+    w("| budget | set by | spent to 0 in |\n|---|---|---|\n")
+    for budget in BUDGETS:
+        set_by = [c.config for c in r.configs if budget in c.bounded]
+        if set_by:
+            spent = ", ".join(f"`{n}`" for n in r.spent_by(budget)) or "**NEVER SPENT**"
+            n = len(set_by)
+            w(f"| `{budget}` | {n} config{'' if n == 1 else 's'} | {spent} |\n")
 
 
 def report(

@@ -154,6 +154,8 @@ def _kill_kind(output: str) -> str:
         return f"an invariant violated ({by.split(' violates ')[1]})"
     if by.startswith("core tests:"):
         return "a test of the core failed"
+    if by.startswith("spec tests:"):
+        return "a test of the spec failed"
     if by.startswith("bkref refine:"):
         return "the refinement machine found a step the spec does not take"
     return by or "a test failed"

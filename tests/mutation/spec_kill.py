@@ -20,7 +20,14 @@ config per process. The verdicts, in order:
    with an effect. A mutant that only takes behaviour away (a guard that refuses more)
    breaks no invariant; spec-check fails on the branch or race it leaves unreached;
 3. every hand-written mutant (``bkref.spec.config.MUTANTS``) is still caught by its
-   config, by the invariant tests/spec/test_mutants.py expects.
+   config, by the invariant tests/spec/test_mutants.py expects;
+4. what else `make verify` holds the spec to: the spec's own tests (``SUITE``: each
+   step's meaning, shown on the reachable states of a config), the traces of real runs
+   that it must explain (tests/tracecheck/test_soak_ledgers.py), and the refinement
+   machine (`bkref refine`, bkref's components driven by the spec's steps: a step whose
+   result the mutant changed no longer matches bkref's, which follows BookKeeper's).
+   The tests that compare a generated page or example with the source are left out:
+   they fail on any edit of the source, a mutant's or not.
 
 How the exceptional outcomes count (docs/mutation.md):
 
@@ -43,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -57,6 +65,31 @@ if TYPE_CHECKING:
 
 EXPLOSION = 3  # a config may reach this many times its baseline's distinct states
 MEASURED = "bkref/spec/protocol.py"  # the modules whose lines the baseline records
+# Verdict 4: test files, the tests of them that compare generated text with the source,
+# and the refinement machine's configs and examples (seeded: the run is the same each
+# time up to the first step the mutant changes).
+SUITE = [
+    "tests/spec/test_protocol.py",
+    "tests/spec/test_quorum.py",
+    "tests/spec/test_checker.py",
+    "tests/spec/test_reduction.py",
+    "tests/spec/test_liveness.py",
+    "tests/spec/test_coverage.py",
+    "tests/spec/test_docs_and_cli.py",
+    "tests/spec/test_open_ledgers.py",
+    "tests/spec/test_earlier_scan.py",
+    "tests/spec/test_earlier_view.py",
+    "tests/spec/test_failed_repair.py",
+    "tests/spec/test_give_up.py",
+    "tests/spec/test_lock_loss.py",
+    "tests/spec/test_session_loss.py",
+    "tests/tracecheck/test_soak_ledgers.py",
+]
+NOT_BEHAVIOUR = [
+    "tests/spec/test_coverage.py::test_the_coverage_page_lists_every_branch_and_race_of_the_spec_as_it_is",
+    "tests/spec/test_docs_and_cli.py::test_docs_spec_md_is_regenerated_from_the_docstrings",
+]
+REFINE = ("a-short,b-short,a-readers,c-short,c-workers", "40")
 
 
 def baseline(path: Path) -> dict[str, Any]:
@@ -70,13 +103,14 @@ def baseline(path: Path) -> dict[str, Any]:
 def _reach(cov: ConfigCoverage) -> dict[str, list[str]]:
     """What spec-check's coverage conditions read of one config's check: the branches it
     reached (``action#k``, the k-th return of the action: line numbers move with a
-    mutant that removes a line), the pairs of writers that raced, and those whose race
-    had an effect (``a/b``, either direction)."""
+    mutant that removes a line), the pairs of writers that raced, those whose race
+    had an effect (``a/b``, either direction), and the budgets spent to 0."""
     keys = {line: key for key, (line, _reason) in _branches().items()}
     return {
         "branches": sorted(keys[line] for line in cov.reached if line in keys),
         "races": sorted({"/".join(sorted(p)) for p, n in cov.races.items() if n}),
         "effects": sorted({"/".join(sorted(p)) for p, n in cov.effects.items() if n}),
+        "bounds": sorted(cov.spent),
     }
 
 
@@ -126,12 +160,41 @@ def _measure_mutant(mutant: str, modules: tuple[str, ...]) -> dict[str, Any]:
     return {"lines": lines}
 
 
+def _measure_suite(path: str, modules: tuple[str, ...]) -> dict[str, Any]:
+    import pytest
+
+    argv = ["-q", "-p", "no:cacheprovider", *(f"--deselect={t}" for t in NOT_BEHAVIOUR), path]
+    status, lines = selection.measure(selection.tree(), modules, lambda: pytest.main(argv))
+    if status != 0:
+        raise SystemExit(f"baseline: {path} fails on the unmutated spec (exit {status})")
+    return {"lines": lines}
+
+
+def _refine_argv(config: str) -> list[str]:
+    return ["refine", "--config", config, "--examples", REFINE[1], "--seed", "0"]
+
+
+def _measure_refine(config: str, modules: tuple[str, ...]) -> dict[str, Any]:
+    from bkref.impl.cli.main import main as bkref_main
+
+    argv = _refine_argv(config)
+    status, lines = selection.measure(selection.tree(), modules, lambda: bkref_main(argv))
+    if status != 0:
+        raise SystemExit(f"baseline: bkref refine --config {config} exits {status} unmutated")
+    return {"lines": lines}
+
+
 def measure_baseline(
-    only: frozenset[str] = frozenset(), modules: tuple[str, ...] = (MEASURED,), jobs: int = 1
+    only: frozenset[str] = frozenset(),
+    modules: tuple[str, ...] = (MEASURED,),
+    jobs: int = 1,
+    suite: tuple[str, ...] = tuple(SUITE),
+    refine: tuple[str, ...] = tuple(REFINE[0].split(",")),
 ) -> dict[str, Any]:
     """Check every named config (or those in ``only``) and every hand-written mutant
-    of those configs on the spec as it is (run on the unmutated tree), recording the
-    lines of ``modules`` each check executed."""
+    of those configs on the spec as it is (run on the unmutated tree), run the test
+    files of ``suite`` and the refinement configs of ``refine``, recording the lines of
+    ``modules`` each executed."""
     # What the import executed (module code, and function bodies a module calls as it
     # is built) every config executed: measured before the checks fork from here.
     at_import = selection.measure_import(selection.tree(), modules)
@@ -143,9 +206,13 @@ def measure_baseline(
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         configs = {n: pool.submit(_measure_config, n, modules) for n in names}
         marked = {m: pool.submit(_measure_mutant, m, modules) for m in mutants}
+        tests = {t: pool.submit(_measure_suite, t, modules) for t in suite}
+        machine = {c: pool.submit(_measure_refine, c, modules) for c in refine}
         return {
             "configs": {n: f.result() for n, f in configs.items()},
             "mutants": {m: f.result() for m, f in marked.items()},
+            "suite": {t: f.result() for t, f in tests.items()},
+            "refine": {c: f.result() for c, f in machine.items()},
             "sources": {m: (selection.tree() / m).read_text() for m in modules},
             "import": at_import,
         }
@@ -162,9 +229,10 @@ def _unreached(base: dict[str, Any], reach: dict[str, dict[str, list[str]]]) -> 
         ("branches", "no config reaches the branch {} now"),
         ("races", "no config has {} racing now"),
         ("effects", "no config has a race of {} with an effect now"),
+        ("bounds", "no config spends its budget of {} to 0 now"),
     ):
-        before = {x for c in configs.values() for x in c["reach"][kind]}
-        after = {x for r in now.values() for x in r[kind]}
+        before = {x for c in configs.values() for x in c["reach"].get(kind, ())}
+        after = {x for r in now.values() for x in r.get(kind, ())}
         for x in sorted(before - after):
             if kind == "branches" and reasons.get(x) is not None:
                 continue  # its line says why no config reaches it: spec-check accepts that
@@ -224,6 +292,41 @@ def _verdict(base: dict[str, Any]) -> dict[str, Any]:
                 "verdict": "killed",
                 "by": f"hand-written mutant {mutant} caught by {r.violation}, not {expected}",
             }
+
+    def runs(stage: dict[str, Any]) -> bool:
+        return selection.runs(stage["lines"], at_import, module, stmts)
+
+    suite = [t for t, v in base.get("suite", {}).items() if runs(v)]
+    if suite:
+        ran += suite
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+            + [f"--deselect={t}" for t in NOT_BEHAVIOUR]
+            + suite,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode in (1, 2):  # failed, or a module did not even collect
+            failed = [ln for ln in done.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+            return {"verdict": "killed", "by": "spec tests: " + "; ".join(failed[:2])[:300]}
+        if done.returncode != 0:  # pytest's own error, a usage error, no tests
+            tail = " ".join(done.stdout.strip().splitlines()[-1:])[:300]
+            return {"verdict": "error", "by": f"pytest exit {done.returncode}: {tail}"}
+    machine = [c for c, v in base.get("refine", {}).items() if runs(v)]
+    if machine:
+        ran += [f"bkref refine --config {c}" for c in machine]
+        done = subprocess.run(
+            [sys.executable, "-m", "bkref.impl.cli.main", *_refine_argv(",".join(machine))],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        last = " ".join((done.stdout + done.stderr).strip().splitlines()[-1:])[:300]
+        if done.returncode == 1:  # bkref's step differs from the mutated spec's, or it raised
+            return {"verdict": "killed", "by": "bkref refine: " + last}
+        if done.returncode != 0:  # 2: it could not run (no ZooKeeper, say)
+            return {"verdict": "error", "by": f"bkref refine exit {done.returncode}: {last}"}
     return {
         "verdict": "survived",
         "changed": changed,
@@ -242,11 +345,24 @@ def main(argv: list[str]) -> int:
     p.add_argument("--only", default="", help="named configs to measure (default: all)")
     p.add_argument("--measure", default=MEASURED, help="modules whose lines to record")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="configs at once")
+    p.add_argument(
+        "--suite",
+        help="test files of verdict 4, comma-separated (default: SUITE; none with --only)",
+    )
+    p.add_argument("--refine", help=f"refinement configs (default: {REFINE[0]}; none with --only)")
     args = p.parse_args(argv)
     if args.baseline is not None:
         only = frozenset(c for c in args.only.split(",") if c)
         modules = tuple(m for m in args.measure.split(",") if m)
-        measured = measure_baseline(only, modules, max(1, args.jobs))
+        suite = SUITE if args.suite is None and not only else (args.suite or "").split(",")
+        refine = REFINE[0] if args.refine is None and not only else args.refine or ""
+        measured = measure_baseline(
+            only,
+            modules,
+            max(1, args.jobs),
+            tuple(t for t in suite if t),
+            tuple(c for c in refine.split(",") if c),
+        )
         args.baseline.write_text(json.dumps(measured, indent=1) + "\n")
         return 0
     if args.file is None:
@@ -260,7 +376,7 @@ def main(argv: list[str]) -> int:
         verdict = {"verdict": "killed", "by": f"crashed: {type(e).__name__}: {e} ({where})"}
     verdict["seconds"] = round(time.monotonic() - started, 1)
     print(json.dumps(verdict), flush=True)
-    return 1 if verdict["verdict"] == "killed" else 0
+    return {"killed": 1, "survived": 0}.get(verdict["verdict"], 2)
 
 
 if __name__ == "__main__":

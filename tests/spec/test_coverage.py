@@ -10,7 +10,18 @@ import pytest
 from bkref.spec.checker import check
 from bkref.spec.cli import main
 from bkref.spec.configs import NAMED, mutant_config
-from bkref.spec.coverage import RACES, _reason, branches, effects, measure, races, report
+from bkref.spec.coverage import (
+    BUDGETS,
+    RACES,
+    ConfigCoverage,
+    Report,
+    _reason,
+    branches,
+    effects,
+    measure,
+    races,
+    report,
+)
 from bkref.spec.protocol import (
     ACTIONS,
     initial_state,
@@ -187,5 +198,30 @@ def test_the_coverage_page_lists_every_branch_and_race_of_the_spec_as_it_is() ->
     )
     assert "UNREACHED" not in page
     assert "NO EFFECT" not in page
+    assert "NEVER SPENT" not in page
     for a, b in RACES:
         assert f"| {a} / {b} | `" in page
+
+
+def test_budget_slots_are_named_by_the_config_fields_that_bound_them() -> None:
+    for cfg in NAMED.values():
+        assert initial_state(cfg).budget == tuple(getattr(cfg, b) for b in BUDGETS)
+
+
+def test_a_budget_is_spent_where_a_reachable_state_has_it_at_0() -> None:
+    cov = measure(NAMED["live-check"])
+    assert cov.bounded == {"elections", "toggles"}
+    assert cov.spent == {"elections", "toggles"}
+    assert measure(NAMED["a-short"]).bounded == frozenset()
+
+
+def test_a_budget_some_config_sets_and_none_spends_bounds_nothing() -> None:
+    """A recovery that gives up without counting it: its budget is set, never spent, and
+    the command exits 1 on it as on an unreached branch."""
+    set_only = ConfigCoverage("x", bounded=frozenset({"give_ups"}), spent=frozenset())
+    spent = ConfigCoverage("y", bounded=frozenset({"losses"}), spent=frozenset({"losses"}))
+    r = Report([set_only, spent], [])
+    assert r.unspent() == ["give_ups"]
+    assert r.to_json()["bounds"]["give_ups"] == {"set_by": ["x"], "spent_by": []}
+    assert r.to_json()["unspent"] == 1
+    assert Report([spent], []).unspent() == []

@@ -242,6 +242,50 @@ def test_the_spec_kill_passes_the_spec_and_kills_a_broken_quorum(tmp_path: Path)
     ), verdict
 
 
+@pytest.mark.slow
+def test_the_spec_s_own_tests_kill_what_its_configs_do_not_see(tmp_path: Path) -> None:
+    """Verdict 4: a statement of the spec that a test file of its suite executes and no
+    measured config does. Planted to raise, the configs pass and the test fails."""
+    tree = tmp_path / "tree"
+    copy_tree(tree)
+    baseline = tmp_path / "baseline.json"
+    suite = "tests/spec/test_protocol.py"
+    argv = ["--measure", PROTOCOL, "--suite", suite, "--refine", "", "--baseline", str(baseline)]
+    subprocess.run(
+        [sys.executable, "-m", "tests.mutation.spec_kill", "--only", "a-short", *argv],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    base = json.loads(baseline.read_text())
+    assert set(base["suite"]) == {suite}
+    assert base["refine"] == {}
+    by_config = set(base["configs"]["a-short"]["lines"][PROTOCOL]) | set(base["import"][PROTOCOL])
+    by_test = set(base["suite"][suite]["lines"][PROTOCOL])
+    text = (tree / PROTOCOL).read_text()
+    line = _simple_statement(text, lambda n: n in by_test and n not in by_config)
+    (tree / PROTOCOL).write_text(_raise_at(text, line))
+    status, verdict = _kill(tree, baseline)
+    assert status == 1, verdict
+    assert str(verdict["by"]).startswith(f"spec tests: FAILED {suite}::"), verdict
+
+
+def test_a_budget_no_config_spends_any_more_kills_the_mutant() -> None:
+    """A mutant that stops spending a budget (a recovery gives up without counting it)
+    merges states and breaks no invariant; spec-check's bounds fail on it."""
+    from tests.mutation.spec_kill import _unreached
+
+    def reach(bounds: list[str]) -> dict[str, list[str]]:
+        return {"branches": [], "races": [], "effects": [], "bounds": bounds}
+
+    base = {"configs": {"a-give-up": {"reach": reach(["give_ups", "losses"])}}}
+    assert _unreached(base, {"a-give-up": reach(["give_ups", "losses"])}) is None
+    assert _unreached(base, {"a-give-up": reach(["losses"])}) == (
+        "no config spends its budget of give_ups to 0 now"
+    )
+
+
 def _core_kill(tree: Path, *argv: str) -> tuple[int, dict[str, Any]]:
     done = subprocess.run(
         [sys.executable, "-m", "tests.mutation.core_kill", *argv],
