@@ -389,8 +389,9 @@ class AutoRecoveryActors:
         """Worker ``w`` performs its actions until it took one step the spec can see.
 
         ``fail_copies`` (the spec's ``worker_fails_repair``): every copy of this turn finds
-        a repair slot busy, or the task's delete fails on a ZooKeeper error, so the
-        worker lets the lock go: that release is the failed repair."""
+        a repair slot busy, its check before a verdict or the task's delete fails on a
+        ZooKeeper error, so the worker lets the lock go: that release is the failed
+        repair."""
         seen = self._turn(w, fail_copies)
         if fail_copies and len(seen) == 1 and seen[0][0] == "worker_releases_lock":
             self.d.used[sp.B_REPAIR_FAIL] += 1
@@ -506,6 +507,12 @@ class AutoRecoveryActors:
                 )
                 core.on_cas(version)
             return (("worker_updates_segment_ensemble", (w,)),)
+        if isinstance(act, Verified) and fail_copies:
+            # Its re-read of the ledger or the registrations failed on a ZooKeeper error
+            # before the verdict (after a swap, say): a failure, the lock let go.
+            n.outstanding.clear()  # the delete the verdict queued is not reached
+            core.on_failed("ZooKeeper connection lost re-reading the ledger", self._tick())
+            return None
         if isinstance(act, Verified):
             return (("worker_verifies_ledger_replicated", (w,)),)
         if isinstance(act, CompleteTask) and fail_copies:

@@ -2116,8 +2116,12 @@ def worker_fails_repair(cfg: Config, s: State, w: int, record: int = 0) -> State
     copy (a connection lost, its session kept or not): ``replicateLedgerFragment``
     throws from its ensemble update and the fragment stays to repair, the copy left on
     the worker's bookie, named by no metadata (a soak run's worker had its CAS fail with
-    ConnectionLoss). An environment step, bounded by ``cfg.repair_failures``, and only
-    where the worker would copy, has copied or has verified the ledger (elsewhere
+    ConnectionLoss). And one whose re-read of the ledger fails after its swap landed,
+    before it found the ledger replicated: ``rereplicate`` reads the metadata and the
+    registrations again to check the fragments it replicated, and a ZooKeeper error
+    there throws too (a soak run's worker lost its connection right after its swap).
+    An environment step, bounded by ``cfg.repair_failures``, wherever the worker holds
+    the lock with a copy or a verdict of its own or could go on (elsewhere
     ``worker_releases_lock`` is the same step).
     """
     _bookie, ledger, _tv, pending = s.wk[w]
@@ -2127,13 +2131,7 @@ def worker_fails_repair(cfg: Config, s: State, w: int, record: int = 0) -> State
     if (
         pending != VERIFIED
         and not swapping
-        and (
-            not _worker_ready(s, w)
-            or all(
-                worker_copies_fragment(cfg, s, w, idx) is None
-                for idx in range(len(s.meta_segments[ledger]))
-            )
-        )
+        and (not _worker_ready(s, w) or worker_releases_lock(cfg, s, w) is not None)
     ):
         return None
     return _lets_go(cfg, s, w, record)._replace(

@@ -68,6 +68,60 @@ def unknown(mine: dict[str, list[Line]]) -> str:
     return ""
 
 
+AUDIT = "auditor_marks_ledgers_of_lost_bookies"
+
+
+def with_unlogged_mark(
+    nodes: Mapping[str, list[Line]], ledger: int, lines_of: Mapping[str, list[Line]]
+) -> dict[str, list[Line]]:
+    """``lines_of`` (a ledger's lines by node) with the mark an auditor that died in its
+    audit may have written for ``ledger`` without logging it: a mark's line follows its
+    ZooKeeper write, so a process killed in between leaves a task no line names (a
+    netns soak had a worker lock such a task). Such a mark is taken to be the audit's
+    lost bookies that the ledger names, its outcome unknown (the replay tries it
+    with and without the write). An auditor died when a later process of its node left
+    a trace (``autorecovery-B-0`` then ``autorecovery-B-1``); its audit is its last one,
+    and the ledger one that audit logged no mark of."""
+    out = {n: list(v) for n, v in lines_of.items()}
+    for n, lines in nodes.items():
+        base, _, k = n.rpartition("-")
+        if not n.startswith("autorecovery-") or not k.isdigit():
+            continue
+        if f"{base}-{int(k) + 1}" not in nodes:
+            continue
+        audit = [x for x in lines if x.action in MARKS]
+        if not audit or audit[-1].action != AUDIT:
+            continue
+        at = decided(audit[-1])
+        audit = [x for x in audit if x.action == AUDIT and decided(x) == at]
+        lost = {str(b) for x in audit for b, why in x["replicas"].items() if why == "LOST"}
+        end = audit[-1]
+        replicas = sorted(lost & _named_before(lines_of, end.t))
+        if not replicas or any(x.get("ledger") == ledger for x in audit):
+            continue
+        args = {"ledger": ledger, "replicas": dict.fromkeys(replicas, "LOST"), "rewrite": True}
+        args |= {"decided": at, "outcome": "unknown"}
+        out.setdefault(n, []).append(Line(n, lines[-1].seq + 1, end.t + 1, AUDIT, args))
+    return out
+
+
+def _named_before(lines_of: Mapping[str, list[Line]], t: int) -> set[str]:
+    """The bookies the ledger's metadata named by ``t``: its creation's ensemble, the
+    writer's replacements, the workers' swaps (none if it was created after ``t``)."""
+    named: set[str] = set()
+    for lines in lines_of.values():
+        for x in lines:
+            if x.t >= t:
+                continue
+            if x.action == "writer_creates_ledger":
+                named |= {str(b) for b in x["ensemble"]}
+            elif x.action.endswith("_changes_ensemble") and x.get("new"):
+                named.add(str(x["new"]))
+            elif x.action == CAS and x.get("outcome") == "written":
+                named.add(str(x["bookie"]))
+    return named
+
+
 def decided(mark: Line) -> int:
     """When an auditor's mark was decided: when its audit read the registered bookies
     (``decided``; a bookie that registers again after it is still marked lost), or

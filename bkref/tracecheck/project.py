@@ -320,7 +320,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     """The lanes of ``ledger``, or a trace marked unknown with the reason."""
     lt = LedgerTrace(ledger)
     peers = run.peers
-    lines_of = run.by_ledger.get(ledger, {})
+    lines_of = autorecovery.with_unlogged_mark(run.nodes, ledger, run.by_ledger.get(ledger, {}))
     mine = {
         n: lines if n in run.bookies else _steps(lines, ledger) for n, lines in lines_of.items()
     }
@@ -420,20 +420,14 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     # auditor read its ledgers is marked lost all the same; the spec's audit comes before
     # the registration, or after it from the registrations read before (``marked_after``).
     marked_lost, marks_of = autorecovery.marks_lost(mine)
-    # Registrations, each with whether it is of a bookie cut off from ZooKeeper (not the
-    # one that follows a restart): a mark decided before one may be logged after it.
-    overtaken: list[tuple[Event, bool]] = []
+    overtaken: list[Event] = []  # registrations: a mark decided before may be logged after
     # A bookie marked lost crashes at the mark for the spec, and must come back at its
     # restart or registration even if it took no step of the ledger (its adds timed out).
     for n in sorted(bookie_nodes | (set(marked_lost) & run.bookies)):
         taken: list[Event] = []
         bookie_id = None
         expired = autorecovery.expiries(run.restarts[n], mine, marks_of)
-        last_fault = ""  # the bookie's last restart or registration
         for x in sorted(run.restarts[n] + mine.get(n, []), key=lambda x: x.seq):
-            restarted = x.action == REGISTERED and last_fault == "bookie_restarts"
-            if x.action in ("bookie_restarts", REGISTERED):
-                last_fault = x.action
             if id(x) in expired and create.t < x.t:  # after an expiry no audit marked
                 taken.append(Event("expire", expired[id(x)]))
             elif x.action == REGISTERED and not x.t > marked_lost.get(str(x["bookie"]), x.t):
@@ -454,7 +448,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
                     )
                 taken.append(ev)
                 if x.action == REGISTERED:
-                    overtaken.append((ev, not restarted))
+                    overtaken.append(ev)
                 continue
             if x.get("ledger") != ledger or x.action not in HANDLES:
                 continue
@@ -502,20 +496,19 @@ def project(run: Run, ledger: int) -> LedgerTrace:
         taken.sort(key=lambda e: (e.line.get("decided") or e.t, e.line.seq))
         _order_conflicts(taken)
         lanes.extend([ev] for ev in taken)
-    # A registration after marks decided before it and logged after it: a restart's comes
-    # after them (the spec's bookie restarted before the audit, and lost its session);
-    # one of a bookie cut off from ZooKeeper may also come before them, the audit having
-    # read the registrations before it (``auditor_marks_from_earlier_view``).
-    for ev, cut_off in overtaken:
+    # A registration after marks decided before it and logged after it may come before
+    # them, the audit having read the registrations before it
+    # (``auditor_marks_from_earlier_view``), or after them: a cut-off bookie's session
+    # expired unseen, a restarted one's restart comes after them too (netns-45 ledger
+    # 416: a periodic check read the registrations while a bookie restarted, then the
+    # ledger after a recovery had put that bookie in it).
+    for ev in overtaken:
         b = str(ev.line["bookie"])
         for m in marks_of[b]:
             if not autorecovery.decided(m) < ev.t < m.t:
                 continue
-            if cut_off:
-                ev.marked_after = True
-                lt.came_back.setdefault(id(m), set()).add(b)
-            else:
-                ev.needs.append(mark_event[id(m)])
+            lt.came_back.setdefault(id(m), set()).add(b)  # its audit may have read it gone
+            ev.marked_after = True
 
     for key, r in receipts.items():  # answers no bookie logged
         asked = sends.get(key)

@@ -12,7 +12,9 @@ from bkref.spec.protocol import (
     RECOVERING,
     VERIFIED,
     worker_copies_fragment,
+    worker_fences_open_ledger,
     worker_releases_lock,
+    worker_verifies_ledger_replicated,
 )
 from tests.spec.test_open_ledgers import Step, _steps
 
@@ -29,7 +31,7 @@ def test_a_worker_lets_the_lock_go_with_a_copy_left_only_when_a_repair_fails(
 ) -> None:
     failed = [(s, a, t) for s, (name, a), t in steps if name == "worker_fails_repair"]
     assert failed
-    deletes = swaps = 0
+    deletes = swaps = rereads = 0
     for s, args, t in failed:
         w = int(str(args[0]))
         _bookie, ledger, _tv, pending = s.wk[w]
@@ -52,11 +54,18 @@ def test_a_worker_lets_the_lock_go_with_a_copy_left_only_when_a_repair_fails(
             continue
         # Nothing of its own under way (or the recovery it asked for has closed the ledger).
         assert pending is None or (pending == RECOVERING and s.meta_status[ledger] == CLOSED)
-        # It could have copied a fragment.
+        # It could have copied a fragment, or found the ledger replicated (its re-read
+        # after a swap failed: netns-37 ledger 175 of the soak), or fenced it.
         segments = range(len(s.meta_segments[ledger]))
-        assert any(worker_copies_fragment(CFG, s, w, i) is not None for i in segments)
+        if worker_verifies_ledger_replicated(CFG, s, w) is not None:
+            rereads += 1
+        else:
+            assert any(worker_copies_fragment(CFG, s, w, i) is not None for i in segments) or (
+                worker_fences_open_ledger(CFG, s, w) is not None
+            )
     assert 0 < deletes < len(failed)
     assert 0 < swaps < len(failed)
+    assert 0 < rereads < len(failed)
 
 
 def test_a_failed_repair_is_taken_again_and_completed(steps: list[Step]) -> None:

@@ -73,3 +73,18 @@ def test_a_mark_from_both_early_reads_names_only_bookies_the_ledger_had(tmp_path
     (v,) = check(run, 5.0, [9])
     assert v.verdict != "explained", v.render()
     assert "#12 auditor_marks_ledgers_of_lost_bookies" in v.render(), v.render()
+
+
+def test_a_dead_auditor_s_unlogged_mark_explains_a_task_only_if_it_died(tmp_path: Path) -> None:
+    """netns-40 ledger 205: the auditor at 3181 was killed in its audit after writing
+    the mark of ledger 205 (3182 lost) and before logging it; a worker then took that
+    task. Had the auditor process lived on (no later process of its node), its audit
+    would have logged every mark it wrote, and no order explains the task."""
+    (v,) = check(DATA / "netns-40-ledger-205", 20.0, [205])
+    assert v.verdict == "explained", v.render()
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "netns-40-ledger-205", run)
+    (run / "trace-autorecovery-127.0.0.1_3181-1.jsonl").unlink()
+    (v,) = check(run, 5.0, [205])
+    assert v.verdict != "explained", v.render()
+    assert "worker_acquires_ledger_lock(worker=127.0.0.1:3182" in v.render(), v.render()
