@@ -53,16 +53,10 @@ from bkref.impl.core.audit import (
     judge,
     plan_marks,
 )
-from bkref.impl.core.digest import Digest, master_key
 from bkref.impl.core.frames import (
-    AddRequest,
-    ReadLacRequest,
-    ReadLacResponse,
     ReadRequest,
-    ReadResponse,
-    Status,
 )
-from bkref.impl.core.metadata import LedgerMetadata, Segment
+from bkref.impl.core.metadata import Segment
 from bkref.impl.core.repair_run import CasReplica, Copy, ReadOpenLac
 from bkref.impl.core.replication import WorkerConfig, WorkerCore, WorkerPhase
 from bkref.impl.core.worker_actions import (
@@ -79,6 +73,7 @@ from bkref.impl.core.worker_actions import (
 from bkref.impl.meta import layout
 from bkref.impl.meta.store import MetadataConflictError, NoSuchLedgerError
 from bkref.impl.meta.underreplication import UnderreplicationManager, lock_path
+from bkref.refine.bkref_copies import CopyFailedError, copy_fragment, open_lac
 from bkref.refine.driver import ImplementationError
 from bkref.spec import protocol as sp
 from bkref.spec.protocol import Label
@@ -480,7 +475,7 @@ class AutoRecoveryActors:
                 core.on_copy_busy()
                 return None
             try:
-                entries, nbytes = self._copy(act)
+                entries, nbytes = copy_fragment(self.d, act)
             except CopyFailedError as e:
                 core.on_failed(str(e), self._tick())
                 return None
@@ -552,22 +547,9 @@ class AutoRecoveryActors:
             d.recovery_requested = True
             return (("worker_fences_open_ledger", (w,)),)
         if isinstance(act, ReadOpenLac):  # the planted bug's unfenced look at the LAC
-            core.on_open_lac(self._open_lac(act))
+            core.on_open_lac(open_lac(self.d, act))
             return None
         raise ImplementationError(f"worker {w}: unknown action {act}")
-
-    def _open_lac(self, act: ReadOpenLac) -> int:
-        """The highest LAC the live ``bookies`` report, read without fencing."""
-        d = self.d
-        lac = -1
-        for name in act.bookies:
-            node = d.bookies[d.index[name]]
-            if node.core is None:
-                continue
-            reply = node.serve(ReadLacRequest(d._next_id(), act.ledger_id, False, b""))
-            if isinstance(reply, ReadLacResponse) and reply.status is Status.OK:
-                lac = max(lac, reply.lac)
-        return lac
 
     def _unlock(self, n: Node, ledger_id: int) -> None:
         # The nodes share one ZooKeeper session here; bkref's unlock deletes only the lock
@@ -575,40 +557,3 @@ class AutoRecoveryActors:
         if self.urm.lock_holder(ledger_id) == n.node_id:
             self.urm.unlock(ledger_id)
         n.worker.on_unlocked(self._tick())
-
-    def _copy(self, act: Copy) -> tuple[int, int]:
-        """Copy the fragment's entries to the target with recovery adds, each read from a
-        live replica that holds it, as ``bkref.impl.autorecovery.replicator.copy_fragment``."""
-        d = self.d
-        md: LedgerMetadata = act.metadata
-        frag = act.fragment
-        lid = frag.ledger_id
-        target = d.bookies[d.index[act.target]]
-        if target.core is None:
-            raise CopyFailedError(f"target {act.target} is down")
-        key = master_key(md.password)
-        digest = Digest(md.digest_type, md.password)
-        entries = nbytes = 0
-        for e in frag.entries(md):
-            body = None
-            for src in frag.copy_sources(md, e, act.target, act.avoid):
-                node = d.bookies[d.index[src]]
-                if node.core is None:
-                    continue
-                resp = node.serve(ReadRequest(d._next_id(), lid, e))
-                if judge(resp, digest, lid, e) is Verdict.INTACT:
-                    assert isinstance(resp, ReadResponse)
-                    body = resp.body
-                    break
-            if body is None:
-                raise CopyFailedError(f"ledger {lid} entry {e}: no live replica holds it intact")
-            reply = target.serve(AddRequest(d._next_id(), lid, e, key, body, recovery=True))
-            if reply.status is not Status.OK:
-                raise CopyFailedError(f"target {act.target} refused entry {e}: {reply.status}")
-            entries += 1
-            nbytes += len(body)
-        return entries, nbytes
-
-
-class CopyFailedError(Exception):
-    """A copy could not be made (as the replicator's ``RepairError``)."""
