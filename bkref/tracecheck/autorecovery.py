@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from bkref.tracecheck.load import REGISTERED, Line
 from bkref.tracecheck.names import CAS, COPY, HANDLES, LOCK, MARKS, REASONS, RELEASE
@@ -71,18 +72,22 @@ def unknown(mine: dict[str, list[Line]]) -> str:
 AUDIT = "auditor_marks_ledgers_of_lost_bookies"
 
 
-def with_unlogged_mark(
-    nodes: Mapping[str, list[Line]], ledger: int, lines_of: Mapping[str, list[Line]]
-) -> dict[str, list[Line]]:
-    """``lines_of`` (a ledger's lines by node) with the mark an auditor that died in its
-    audit may have written for ``ledger`` without logging it: a mark's line follows its
-    ZooKeeper write, so a process killed in between leaves a task no line names (a
-    netns soak had a worker lock such a task). Such a mark is taken to be the audit's
-    lost bookies that the ledger names, its outcome unknown (the replay tries it
-    with and without the write). An auditor died when a later process of its node left
-    a trace (``autorecovery-B-0`` then ``autorecovery-B-1``); its audit is its last one,
-    and the ledger one that audit logged no mark of."""
-    out = {n: list(v) for n, v in lines_of.items()}
+@dataclass(frozen=True)
+class DeadAudit:
+    """The last audit of an auditor process that died: a later process of its node left a
+    trace (``autorecovery-B-0`` then ``autorecovery-B-1``)."""
+
+    node: str
+    decided: int
+    lost: frozenset[str]  # the bookies its logged marks name lost
+    ledgers: frozenset[int]  # the ledgers it logged a mark of
+    end: Line  # its last logged mark
+    next_seq: int  # the process's line number after its last
+
+
+def dead_audits(nodes: Mapping[str, list[Line]]) -> list[DeadAudit]:
+    """Every dead auditor process's last audit (found once per run)."""
+    out = []
     for n, lines in nodes.items():
         base, _, k = n.rpartition("-")
         if not n.startswith("autorecovery-") or not k.isdigit():
@@ -95,13 +100,28 @@ def with_unlogged_mark(
         at = decided(audit[-1])
         audit = [x for x in audit if x.action == AUDIT and decided(x) == at]
         lost = {str(b) for x in audit for b, why in x["replicas"].items() if why == "LOST"}
-        end = audit[-1]
-        replicas = sorted(lost & _named_before(lines_of, end.t))
-        if not replicas or any(x.get("ledger") == ledger for x in audit):
+        ledgers = frozenset(int(x["ledger"]) for x in audit)
+        out.append(DeadAudit(n, at, frozenset(lost), ledgers, audit[-1], lines[-1].seq + 1))
+    return out
+
+
+def with_unlogged_mark(
+    audits: list[DeadAudit], ledger: int, lines_of: Mapping[str, list[Line]]
+) -> dict[str, list[Line]]:
+    """``lines_of`` (a ledger's lines by node) with the mark an auditor that died in its
+    audit may have written for ``ledger`` without logging it: a mark's line follows its
+    ZooKeeper write, so a process killed in between leaves a task no line names (a
+    netns soak had a worker lock such a task). Such a mark is taken to be the audit's
+    lost bookies that the ledger names, its outcome unknown (the replay tries it
+    with and without the write), for each of ``audits`` that logged no mark of it."""
+    out = {n: list(v) for n, v in lines_of.items()}
+    for a in audits:
+        replicas = sorted(a.lost & _named_before(lines_of, a.end.t))
+        if not replicas or ledger in a.ledgers:
             continue
         args = {"ledger": ledger, "replicas": dict.fromkeys(replicas, "LOST"), "rewrite": True}
-        args |= {"decided": at, "outcome": "unknown"}
-        out.setdefault(n, []).append(Line(n, lines[-1].seq + 1, end.t + 1, AUDIT, args))
+        args |= {"decided": a.decided, "outcome": "unknown"}
+        out.setdefault(a.node, []).append(Line(a.node, a.next_seq, a.end.t + 1, AUDIT, args))
     return out
 
 

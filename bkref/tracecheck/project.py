@@ -302,6 +302,7 @@ class Run:
         self.nodes = nodes
         self.peers = _Peers(nodes)
         self.bookies = {n for n, lines in nodes.items() if _is_bookie(lines)}
+        self.dead = autorecovery.dead_audits(nodes)  # auditors killed in an audit
         self.by_ledger: dict[int, dict[str, list[Line]]] = defaultdict(lambda: defaultdict(list))
         # Bookie node -> its restarts and its registrations in ZooKeeper.
         self.restarts: dict[str, list[Line]] = defaultdict(list)
@@ -320,7 +321,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
     """The lanes of ``ledger``, or a trace marked unknown with the reason."""
     lt = LedgerTrace(ledger)
     peers = run.peers
-    lines_of = autorecovery.with_unlogged_mark(run.nodes, ledger, run.by_ledger.get(ledger, {}))
+    lines_of = autorecovery.with_unlogged_mark(run.dead, ledger, run.by_ledger.get(ledger, {}))
     mine = {
         n: lines if n in run.bookies else _steps(lines, ledger) for n, lines in lines_of.items()
     }
