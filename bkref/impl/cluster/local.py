@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -59,6 +60,14 @@ class BookieProcess:
     @property
     def log_path(self) -> Path:
         return Path(self.directory) / "bookie.log"
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def _is_ours(b: BookieProcess) -> bool:
@@ -188,7 +197,9 @@ class LocalCluster:
     def wait_registered(
         self, indexes: list[int], timeout: float = 60.0, stale: dict[str, int] | None = None
     ) -> None:
-        """Wait until each bookie has registered (by a session other than ``stale``'s)."""
+        """Wait until each bookie has registered (by a session other than ``stale``'s) and
+        accepts connections: a bookie registers before it listens (see ``BookieServer.serve``),
+        so on a loaded machine a registered bookie may still refuse a client for a while."""
         stale = stale or {}
         zk = KazooClient(hosts=self._zk_hosts)
         zk.start(timeout=15)
@@ -201,6 +212,7 @@ class LocalCluster:
                     for i in indexes
                     if owners.get(self.bookies[i].bookie_id)
                     in (None, stale.get(self.bookies[i].bookie_id))
+                    or not _accepts(self.bookies[i].port)
                 ]
                 if not missing:
                     return
@@ -215,7 +227,9 @@ class LocalCluster:
                             f"bookie {i} ({b.bookie_id}) exited during start:\n" + self.log_tail(i)
                         )
                 if time.monotonic() > deadline:
-                    raise ClusterError(f"bookies {missing} did not register within {timeout} s")
+                    raise ClusterError(
+                        f"bookies {missing} did not register and listen within {timeout} s"
+                    )
                 time.sleep(0.1)
         finally:
             zk.stop()
