@@ -70,6 +70,18 @@ def test_only_the_lowest_vote_leads_and_a_new_auditor_audits_at_once() -> None:
     assert core.take_actions() == [ReadLedgers()]
 
 
+def test_the_leader_seeing_the_same_election_again_keeps_its_term() -> None:
+    # A watch fires for any change of the election's children (a vote joins): the leader
+    # is still the lowest, and nothing it knows is forgotten.
+    core = _leader()
+    core.on_votes(5, 5, 1_000)
+    assert core.leading
+    assert core.epoch == 5
+    assert not core.stale  # no new term, so no audit of a new auditor
+    core.on_votes(5, 5, 2_000)
+    assert (core.epoch, core.stale) == (5, False)
+
+
 def test_a_session_loss_stops_the_auditor_and_it_joins_again() -> None:
     core = _leader()
     core.on_session_lost()

@@ -134,3 +134,11 @@ def test_a_fence_request_while_the_first_fence_is_journaled_waits_for_a_durable_
     third = core.handle(ReadRequest(4, 1, 0, True, key))
     assert third.records == ()
     assert core.ledgers[1].fenced
+
+
+def test_a_lac_read_of_a_ledger_the_bookie_does_not_have_reports_no_lac_and_no_entry() -> None:
+    # ReadLacResponse's fields: -1 is "none", the same as for a ledger with no entry yet.
+    core = BookieCore()
+    d = core.handle(ReadLacRequest(9, 1))
+    assert d.reply == ReadLacResponse(9, Status.NO_SUCH_LEDGER, 1, -1, -1)
+    assert d.records == ()

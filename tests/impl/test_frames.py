@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +22,7 @@ from bkref.impl.core.frames import (
     ReadRequest,
     ReadResponse,
     Status,
+    decode_frame,
     encode,
 )
 
@@ -157,3 +159,48 @@ def test_trailing_bytes_after_a_body_are_counted_and_the_stream_stays_in_sync() 
     assert err.reason == "READ_LAC: 3 unexpected trailing bytes"
     assert (err.request_id, err.fatal, err.status) == (5, False, Status.BAD_REQUEST)
     assert ok == ReadLacRequest(6, 1)
+
+
+def test_crc32c_is_the_castagnoli_checksum_of_the_standard_check_value() -> None:
+    # The catalogue's check value of CRC-32C (iSCSI, RFC 3720): frames, journal records
+    # and CRC32C digests must interoperate with any other implementation of it.
+    assert crc32c(b"123456789") == 0xE3069283
+    assert crc32c(b"56789", crc32c(b"1234")) == 0xE3069283  # continued from a prefix
+
+
+def test_the_wire_bytes_of_a_recovery_add_and_a_fencing_read_are_the_documented_layout() -> None:
+    """Pinned bytes, field by field (frames.py's layout): a change of any field, flag or
+    checksum breaks every peer built against this format."""
+    add = AddRequest(1, 2, 3, b"k", b"xy", recovery=True)
+    assert encode(add) == bytes.fromhex(
+        "0000002a"  # length of what follows: 42
+        "424b 01 01"  # magic "BK", version 1, op ADD
+        "0000000000000001"  # request id
+        "0000000000000002 0000000000000003"  # ledger, entry
+        "01"  # flags: a recovery add (the bookie takes it on a fenced ledger)
+        "0001 6b"  # master key length, key
+        "00000002 7879"  # body length, body
+        "eb71c730"  # crc32c of everything after the length
+    )
+    read = ReadRequest(1, 2, 3, fence=True, master_key=b"k")
+    assert encode(read) == bytes.fromhex(
+        "00000024 424b 01 02 0000000000000001 0000000000000002 0000000000000003"
+        "01"  # flags: fence
+        "0001 6b 45a8b746"
+    )
+    assert FrameDecoder().feed(encode(add)) == [add]
+
+
+def test_a_frame_shorter_than_header_and_checksum_is_refused_by_name() -> None:
+    for size in range(16):  # MIN_FRAME is 16: a 12-byte header and the 4-byte checksum
+        with pytest.raises(FrameError, match=f"frame of {size} bytes is shorter"):
+            decode_frame((b"BK" + bytes(14))[:size])
+
+
+def test_any_other_magic_is_fatal_whichever_side_of_bk_it_sorts() -> None:
+    for magic in (b"AA", b"BJ", b"BL", b"ZZ"):
+        inner = struct.pack(">2sBBQ", magic, 1, 3, 5) + struct.pack(">QBH", 1, 0, 0)
+        inner += struct.pack(">I", crc32c(inner))
+        with pytest.raises(FrameError, match="bad magic") as err:
+            decode_frame(inner)
+        assert err.value.fatal

@@ -83,6 +83,14 @@ def test_a_verified_copy_from_the_first_replica_is_the_answer_and_no_one_else_is
     assert r.asking is None
 
 
+def test_a_reader_asks_no_replica_before_it_starts_and_then_the_first_in_read_order() -> None:
+    md = _md(3, 2, 2)
+    r = EntryReader(LEDGER, md, 4, DIGEST)
+    assert r.asking is None
+    r.start()
+    assert r.asking == _sent(r) == read_order(md, 4)[0]
+
+
 def test_a_corrupt_copy_counts_as_an_error_and_the_next_replica_serves() -> None:
     md = _md(3, 3, 2)
     r = _reader(md, 0)

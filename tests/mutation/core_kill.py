@@ -50,6 +50,11 @@ CORE_TESTS = [
     "tests/impl/test_storage.py",
     "tests/impl/test_crashdisk.py",
     "tests/impl/test_clock.py",
+    "tests/impl/test_writer_metadata.py",
+    "tests/impl/test_recovery_events.py",
+    "tests/impl/test_metadata_format.py",
+    "tests/impl/test_core_values.py",
+    "tests/impl/test_worker_core_rounds.py",
 ]
 # Configs of the refinement machine that exercise every core module: writes and
 # recovery (a-short, b-short), reads (a-readers), AutoRecovery (c-short, c-workers).

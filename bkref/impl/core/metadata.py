@@ -111,6 +111,8 @@ class LedgerMetadata:
         }
 
     def serialize(self) -> bytes:
+        """Canonical JSON (keys sorted): the same metadata is the same znode bytes whoever
+        wrote it, so `bkref shell ledgermetadata` output and znode dumps compare as text."""
         return json.dumps(self.to_json(), sort_keys=True).encode()
 
     @staticmethod

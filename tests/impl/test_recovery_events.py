@@ -1,0 +1,91 @@
+"""Recovery's state machine fed one event at a time where the order matters: an answer
+it did not ask for, and write-back bookies that fail while a replacement is awaited."""
+
+from __future__ import annotations
+
+from bkref.impl.core.actions import Action, NeedReplacement, SendAdd, SendRead, SendReadLac
+from bkref.impl.core.frames import Status
+from bkref.impl.core.recovery import LedgerRecovery, RecoveryPhase
+from bkref.impl.core.sim import SimCluster
+from bkref.impl.core.writer import LedgerWriter
+from tests.impl.client_sim import LEDGER, Driver, run_all, setup_cluster, write_entries
+
+
+class HoldingDriver(Driver):
+    """A driver whose replacement requests wait for the test to answer them."""
+
+    needs: list[NeedReplacement]
+
+    def _other(self, a: Action) -> None:
+        if isinstance(a, NeedReplacement):
+            self.needs.append(a)
+        else:
+            super()._other(a)
+
+
+def _deliver(cluster: SimCluster, drv: Driver, which: type, bookie: str | None = None) -> None:
+    """Deliver every request in flight of type ``which`` (to ``bookie`` if given)."""
+    while True:
+        match = [
+            d
+            for d in cluster.inflight
+            if isinstance(d.action, which) and bookie in (None, d.action.bookie)
+        ]
+        if not match:
+            return
+        cluster.inflight.remove(match[0])
+        drv.deliver(match[0])
+
+
+def test_a_read_answer_for_an_entry_recovery_is_not_reading_changes_nothing() -> None:
+    # A late answer of an earlier attempt (a recovery restarted on new metadata) may name
+    # any entry: only the one being read counts.
+    cluster, store, digest = setup_cluster(3, 3, 2, 3)
+    write_entries(cluster, store, digest, 3)
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    rd = Driver(cluster, store, r, "r")
+    r.start()
+    rd.pump()
+    _deliver(cluster, rd, SendReadLac)
+    assert r.phase is RecoveryPhase.READING
+    reading, last = r.reading, r.last_entry
+    later = cluster.bookies["b0"].entries[(LEDGER, reading + 1)]
+    r.on_read_response("b0", reading + 1, Status.OK, later)
+    assert r.take_actions() == []
+    assert (r.phase, r.reading, r.last_entry) == (RecoveryPhase.READING, reading, last)
+
+
+def test_a_write_back_bookie_without_a_spare_does_not_stop_the_next_ones_replacement() -> None:
+    """E = Wq = 3, Aq = 2. Entry 2's write-backs to b1 and then b0 fail; b1 gets no
+    replacement (say its rack has no spare), b0 gets b3: with b2 that is Aq, and the
+    recovery closes. Dropping b0 from the queue with b1 would fail it."""
+    cluster, store, digest = setup_cluster(3, 3, 2, 4)
+    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
+    wd = Driver(cluster, store, w, "w")
+    for body in (b"a", b"b", b"c"):  # one at a time: entry 2 piggybacks LAC 1
+        w.add(body)
+        wd.pump()
+        run_all(cluster, {"w": wd}, None)
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    rd = HoldingDriver(cluster, store, r, "r")
+    rd.needs = []
+    r.start()
+    rd.pump()
+    _deliver(cluster, rd, SendReadLac)
+    _deliver(cluster, rd, SendRead)  # LC = 1, entry 2 found, entry 3 absent
+    assert r.phase is RecoveryPhase.CLOSING
+    _deliver(cluster, rd, SendAdd, "b2")
+    cluster.bookies["b0"].alive = cluster.bookies["b1"].alive = False
+    _deliver(cluster, rd, SendAdd, "b1")
+    _deliver(cluster, rd, SendAdd, "b0")
+    assert rd.needs == [NeedReplacement("b1", ("b0", "b1", "b2"))]  # b0 waits its turn
+    r.no_replacement("b1", "no spare in its rack")
+    rd.pump()
+    assert rd.needs[1:] == [NeedReplacement("b0", ("b0", "b1", "b2"))]
+    r.replace("b0", "b3")
+    rd.pump()
+    run_all(cluster, {"r": rd}, None)
+    (done,) = rd.finished
+    assert done.ok, done.message
+    assert store.metadata.last_entry == 2
+    assert (LEDGER, 2) in cluster.bookies["b3"].entries
