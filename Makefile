@@ -17,7 +17,7 @@ STAMP := $(VENV)/.bkref-installed
 # Debian packages the project runs for real: ZooKeeper (metadata), iptables,
 # nftables and iproute2 (network faults in campaigns), libfuse2 (lazyfs, the
 # disk that loses unsynced writes).
-APT_PACKAGES := zookeeper iptables nftables iproute2 libfuse2
+APT_PACKAGES := zookeeper iptables nftables iproute2 libfuse2 chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -36,6 +37,9 @@ ul.notes{margin:.2em 0 .2em 1.2em;padding:0}
 """
 
 _JS = """
+const opened=()=>{const d=location.hash&&document.getElementById(location.hash.slice(1));
+ if(d&&d.tagName==='DETAILS'){d.open=true;d.scrollIntoView();}};
+addEventListener('hashchange',opened);opened();
 const tip=document.getElementById('tip');
 document.querySelectorAll('rect.op').forEach(r=>{
  r.addEventListener('mousemove',e=>{tip.textContent=r.dataset.d;tip.style.display='block';
@@ -128,6 +132,12 @@ def _svg(section: Section) -> str:
     return "\n".join(out)
 
 
+def anchor(title: str) -> str:
+    """A section's id in the page: ``ledger 3`` is ``#ledger-3`` (the campaign report
+    links its anomalies here)."""
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+
+
 def render(title: str, sections: Sequence[Section], summary: Iterable[str] = ()) -> str:
     """The whole page; invalid sections first and open."""
     ordered = sorted(sections, key=lambda s: (s.verdict != "invalid", s.title))
@@ -140,7 +150,7 @@ def render(title: str, sections: Sequence[Section], summary: Iterable[str] = ())
     for s in ordered:
         is_open = " open" if s.verdict != "valid" else ""
         parts.append(
-            f"<details{is_open}><summary><b>{html.escape(s.title)}</b> "
+            f"<details id='{anchor(s.title)}'{is_open}><summary><b>{html.escape(s.title)}</b> "
             f"<span class='{s.verdict}'>{s.verdict}</span> ({len(s.bars)} operations)</summary>"
         )
         if s.notes:

@@ -24,6 +24,7 @@ from bkref.impl.cluster.local import LocalCluster
 from bkref.linearizability.durability import describe
 from bkref.nemesis.backends import backend_class, make_backend
 from bkref.nemesis.backends.netns import cleanup as cleanup_netns
+from bkref.nemesis.browser import BrowserError, find_chromium, screenshot
 from bkref.nemesis.docker_engine import missing_packages as docker_missing
 from bkref.nemesis.faults import (
     DEFAULT_KINDS,
@@ -385,6 +386,13 @@ def main(argv: list[str]) -> int:
     (out / "results.json").write_text(json.dumps(campaign, indent=2) + "\n")
     (out / "report.html").write_text(render(campaign, out))
     console.print(f"report: {out / 'report.html'}")
+    if find_chromium() is not None:  # a picture of the page, as a browser draws it
+        try:
+            height = min(16_000, 800 + 1_800 * len(runs))
+            screenshot(out / "report.html", out / "report.png", height=height)
+            console.print(f"report as drawn by Chromium: {out / 'report.png'}")
+        except BrowserError as e:
+            console.print(f"[yellow]no screenshot of the report: {e}[/yellow]")
     if interrupted:
         # The client's threads may be blocked on a cluster that no longer exists, and
         # the interpreter would wait for them at exit: everything is written, so go now.

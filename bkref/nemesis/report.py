@@ -1,11 +1,12 @@
-"""A self-contained HTML report of a campaign: verdicts, anomalies, faults, latencies.
+"""A self-contained HTML report of a campaign: verdicts, figures, anomalies, time series.
 
-Inline CSS and SVG only, no scripts from the network: the file opens
-anywhere. Each run has a chart of throughput over time (acknowledged adds
-and reads per second) with its fault windows shaded and labelled, and links
-to its own timeline (``timeline.html``, drawn by the linearizability
-package) where the operations of every ledger are bars on their process
-lanes.
+One page, no network when it is opened: plotly.js is embedded once. The runs are
+compared in one table; each run then has one figure whose panels (throughput, add
+latency, ledgers awaiting repair) share a time axis with the fault windows shaded
+across all of them (:mod:`bkref.nemesis.report_charts`), and a section per check with
+every figure it reported and its first anomalies, linked into the run's own timeline
+(``timeline.html``, drawn by the linearizability package) where the operations of every
+ledger are bars on their process lanes (:mod:`bkref.nemesis.report_checks`).
 """
 
 from __future__ import annotations
@@ -15,201 +16,157 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bkref.linearizability.durability import describe
-from bkref.nemesis.faults import FAULTS
+from bkref.nemesis.report_charts import figure_html, plotly_js, run_figure
+from bkref.nemesis.report_checks import section
 
 _CSS = """
-body{font:14px system-ui,sans-serif;margin:2em;color:#222;max-width:70em}
-h1{font-size:1.4em} h2{font-size:1.1em;margin-top:1.6em}
+body{font:14px system-ui,sans-serif;margin:2em;color:#222;max-width:90em}
+h1{font-size:1.4em} h2{font-size:1.15em;margin-top:1.8em} h3{font-size:1em;margin:1em 0 .3em}
 table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ddd;padding:3px 8px;
-text-align:left} th{background:#f5f5f5} .valid{color:#1a7f37;font-weight:600}
-.invalid{color:#c62828;font-weight:600} .error{color:#8a6d00;font-weight:600}
-code{background:#f5f5f5;padding:0 3px} svg text{font:11px system-ui,sans-serif}
+text-align:left} th{background:#f5f5f5} td.n{text-align:right}
+.valid{color:#1a7f37;font-weight:600} .invalid{color:#c62828;font-weight:600}
+.error{color:#8a6d00;font-weight:600} code{background:#f5f5f5;padding:0 3px}
 """
 
-# The two throughput lines, the add latencies, and the ledgers awaiting repair; each
-# fault kind's windows are shaded in its record's colour (nemesis.faults).
-_LINES = (("adds", 1, "#1a7f37"), ("reads", 2, "#1565c0"))
-_LATENCY_LINES = (("add p50", 1, "#1a7f37"), ("add p99", 2, "#c62828"))
-_TASK_LINES = (("ledgers marked under-replicated", 1, "#6a1b9a"),)
 
-
-def _verdict(run: dict[str, Any]) -> str:
-    if run["valid"] is None:
+def _verdict(valid: bool | None) -> str:
+    if valid is None:
         return '<span class="error">could not run</span>'
-    return (
-        '<span class="valid">valid</span>'
-        if run["valid"]
-        else '<span class="invalid">INVALID</span>'
-    )
+    return '<span class="valid">valid</span>' if valid else '<span class="invalid">INVALID</span>'
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]], raw: int = 0) -> str:
+    """Cells escaped, except the first ``raw`` columns (HTML already)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
+        "<tr>"
+        + "".join(f"<td>{c if i < raw else html.escape(str(c))}</td>" for i, c in enumerate(row))
+        + "</tr>"
+        for row in rows
     )
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _chart(
-    run: dict[str, Any],
-    rows: Sequence[Sequence[float]],
-    lines: Sequence[tuple[str, int, str]],
-    unit: str,
-    *,
-    width: int = 900,
-    height: int = 220,
-) -> str:
-    """Series per second of the run (``rows``: second, values...) with the fault windows
-    shaded (inline SVG)."""
-    spans: list[dict[str, Any]] = run.get("spans") or []
-    if not rows:
-        return ""
-    left, top, bottom = 50, 10, 40
-    plot_w, plot_h = width - left - 10, height - top - bottom
-    seconds = max(len(rows), max((sp["stop"] for sp in spans), default=0.0), 1.0)
-    peak = max(max(r[c] for _, c, _ in lines) for r in rows) or 1
+def _timeline(run: dict[str, Any], out_dir: Path) -> str:
+    return Path(run["directory"]).relative_to(out_dir).as_posix() + "/timeline.html"
 
-    def x(t: float) -> float:
-        return left + plot_w * t / seconds
 
-    def y(v: float) -> float:
-        return top + plot_h * (1 - v / peak)
+def _figure(check: dict[str, Any] | None, *path: str) -> object:
+    value: Any = check
+    for p in path:
+        value = value.get(p) if isinstance(value, dict) else None
+    return "-" if value is None else f"{value:,}" if isinstance(value, int) else value
 
-    parts = [f'<svg width="{width}" height="{height}" role="img">']
-    lanes: list[float] = []  # the end of the last label in each label row
-    for sp in spans:
-        x0, x1 = x(sp["start"]), x(max(sp["stop"], sp["start"] + seconds / 400))
-        colour = FAULTS[sp["kind"]].colour if sp["kind"] in FAULTS else "#bdbdbd"
-        label = html.escape(f"{sp['kind']} {sp['target']}")
-        lane = next((i for i, end in enumerate(lanes) if end < x0), len(lanes))
-        lanes[lane : lane + 1] = [x0 + 7 * len(label)]
-        parts.append(
-            f'<rect x="{x0:.1f}" y="{top}" width="{x1 - x0:.1f}" height="{plot_h}" '
-            f'fill="{colour}" fill-opacity="0.25"><title>{label}: {sp["start"]:.1f}-'
-            f"{sp['stop']:.1f} s</title></rect>"
-            f'<text x="{x0 + 2:.1f}" y="{top + 12 + 12 * (lane % 4)}" '
-            f'fill="{colour}">{label}</text>'
+
+def _comparison(runs: list[dict[str, Any]], out_dir: Path) -> str:
+    rows = []
+    for i, r in enumerate(runs):
+        checks = r["checks"]
+        anomalies = sum(len(c.get("anomalies") or []) for c in checks.values())
+        per_second = r.get("throughput") or []  # seconds of the workload, not the run's
+        adds = sum(row[1] for row in per_second)
+        link = html.escape(_timeline(r, out_dir))
+        rows.append(
+            [
+                f'<a href="#run-{i}">run {i}</a>',
+                _verdict(r["valid"]),
+                f'<a href="{link}">timeline</a>',
+                r["seed"],
+                f"{sum(r['ops'].values()):,}",
+                f"{adds / max(len(per_second), 1):,.0f}",
+                ", ".join(f"{k} x{v}" for k, v in sorted(r["faults"].items())) or "none",
+                f"{anomalies:,}",
+                _figure(checks.get("durability"), "acknowledged"),
+                _figure(checks.get("durability"), "unknown_ledgers"),
+                _figure(checks.get("trace"), "counts", "explained"),
+                _figure(checks.get("trace"), "counts", "unknown"),
+                r["seconds"],
+            ]
         )
-    for name, column, colour in lines:
-        points = " ".join(f"{x(r[0] + 0.5):.1f},{y(r[column]):.1f}" for r in rows)
-        parts.append(
-            f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="1.5">'
-            f"<title>{name} ({unit})</title></polyline>"
+    return _table(
+        [
+            "run",
+            "verdict",
+            "timeline",
+            "seed",
+            "operations",
+            "adds per s",
+            "faults",
+            "anomalies",
+            "acknowledged entries",
+            "ledgers undecided",
+            "trace: explained",
+            "trace: unknown",
+            "seconds",
+        ],
+        rows,
+        raw=3,
+    )
+
+
+def _run(i: int, r: dict[str, Any], out_dir: Path) -> list[str]:
+    timeline = _timeline(r, out_dir)
+    parts = [
+        f'<h2 id="run-{i}">Run {i} (seed {r["seed"]}): {_verdict(r["valid"])} '
+        f'<small><a href="{html.escape(timeline)}">timeline</a></small></h2>'
+    ]
+    if r["error"]:
+        parts.append(f"<p class=error>{html.escape(r['error'])}</p>")
+    fig = run_figure(r)
+    if fig is not None:
+        parts.append(figure_html(fig, f"chart-run-{i}"))
+    for name, check in sorted(r["checks"].items()):
+        parts.append(section(name, check, timeline))
+    parts.append("<h3>Latency of acknowledged operations</h3>")
+    parts.append(
+        _table(
+            ["op", "ok count", "p50 ms", "p99 ms", "max ms"],
+            [[f, v["count"], v["p50"], v["p99"], v["max"]] for f, v in r["latency_ms"].items()],
         )
-    axis_y = top + plot_h
+    )
+    parts.append("<h3>Fault windows</h3>")
     parts.append(
-        f'<line x1="{left}" y1="{axis_y}" x2="{left + plot_w}" y2="{axis_y}" stroke="#999"/>'
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{axis_y}" stroke="#999"/>'
-        f'<text x="{left - 4}" y="{top + 10}" text-anchor="end">{peak:g}</text>'
-        f'<text x="{left - 4}" y="{axis_y}" text-anchor="end">0</text>'
+        _table(
+            ["fault", "target", "from s", "to s"],
+            [[w["kind"], w["target"], w["start"], w["stop"]] for w in r["windows"]],
+        )
     )
-    step = max(1, round(seconds / 10))
-    parts.extend(
-        f'<text x="{x(t):.1f}" y="{axis_y + 14}" text-anchor="middle">{t}</text>'
-        for t in range(0, int(seconds) + 1, step)
-    )
-    legend = " ".join(
-        f'<tspan fill="{colour}">&#9632; {name} ({unit})</tspan>' for name, _, colour in lines
-    )
-    parts.append(
-        f'<text x="{left}" y="{height - 6}">seconds into the run; {legend}; '
-        "shaded: fault windows</text></svg>"
-    )
-    return "".join(parts)
-
-
-def _anomaly_row(a: dict[str, Any]) -> list[object]:
-    """History anomalies name the operations that prove them; replication and cluster
-    anomalies name entries, bookies or nodes instead: show whatever this one has."""
-    rest = {k: v for k, v in a.items() if k not in ("kind", "ledger", "ops", "message")}
-    witnesses = f"ops {a['ops']}" if "ops" in a else ", ".join(f"{k} {v}" for k, v in rest.items())
-    return [a["kind"], a.get("ledger", "-"), witnesses, a.get("message", "")]
+    if r.get("events"):
+        parts.append(
+            _table(
+                ["fault", "target", "event", "what happened"],
+                [
+                    [
+                        e["kind"],
+                        e["target"],
+                        e["event"],
+                        "; ".join(
+                            f"{k}: {v}"
+                            for k, v in e.items()
+                            if k not in {"kind", "target", "event"}
+                        ),
+                    ]
+                    for e in r["events"]
+                ],
+            )
+        )
+    return parts
 
 
 def render(campaign: dict[str, Any], out_dir: Path) -> str:
     runs: list[dict[str, Any]] = campaign["runs"]
+    plant = campaign.get("plant")
     parts = [
-        f"<!doctype html><meta charset=utf-8><title>bkref campaign</title><style>{_CSS}</style>",
+        "<!doctype html><html><head><meta charset=utf-8><title>bkref campaign</title>",
+        f"<style>{_CSS}</style><script>{plotly_js()}</script></head><body>",
         "<h1>bkref campaign</h1>",
         f"<p>{len(runs)} run(s), faults <code>{html.escape(','.join(campaign['faults']))}</code>, "
         f"{campaign['time']} s each, backend <code>{html.escape(campaign['backend'])}</code>"
-        + (
-            f", planted bug(s) <code>{html.escape(','.join(campaign['plant']))}</code>"
-            if campaign.get("plant")
-            else ""
-        )
-        + ". "
-        f"Verdict: {_verdict({'valid': campaign['valid']})}</p>",
-        _table(
-            ["run", "seed", "verdict", "ops", "faults", "seconds", "timeline"],
-            [
-                [
-                    i,
-                    r["seed"],
-                    "valid"
-                    if r["valid"]
-                    else ("could not run" if r["valid"] is None else "INVALID"),
-                    sum(r["ops"].values()),
-                    ", ".join(f"{k} x{v}" for k, v in sorted(r["faults"].items())) or "none",
-                    r["seconds"],
-                    Path(r["directory"]).relative_to(out_dir).as_posix() + "/timeline.html",
-                ]
-                for i, r in enumerate(runs)
-            ],
-        ),
+        + (f", planted bug(s) <code>{html.escape(','.join(plant))}</code>" if plant else "")
+        + f". Verdict: {_verdict(campaign['valid'])}</p>",
+        _comparison(runs, out_dir),
     ]
     for i, r in enumerate(runs):
-        parts.append(f"<h2>Run {i} (seed {r['seed']}): {_verdict(r)}</h2>")
-        if r["error"]:
-            parts.append(f"<p class=error>{html.escape(r['error'])}</p>")
-        parts.append(_chart(r, r.get("throughput") or [], _LINES, "per second"))
-        parts.append(_chart(r, r.get("add_latency") or [], _LATENCY_LINES, "ms"))
-        # Re-replication: the count rises while bookies are lost and falls to 0 as the
-        # replication workers repair, past the heal and through the convergence phase.
-        parts.append(_chart(r, r.get("under_replicated") or [], _TASK_LINES, "ledgers"))
-        for name, check in sorted(r["checks"].items()):
-            counts = html.escape(str(check.get("counts", {})))
-            parts.append(f"<p>{html.escape(name)}: {_verdict(check)} {counts}</p>")
-            if name == "durability" and check.get("unknown_ledgers"):
-                parts.append(f"<p>{html.escape(describe(check))}</p>")
-            if check["anomalies"]:
-                parts.append(
-                    _table(
-                        ["kind", "ledger", "witnesses", "what"],
-                        [_anomaly_row(a) for a in check["anomalies"][:50]],
-                    )
-                )
-        parts.append(
-            _table(
-                ["op", "ok count", "p50 ms", "p99 ms", "max ms"],
-                [[f, v["count"], v["p50"], v["p99"], v["max"]] for f, v in r["latency_ms"].items()],
-            )
-        )
-        parts.append(
-            _table(
-                ["fault", "target", "from s", "to s"],
-                [[w["kind"], w["target"], w["start"], w["stop"]] for w in r["windows"]],
-            )
-        )
-        if r.get("events"):
-            parts.append(
-                _table(
-                    ["fault", "target", "event", "what happened"],
-                    [
-                        [
-                            e["kind"],
-                            e["target"],
-                            e["event"],
-                            "; ".join(
-                                f"{k}: {v}"
-                                for k, v in e.items()
-                                if k not in {"kind", "target", "event"}
-                            ),
-                        ]
-                        for e in r["events"]
-                    ],
-                )
-            )
+        parts += _run(i, r, out_dir)
+    parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from bkref.linearizability.timeline import MAX_BARS, Bar, Section, render
+from bkref.linearizability.timeline import MAX_BARS, Bar, Section, anchor, render
 
 
 def test_page_has_lanes_bars_window_and_no_network() -> None:
@@ -30,3 +30,11 @@ def test_big_sections_show_the_bars_around_the_failure() -> None:
     assert page.count('class="op ') <= MAX_BARS + 1
     assert "hot" in page
     assert "around the failure" in page
+
+
+def test_each_section_is_an_anchor_the_campaign_report_links_to() -> None:
+    bars = [Bar("0", 0, 1, "add(0, 'a')", "ok")]
+    page = render("t", [Section("ledger 12", "valid", bars, [], None)])
+    assert anchor("ledger 12") == "ledger-12"
+    assert "<details id='ledger-12'>" in page  # valid: closed until its link opens it
+    assert "location.hash" in page
