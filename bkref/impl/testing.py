@@ -69,6 +69,7 @@ class Clusters:
         *,
         autorecovery: bool = False,
         trace_dir: Path | None = None,
+        metrics: bool = False,
         **overrides: object,
     ) -> LocalCluster:
         cluster = LocalCluster(
@@ -76,6 +77,7 @@ class Clusters:
             dict(overrides),
             autorecovery=autorecovery,
             trace_dir=trace_dir,
+            metrics=metrics,
         )
         self.made.append(cluster)  # before up(): a cluster half started is stopped too
         cluster.up(bookies, zk_connect=self.zk_connect)

@@ -51,7 +51,7 @@ def _check_value(name: str, kind: str, value: object) -> str | None:
     elif type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
         return "must be a number"
     assert isinstance(value, int | float)
-    if name == "bookiePort" and not 1 <= value <= 65535:
+    if name in ("bookiePort", "httpServerPort") and not 1 <= value <= 65535:
         return "must be a port from 1 to 65535"
     if name in _FRACTIONS and not 0 <= value <= 1:
         return "must be a fraction from 0 to 1"
@@ -88,6 +88,9 @@ class BookieConfig:
     diskUsageLwmThreshold: float = 0.90  # noqa: N815
     diskCheckInterval: int = 10000  # noqa: N815
     nettyMaxFrameSizeBytes: int = 5242880  # noqa: N815
+    # BookKeeper's HTTP server: /metrics (Prometheus) and the admin API (bkref.impl.metrics).
+    httpServerEnabled: bool = False  # noqa: N815
+    httpServerPort: int = 8080  # noqa: N815
     # AutoRecovery (auditor and replication worker), BookKeeper's names and defaults.
     autoRecoveryDaemonEnabled: bool = False  # noqa: N815
     lostBookieRecoveryDelay: int = 0  # noqa: N815 (seconds)

@@ -9,10 +9,14 @@ import signal
 import sys
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from bkref.impl.bookie.config import BookieConfig, ConfigError, load_for_cli
 from bkref.impl.bookie.cookie import CookieMismatchError
 from bkref.impl.bookie.server import Bookie
 from bkref.impl.cli.plants import add_plant_argument, plants_of
+from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.metrics import AdminState, BookieMetrics, MetricsServer
 from bkref.impl.trace import Tracer, new_node_tracer
 
 
@@ -83,7 +87,10 @@ def main(argv: list[str]) -> int:
             print(f"bkref bookie: --trace {args.trace}: not a directory", file=sys.stderr)
             return 2
         tracer = Tracer(args.trace, config.bookie_id)
-    bookie = Bookie(config, plants=plants, tracer=tracer)
+    registry = CollectorRegistry() if config.httpServerEnabled else None
+    metrics = None if registry is None else BookieMetrics(registry)
+    bookie = Bookie(config, plants=plants, tracer=tracer, metrics=metrics)
+    http: MetricsServer | None = None
     try:
         bookie.open_storage_and_register()
     except CookieMismatchError as e:
@@ -102,6 +109,23 @@ def main(argv: list[str]) -> int:
             for lg, (mask, fenced, lac) in bookie.storage.contents().items()
         }
         tracer.step("bookie_restarts", bookie=config.bookie_id, ledgers=ledgers)
+    if registry is not None:
+        assert bookie.store is not None
+        urm = UnderreplicationManager(bookie.store.zk, config.zkLedgersRootPath)
+        state = AdminState(
+            config.ledgerDirectories[0],
+            read_only=lambda: bookie.core.read_only,
+            under_replicated=urm.ledger_ids,
+        )
+        try:
+            http = MetricsServer(config.httpServerPort, registry, state).start()
+        except OSError as e:
+            print(
+                f"bkref bookie: cannot serve metrics on port {config.httpServerPort}: {e}",
+                file=sys.stderr,
+            )
+            bookie.close()
+            return 2
 
     async def run() -> None:
         loop = cancel_on_signals()
@@ -124,7 +148,7 @@ def main(argv: list[str]) -> int:
                 if args.trace is None
                 else new_node_tracer(args.trace, f"autorecovery-{config.bookie_id}")
             )
-            ar = AutoRecovery(config, plants=plants, tracer=ar_tracer)
+            ar = AutoRecovery(config, plants=plants, tracer=ar_tracer, registry=registry)
             await asyncio.gather(bookie.serve(), ar.run())
         else:
             await bookie.serve()
@@ -137,5 +161,7 @@ def main(argv: list[str]) -> int:
         print(f"bkref bookie: cannot serve on port {config.bookiePort}: {e}", file=sys.stderr)
         return 2
     finally:
+        if http is not None:
+            http.close()
         bookie.close()
     return 0

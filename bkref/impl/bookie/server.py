@@ -37,6 +37,7 @@ from bkref.impl.core.frames import (
 )
 from bkref.impl.meta.store import NoSuchLedgerError, ZkMetadataStore, connect
 from bkref.impl.meta.underreplication import UnderreplicationManager
+from bkref.impl.metrics import BookieMetrics
 from bkref.impl.storage.bookie_storage import BookieStorage
 from bkref.impl.trace import Tracer
 
@@ -51,8 +52,12 @@ class Bookie:
         plants: frozenset[str] = frozenset(),
         clock: Clock = SYSTEM_CLOCK,
         tracer: Tracer | None = None,
+        metrics: BookieMetrics | None = None,
     ) -> None:
         self.config = config
+        # Latencies for /metrics (off: None); a request's arrival, by its object's id.
+        self.metrics = metrics
+        self._arrived: dict[int, float] = {}
         self.tracer = tracer  # protocol steps, for trace validation (off: None)
         self._decided: dict[int, int] = {}  # traced request (its id) -> when the core decided
         self.plants = plants  # planted bugs (test-only) of its storage and AutoRecovery
@@ -92,6 +97,8 @@ class Bookie:
             Path(c.journalDirectory), Path(c.ledgerDirectories[0]), c.storage(), plants=self.plants
         )
         self.core = BookieCore(self.storage.ledger_infos())
+        if self.metrics is not None:
+            self.storage.journal.on_commit = self.metrics.journal_commit
         self.registration = Registration(self.store, self.bookie_id, c.rack, self.tracer)
 
     async def serve(self) -> None:
@@ -329,6 +336,8 @@ class Bookie:
             writer.close()
 
     def _dispatch(self, req: Message, out: _Out) -> None:
+        if self.metrics is not None and isinstance(req, AddRequest | ReadRequest):
+            self._arrived[id(req)] = time.perf_counter()
         if self.tracer is not None:
             # When the core decided: a fence takes effect here, its reply waits for the
             # journal, and adds refused meanwhile are answered (and logged) before it.
@@ -385,6 +394,7 @@ class Bookie:
             self._reply(req, d, out, err)
 
     def _reply(self, req: Message, d: BookieDecision, out: _Out, err: BaseException | None) -> None:
+        arrived = self._arrived.pop(id(req), None) if self.metrics is not None else None
         if out.writer.is_closing() and self.tracer is None:
             return
         resp: Response | None
@@ -405,6 +415,9 @@ class Bookie:
                 resp = self.core.read_result(d.read, body)
         else:
             resp = d.reply
+        if resp is not None and arrived is not None and self.metrics is not None:
+            kind = "add" if isinstance(req, AddRequest) else "read"
+            self.metrics.request(kind, time.perf_counter() - arrived, resp.status is Status.OK)
         if resp is not None:
             if self.tracer is not None:
                 # Logged even if the client is gone: the step happened, its answer is lost.

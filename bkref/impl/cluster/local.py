@@ -48,6 +48,7 @@ class BookieProcess:
     port: int
     directory: str
     pid: int | None = None
+    http_port: int | None = None  # its /metrics and admin API (None: not served)
 
     @property
     def bookie_id(self) -> str:
@@ -84,6 +85,7 @@ class LocalCluster:
     autorecovery: bool = False  # each bookie process also runs an AutoRecovery node
     plants: frozenset[str] = frozenset()  # planted bugs (test-only): `bkref bookie --plant`
     trace_dir: Path | None = None  # bookies log their protocol steps here (`--trace`)
+    metrics: bool = False  # each bookie serves /metrics and the admin API on a port of its own
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -123,6 +125,9 @@ class LocalCluster:
         d.mkdir(parents=True, exist_ok=True)
         b = BookieProcess(i, free_port(), str(d))
         settings = {**self.bookie_overrides, **overrides}
+        if self.metrics:
+            b.http_port = free_port()
+            settings |= {"httpServerEnabled": True, "httpServerPort": b.http_port}
         cfg = BookieConfig.from_dict(
             {
                 "bookiePort": b.port,
@@ -305,6 +310,7 @@ class LocalCluster:
             "zk_root": self.zk_root,
             "has_zookeeper": self.zookeeper is not None,
             "autorecovery": self.autorecovery,
+            "metrics": self.metrics,
             "plants": sorted(self.plants),
             "trace_dir": None if self.trace_dir is None else str(self.trace_dir),
             "bookie_overrides": self.bookie_overrides,
@@ -329,6 +335,7 @@ class LocalCluster:
                 dict(state["bookie_overrides"]),
                 zk_root=state["zk_root"],
                 autorecovery=bool(state.get("autorecovery", False)),
+                metrics=bool(state.get("metrics", False)),
                 plants=frozenset(state.get("plants", ())),
                 trace_dir=None if state.get("trace_dir") is None else Path(state["trace_dir"]),
             )

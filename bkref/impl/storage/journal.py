@@ -74,6 +74,10 @@ class Journal:
         self.batches = 0
         self.records = 0
         self.wait_seconds = 0.0  # sum over records of queue-to-durable time
+        # Told of each group commit on the journal thread: its fdatasync's seconds (None:
+        # not synced) and each record's queue-to-durable seconds (the bookie's metrics).
+        self.on_commit: Callable[[float | None, list[float]], None] | None = None
+        self._last_sync: float | None = None
         self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
         self._thread.start()
 
@@ -131,6 +135,8 @@ class Journal:
             self._commit(batch)
             now = time.monotonic()
             self.wait_seconds += sum(now - q for q in queued)
+            if self.on_commit is not None:
+                self.on_commit(self._last_sync, [now - q for q in queued])
 
     def _commit(self, batch: list[tuple[bytes, Callback]]) -> None:
         err: BaseException | None = None
@@ -140,8 +146,11 @@ class Journal:
             while view:
                 n = self._disk.write(self._fd, view)
                 view = view[n:]
+            self._last_sync = None
             if self.sync_data and not self._ack_before_fsync:  # the plant syncs only on roll
+                synced = time.monotonic()
                 self._disk.fdatasync(self._fd)
+                self._last_sync = time.monotonic() - synced
             self._size += len(data)
             with self._mark_lock:
                 self._mark = LogMark(self._id, self._size)
