@@ -23,7 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ from bkref.nemesis.backends.base import Backend
 from bkref.nemesis.faults import VICTIM_KINDS, FaultWindow
 from bkref.nemesis.generator import ScheduleSpec, schedule
 from bkref.nemesis.nemesis import Log, Nemesis
+from bkref.nemesis.scrape import Scraper
 from bkref.nemesis.workload import Workload
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ class Phases:
     windows: list[FaultWindow]
     after: dict[str, Any]  # the convergence phase's findings ({} without AutoRecovery)
     under_replicated: list[list[int]]  # [second, ledgers marked] over the run
+    # The bookies' /metrics, scraped once a second (bkref.nemesis.scrape): series by name.
+    scraped: dict[str, Any] = field(default_factory=dict)
 
 
 async def drive(  # noqa: PLR0917 (one run's parts, each used once)
@@ -91,6 +94,9 @@ async def drive(  # noqa: PLR0917 (one run's parts, each used once)
     nemesis.find_auditor = _auditor_finder(bk, backend)
     sampler = _TaskSampler(UnderreplicationManager(bk.meta.zk, bk.root), recorder.elapsed_ns)
     sampler.start()
+    targets = backend.metrics_targets()
+    scraper = Scraper(targets, recorder.elapsed_ns, backend.scrape_in).start() if targets else None
+    scraped: dict[str, Any] = {}
     try:
         workload = Workload(
             bk,
@@ -121,10 +127,12 @@ async def drive(  # noqa: PLR0917 (one run's parts, each used once)
             after = await _convergence(spec, bk, counts, rng, log)
     finally:
         sampler.stop()
+        if scraper is not None:
+            scraped = scraper.stop()
         await bk.close()
         if tracer is not None:
             tracer.close()
-    return Phases(counts, windows, after, sampler.series())
+    return Phases(counts, windows, after, sampler.series(), scraped)
 
 
 async def _convergence(

@@ -115,6 +115,13 @@ def _run(i: int, r: dict[str, Any], out_dir: Path) -> list[str]:
     fig = run_figure(r)
     if fig is not None:
         parts.append(figure_html(fig, f"chart-run-{i}"))
+    scrapes = (r.get("scraped") or {}).get("scrapes")
+    if scrapes:
+        parts.append(
+            f"<p>The bookies' <code>/metrics</code>, scraped once a second: "
+            f"{scrapes['ok']:,} scrapes, {scrapes['failed']:,} failed (a bookie killed, "
+            "paused or starting: a gap in its series).</p>"
+        )
     for name, check in sorted(r["checks"].items()):
         parts.append(section(name, check, timeline))
     parts.append("<h3>Latency of acknowledged operations</h3>")

@@ -35,12 +35,20 @@ class Series:
 
 @dataclass(frozen=True)
 class Panel:
-    """One subplot: a run field of per-second rows and the series drawn from it."""
+    """One subplot: a run field of per-second rows and the series drawn from it;
+    ``field`` may be dotted (``scraped.add_latency``: the bookies' /metrics)."""
 
     field: str
     title: str
     unit: str
     series: tuple[Series, ...]
+    instead_of: str | None = None  # a panel this one replaces when it has data
+
+    def rows(self, run: dict[str, Any]) -> list[list[float]]:
+        value: Any = run
+        for part in self.field.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value or []
 
 
 PANELS = (
@@ -57,12 +65,44 @@ PANELS = (
         (Series("add p50", 1, "#1a7f37"), Series("add p99", 2, "#c62828")),
     ),
     Panel(
+        "scraped.add_latency",
+        "add latency at the bookies (/metrics: bookkeeper_server_ADD_ENTRY)",
+        "ms",
+        (Series("bookie add p50", 1, "#00897b"), Series("bookie add p99", 2, "#ef6c00")),
+    ),
+    Panel(
+        "scraped.journal_sync",
+        "journal fdatasync (/metrics: bookie_journal_JOURNAL_SYNC)",
+        "ms",
+        (Series("fdatasync p50", 1, "#5d4037"), Series("fdatasync p99", 2, "#d81b60")),
+    ),
+    Panel(
         "under_replicated",
-        "ledgers marked under-replicated",
+        "ledgers marked under-replicated (ZooKeeper, sampled by the campaign)",
         "ledgers",
         (Series("under-replicated", 1, "#6a1b9a"),),
     ),
+    Panel(
+        "scraped.under_replicated",
+        "ledgers marked under-replicated (/metrics: bkref_under_replicated_ledgers)",
+        "ledgers",
+        (Series("under-replicated", 1, "#6a1b9a"),),
+        instead_of="under_replicated",
+    ),
+    Panel(
+        "scraped.rereplication",
+        "re-replication (/metrics: replication_worker_NUM_BYTES_WRITTEN)",
+        "bytes per second",
+        (Series("copied", 1, "#283593"),),
+    ),
 )
+
+
+def panels_of(run: dict[str, Any]) -> list[Panel]:
+    """The panels with data, a panel's replacement taking its place."""
+    have = [p for p in PANELS if p.rows(run)]
+    replaced = {p.instead_of for p in have}
+    return [p for p in have if p.field not in replaced]
 
 
 def plotly_js() -> str:
@@ -72,7 +112,7 @@ def plotly_js() -> str:
 
 def axis_end(run: dict[str, Any]) -> float:
     """The seconds every panel spans: to the last sample or fault window, whichever ends last."""
-    ends = [float(len(run.get(p.field) or [])) for p in PANELS]
+    ends = [max((r[0] + 1.0 for r in p.rows(run)), default=0.0) for p in PANELS]
     ends += [float(sp["stop"]) for sp in run.get("spans") or []]
     return max([*ends, 1.0])
 
@@ -107,7 +147,7 @@ def fault_labels(spans: Sequence[dict[str, Any]], seconds: float) -> list[Label]
 
 def run_figure(run: dict[str, Any]) -> go.Figure | None:
     """The run's panels with data, on one time axis; None when it has no series at all."""
-    panels = [p for p in PANELS if run.get(p.field)]
+    panels = panels_of(run)
     if not panels:
         return None
     seconds = axis_end(run)
@@ -122,7 +162,7 @@ def run_figure(run: dict[str, Any]) -> go.Figure | None:
         subplot_titles=[p.title for p in panels],
     )
     for row, p in enumerate(panels, start=1):
-        rows: list[list[float]] = run[p.field]
+        rows = p.rows(run)
         for s in p.series:
             fig.add_trace(
                 go.Scatter(

@@ -95,6 +95,8 @@ class RunResult:
     # Per second of the run (safety, final and convergence phases): ledgers marked
     # under-replicated, sampled from ZooKeeper: the re-replication progress.
     under_replicated: list[list[int]] = field(default_factory=list)
+    # The bookies' /metrics over the run (bkref.nemesis.scrape.series), and scrape counts.
+    scraped: dict[str, Any] = field(default_factory=dict)
 
 
 class _CountingRecorder(Recorder):
@@ -210,6 +212,7 @@ def run_once(
         add_latency=metrics.add_latency(ops),
         spans=metrics.spans(ops),
         under_replicated=phases.under_replicated,
+        scraped=phases.scraped,
     )
     (directory / "results.json").write_text(json.dumps(asdict(result), indent=2) + "\n")
     return result

@@ -75,6 +75,11 @@ def run_result(tmp_path: Path, i: int = 0, *, valid: bool = False) -> dict[str, 
             {"kind": "pause", "target": "bookie-4", "start": 21.0, "stop": 23.0},
             {"kind": "partition", "target": "majorities-ring", "start": 69.0, "stop": 70.5},
         ],
+        scraped={
+            "scrapes": {"ok": 300, "failed": 12},
+            "add_latency": [[s, 1.5, 9.0] for s in range(58)],
+            "under_replicated": [[s, max(0, 18 - abs(s - 31))] for s in range(70)],
+        },
     )
     return asdict(run)
 
@@ -114,8 +119,12 @@ def test_each_run_has_one_chart_with_every_series_and_the_script_is_embedded(
     assert page.count('class="plotly-graph-div"') == 2
     assert 'id="chart-run-0"' in page
     assert 'id="chart-run-1"' in page
-    for name in ("adds (per second)", "add p99 (ms)", "under-replicated (ledgers)"):
-        assert page.count(name) == 2, name
+    for name in ("adds (per second)", "add p99 (ms)", "bookie add p99 (ms)"):
+        assert page.count(f'"{name}"') == 2, name  # a trace's name, in each run's figure
+    # The bookies' own count of marked ledgers (/metrics) replaces the campaign's sample.
+    assert page.count("bkref_under_replicated_ledgers") == 2
+    assert "sampled by the campaign" not in page
+    assert "300 scrapes, 12 failed" in _text(page)
     assert "cdn.plot.ly" not in _text(page)  # no network at view time
     assert page.count("Plotly.newPlot") >= 2
 

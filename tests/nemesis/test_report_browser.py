@@ -24,13 +24,14 @@ def test_the_report_draws_every_chart_on_one_time_axis_without_errors(tmp_path: 
     assert seen["errors"] == []
     assert [c["id"] for c in seen["charts"]] == ["chart-run-0", "chart-run-1"]
     for chart in seen["charts"]:
-        # Six traces (adds, reads, two latencies, under-replicated), each with its points.
-        assert chart["points"] == [60, 60, 55, 55, 72], chart
-        # Three panels, one axis: every x range is the run's 0-72 s.
-        assert chart["xranges"] == [[0, 72]] * 3, chart
-        # Three panel titles and four fault labels; the overlapping windows'
+        # Seven traces (adds, reads, the clients' two add latencies, the bookies' two from
+        # /metrics, the ledgers under-replicated from /metrics), each with its points.
+        assert chart["points"] == [60, 60, 55, 55, 58, 58, 70], chart
+        # Four panels, one axis: every x range is the run's 0-72 s (its longest series).
+        assert chart["xranges"] == [[0, 72]] * 4, chart
+        # Four panel titles and four fault labels; the overlapping windows'
         # ("lose-unsynced bookie-4" and "pause bookie-4") in two lanes.
-        assert chart["annotations"] == 7, chart
+        assert chart["annotations"] == 8, chart
         assert chart["overlaps"] == [], chart
     png = screenshot(page, tmp_path / "report.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

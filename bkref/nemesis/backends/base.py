@@ -43,6 +43,7 @@ AUTORECOVERY_SETTINGS: dict[str, object] = {
     "auditorPeriodicCheckInterval": 30,
 }
 BOOKIE_BASE_PORT = 3181  # bookie i serves on 127.0.0.1:<this + i> (node networks)
+HTTP_BASE_PORT = 8080  # and its /metrics and admin API on <this + i> (httpServerPort)
 ZK_ROOT = "/ledgers"
 COOKIE_EXIT = 3  # `bkref bookie` exits with 3 when its cookie check refuses to start
 
@@ -162,6 +163,15 @@ class Backend(ABC):
         """Call ``fn`` where the workload's clients live (their network namespace)."""
         return fn()
 
+    def metrics_targets(self) -> dict[str, str]:
+        """Each bookie's HTTP server (``http://host:port``), which serves ``/metrics``."""
+        return {}
+
+    def scrape_in(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` where every bookie's HTTP server can be reached and no partition
+        cuts it off."""
+        fn()
+
     @abstractmethod
     def logs(self) -> dict[str, str]:
         """The tail of each node's log."""
@@ -190,6 +200,18 @@ class NodeNetwork(Backend):
         """The port each bookie serves on, at 127.0.0.1 in its own node."""
         return {b: BOOKIE_BASE_PORT + i for i, b in enumerate(self.bookies)}
 
+    @property
+    def http_ports(self) -> dict[str, int]:
+        """The port of each bookie's /metrics and admin API, at 127.0.0.1 in its node."""
+        return {b: HTTP_BASE_PORT + i for i, b in enumerate(self.bookies)}
+
+    @abstractmethod
+    def node_ip(self, node: str) -> str:
+        """``node``'s address on the nodes' network."""
+
+    def metrics_targets(self) -> dict[str, str]:
+        return {b: f"http://{self.node_ip(b)}:{port}" for b, port in self.http_ports.items()}
+
     def bookie_config(self, b: str, root: str) -> BookieConfig:
         """Bookie ``b``'s config, with its journal and ledgers under ``root``."""
         return BookieConfig.from_dict(
@@ -200,20 +222,23 @@ class NodeNetwork(Backend):
                 "zkServers": self.zk_connect,
                 "zkLedgersRootPath": ZK_ROOT,
                 "rack": f"/rack-{self.bookies.index(b)}",
+                "httpServerEnabled": True,
+                "httpServerPort": self.http_ports[b],
                 **bookie_settings(self.autorecovery),
             }
         )
 
     def forwarding_rules(self, node: str, ip: Callable[[str], str]) -> list[str]:
-        """iptables nat rules for ``node``: its bookie's port (if it has one) forwarded from
-        its address to its loopback, every other bookie's 127.0.0.1:<port> sent to that
-        bookie's address, and loopback sources rewritten to its own address."""
-        rules = []
-        if node in self.ports:
-            rules.append(
-                f"-A PREROUTING -i eth0 -p tcp --dport {self.ports[node]} "
-                f"-j DNAT --to-destination 127.0.0.1:{self.ports[node]}"
-            )
+        """iptables nat rules for ``node``: its bookie's ports (if it has one: the bookie's
+        and its HTTP server's) forwarded from its address to its loopback, every other
+        bookie's 127.0.0.1:<port> sent to that bookie's address, and loopback sources
+        rewritten to its own address."""
+        rules = [
+            f"-A PREROUTING -i eth0 -p tcp --dport {port[node]} "
+            f"-j DNAT --to-destination 127.0.0.1:{port[node]}"
+            for port in (self.ports, self.http_ports)
+            if node in port
+        ]
         rules += [
             f"-A OUTPUT -d 127.0.0.1/32 -p tcp --dport {port} "
             f"-j DNAT --to-destination {ip(other)}:{port}"

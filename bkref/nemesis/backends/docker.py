@@ -410,6 +410,12 @@ class DockerBackend(NodeNetwork):
     def run_client(self, fn: Callable[[], T]) -> T:
         return run_in_netns(self.engine.netns, fn)
 
+    def node_ip(self, node: str) -> str:
+        return self.ip(node)
+
+    def scrape_in(self, fn: Callable[[], None]) -> None:
+        run_in_netns(self.engine.netns, fn)
+
     def logs(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for node, c in self.containers.items():

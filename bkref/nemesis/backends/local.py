@@ -41,6 +41,7 @@ class LocalBackend(Backend):
             bookie_overrides=bookie_settings(autorecovery),
             plants=plants,
             trace_dir=self.trace_dir,
+            metrics=True,  # each bookie's /metrics, scraped for the report
         )
 
     def setup(self) -> None:
@@ -53,6 +54,13 @@ class LocalBackend(Backend):
     @property
     def zk_connect(self) -> str:
         return self.cluster.zk_hosts
+
+    def metrics_targets(self) -> dict[str, str]:
+        return {
+            f"bookie-{b.index}": f"http://127.0.0.1:{b.http_port}"
+            for b in self.cluster.bookies
+            if b.http_port is not None
+        }
 
     def _index(self, node: str) -> int:
         prefix, _, number = node.partition("-")

@@ -310,6 +310,12 @@ class NamespaceBackend(NodeNetwork):
     def run_client(self, fn: Callable[[], T]) -> T:
         return run_in_netns(self.net.nodes["client"].netns, fn)
 
+    def node_ip(self, node: str) -> str:
+        return self.net.nodes[node].ip
+
+    def scrape_in(self, fn: Callable[[], None]) -> None:
+        run_in_netns(self.net.nodes["admin"].netns, fn)  # no grudge names admin
+
     def logs(self) -> dict[str, str]:
         out = {name: log_tail(Path(s.log), 200) for name, s in self.services.items()}
         if self.ensemble is not None:
