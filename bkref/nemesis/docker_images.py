@@ -46,8 +46,15 @@ BASE_PACKAGES = (
     "default-jre-headless",
     "zookeeper",
 )
-# Python packages node processes import (impl: kazoo, crc32c; the client role: orjson, rich).
-NODE_REQUIREMENTS = ("kazoo>=2.10", "crc32c>=2.4", "orjson>=3.9", "rich>=13")
+# Python packages node processes import (impl: kazoo, crc32c, prometheus-client; the client
+# role: orjson, rich).
+NODE_REQUIREMENTS = (
+    "kazoo>=2.10",
+    "crc32c>=2.4",
+    "prometheus-client>=0.20",
+    "orjson>=3.9",
+    "rich>=13",
+)
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 
