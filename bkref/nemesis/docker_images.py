@@ -8,8 +8,8 @@ No image registry is reachable and containers have no egress, so:
    ``~/.cache/bkref/docker/`` by a hash of the package list and the script,
    then ``docker import``-ed as ``bkref-base:<hash>``;
 2. ``bkref/docker/Dockerfile`` adds a venv with bkref and the dependencies node
-   processes import (kazoo, crc32c; orjson and rich for the client role),
-   from wheels built on the host (the host's python3 is bookworm's 3.11).
+   processes import (kazoo, crc32c, prometheus-client; orjson and rich for the client
+   role), from wheels built on the host (the host's python3 is bookworm's 3.11).
 
 A second build reuses the cached tarball, the imported base and Docker's
 layer cache: only the layer with bkref's own wheel is rebuilt.

@@ -37,6 +37,12 @@ def _parser() -> argparse.ArgumentParser:
         help="run AutoRecovery (auditor election and a replication worker) in every bookie",
     )
     up.add_argument(
+        "--metrics",
+        action="store_true",
+        help="every bookie serves /metrics and the admin API (httpServerEnabled) on a "
+        "port of its own; `status` shows where",
+    )
+    up.add_argument(
         "--set",
         action="append",
         default=[],
@@ -85,7 +91,9 @@ def main(argv: list[str]) -> int:
                 overrides = _overrides(args.set)
             except ConfigError as e:
                 return _bad(str(e))
-            cluster = LocalCluster(args.dir, overrides, autorecovery=args.autorecovery)
+            cluster = LocalCluster(
+                args.dir, overrides, autorecovery=args.autorecovery, metrics=args.metrics
+            )
             try:
                 cluster.up(args.bookies, timeout=args.timeout)
             except BaseException:
@@ -105,7 +113,11 @@ def main(argv: list[str]) -> int:
                 print(f"zookeeper connect string: {cluster.zk_hosts}")
                 for r in rows:
                     state = "running" if r["alive"] else "stopped"
-                    print(f"{r['role']:<10} {r['address']:<22} pid {r['pid'] or '-':<8} {state}")
+                    where = f"  {r['metrics']}/metrics" if "metrics" in r else ""
+                    print(
+                        f"{r['role']:<10} {r['address']:<22} pid {r['pid'] or '-':<8} {state}"
+                        + where
+                    )
             return 0 if all(r["alive"] for r in rows) else 1
         cluster.down()
         print(f"stopped every process of the cluster in {args.dir}")

@@ -299,6 +299,7 @@ class LocalCluster:
                 "pid": b.pid,
                 "alive": bool(b.pid and pid_alive(b.pid)),
                 "directory": b.directory,
+                **({} if b.http_port is None else {"metrics": f"http://127.0.0.1:{b.http_port}"}),
             }
             for b in self.bookies
         ]
