@@ -124,12 +124,18 @@ def run_all(
     return delivered
 
 
-def write_entries(cluster: SimCluster, store: MetaStore, digest: Digest, n: int) -> None:
-    """A writer adds entries 0..n-1 to the store's ledger and every add completes."""
+def write_entries(
+    cluster: SimCluster, store: MetaStore, digest: Digest, n: int, *, one_at_a_time: bool = False
+) -> None:
+    """A writer adds entries 0..n-1 to the store's ledger and every add completes; one at
+    a time, each entry after the first piggybacks the LAC of the one before."""
     w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
     wd = Driver(cluster, store, w, "w")
     for i in range(n):
         w.add(b"e%d" % i)
+        if one_at_a_time:
+            wd.pump()
+            run_all(cluster, {"w": wd}, None)
     wd.pump()
     run_all(cluster, {"w": wd}, None)
     assert [c.entry_id for c in wd.completed] == list(range(n))

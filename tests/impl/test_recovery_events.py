@@ -7,7 +7,6 @@ from bkref.impl.core.actions import Action, NeedReplacement, SendAdd, SendRead, 
 from bkref.impl.core.frames import Status
 from bkref.impl.core.recovery import LedgerRecovery, RecoveryPhase
 from bkref.impl.core.sim import SimCluster
-from bkref.impl.core.writer import LedgerWriter
 from tests.impl.client_sim import LEDGER, Driver, run_all, setup_cluster, write_entries
 
 
@@ -60,12 +59,7 @@ def test_a_write_back_bookie_without_a_spare_does_not_stop_the_next_ones_replace
     replacement (say its rack has no spare), b0 gets b3: with b2 that is Aq, and the
     recovery closes. Dropping b0 from the queue with b1 would fail it."""
     cluster, store, digest = setup_cluster(3, 3, 2, 4)
-    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
-    wd = Driver(cluster, store, w, "w")
-    for body in (b"a", b"b", b"c"):  # one at a time: entry 2 piggybacks LAC 1
-        w.add(body)
-        wd.pump()
-        run_all(cluster, {"w": wd}, None)
+    write_entries(cluster, store, digest, 3, one_at_a_time=True)  # entry 2 piggybacks LAC 1
     r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
     rd = HoldingDriver(cluster, store, r, "r")
     rd.needs = []

@@ -113,21 +113,27 @@ def test_a_bookie_failing_during_a_change_gets_its_own_change_once_the_first_lan
         w.replace("b2", "b4")  # only the bookie the writer asked about
 
 
-def test_a_change_retried_on_a_worker_swap_keeps_the_swap_and_its_own_segment() -> None:
-    # BOOKKEEPER-667: the retry writes the stored earlier segments, not the writer's view.
-    w, store = _writer()
+def _retry_after_a_swap(w: LedgerWriter, store: MetaStore) -> WriteMetadata:
+    """b0 replaced by b3 from entry 3; then a worker swaps b4 into segment 0 while the
+    writer replaces b1 by b5: the writer's CAS fails, and it retries at the new version."""
     _land(w, store, _change(w, "b0", "b3"))
     w.take_actions()
     swapped = replace(
         store.metadata, segments=(Segment(0, ("b4", "b1", "b2")), *store.metadata.segments[1:])
     )
     assert store.cas(WriteMetadata(swapped, store.version, "a worker's swap"))
-    stale = _change(w, "b1", "b5")
-    assert not store.cas(stale)
+    assert not store.cas(_change(w, "b1", "b5"))
     w.on_metadata_conflict(store.metadata, store.version)
     retry = _one(w.take_actions())
     assert isinstance(retry, WriteMetadata)
     assert retry.expected_version == store.version
+    return retry
+
+
+def test_a_change_retried_on_a_worker_swap_keeps_the_swap_and_its_own_segment() -> None:
+    # BOOKKEEPER-667: the retry writes the stored earlier segments, not the writer's view.
+    w, store = _writer()
+    retry = _retry_after_a_swap(w, store)
     assert retry.metadata.segments == (
         Segment(0, ("b4", "b1", "b2")),
         Segment(3, ("b3", "b5", "b2")),
@@ -139,18 +145,7 @@ def test_a_change_retried_on_a_worker_swap_keeps_the_swap_and_its_own_segment() 
 
 def test_the_planted_undo_swap_retries_with_the_writers_own_earlier_segments() -> None:
     w, store = _writer(plants=frozenset({PLANT_UNDO_SWAP}))
-    _land(w, store, _change(w, "b0", "b3"))
-    w.take_actions()
-    swapped = replace(
-        store.metadata, segments=(Segment(0, ("b4", "b1", "b2")), *store.metadata.segments[1:])
-    )
-    assert store.cas(WriteMetadata(swapped, store.version, "a worker's swap"))
-    stale = _change(w, "b1", "b5")
-    assert not store.cas(stale)
-    w.on_metadata_conflict(store.metadata, store.version)
-    retry = _one(w.take_actions())
-    assert isinstance(retry, WriteMetadata)
-    assert retry.expected_version == store.version
+    retry = _retry_after_a_swap(w, store)
     assert retry.metadata.segments[0] == Segment(0, FIRST)  # the worker's swap undone
 
 

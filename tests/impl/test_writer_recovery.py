@@ -533,13 +533,7 @@ def test_recovery_replacing_two_write_back_bookies_adds_one_segment() -> None:
     """Two replacements from the same entry make one new segment, as BookKeeper's ensembles
     (a map keyed by first entry) hold one ensemble per first entry."""
     cluster, store, digest = setup_cluster(3, 3, 3, 5)
-    w = LedgerWriter(LEDGER, store.metadata, store.version, digest)
-    wd = Driver(cluster, store, w, "w")
-    for body in (b"a", b"b", b"c"):  # one at a time: entry 2 piggybacks LAC 1
-        w.add(body)
-        wd.pump()
-        run_all(cluster, {"w": wd}, None)
-    assert [c.entry_id for c in wd.completed] == [0, 1, 2]
+    write_entries(cluster, store, digest, 3, one_at_a_time=True)  # entry 2 piggybacks LAC 1
     cluster.bookies["b0"].alive = cluster.bookies["b1"].alive = False
     r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
     rd = Driver(cluster, store, r, "r")

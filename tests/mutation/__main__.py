@@ -71,8 +71,11 @@ def run(args: argparse.Namespace) -> int:
     except (TerminatedError, KeyboardInterrupt):  # s.run stopped its execs before this
         _log(f"{args.target}: interrupted; keeping what ran")
         done = False
-    s.store()
     _log(f"{args.target}: {s.progress()}{'' if done else ' (budget spent; run again to go on)'}")
+    if args.scratch:  # a measurement (BENCHMARKS' scaling): the record stays as it is
+        _log(f"{args.target}: scratch session in {s.work}; results and docs left alone")
+        return 0
+    s.store()
     write_report(s)
     return 0
 
@@ -213,6 +216,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--budget", type=float, default=4 * 3600, help="seconds (default 4 h)")
     r.add_argument("--work", help="session directory (default out/mutation/TARGET)")
     r.add_argument("--fresh", action="store_true", help="start over even if resumable")
+    r.add_argument(
+        "--scratch",
+        action="store_true",
+        help="a measurement: store no results and leave docs/mutation.md alone (use --work)",
+    )
     rep = sub.add_parser(
         "report", help="keep what ran (tests/mutation/results) and rewrite docs/mutation.md"
     )
