@@ -124,14 +124,18 @@ def _verdict(base: dict[str, Any] | None, configs: list[str], examples: str) -> 
     refine = [c for c in configs if base is None or runs(base["configs"][c])]
     ran = tests + refine
     if tests:
+        # A mutant may make a test loop (a CAS that never lands, retried forever). The
+        # signal method of pytest-timeout raises inside the test, where Hypothesis takes it
+        # for a failure to shrink and runs the loop again; the thread method ends pytest
+        # (exit 1) once one test passed the timeout: a hang is a failed test.
+        argv = ["-x", "-q", "-p", "no:cacheprovider", "--timeout-method=thread", *tests]
         done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-            capture_output=True,
-            text=True,
-            check=False,
+            [sys.executable, "-m", "pytest", *argv], capture_output=True, text=True, check=False
         )
         if done.returncode in (1, 2):  # failed, or a module did not even collect
             failed = [ln for ln in done.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+            if not failed and "Timeout" in done.stdout + done.stderr:
+                failed = ["a test passed pytest-timeout's limit (it hung)"]
             return {"verdict": "killed", "by": "core tests: " + "; ".join(failed[:2])[:300]}
         if done.returncode == 4 and "ImportError while loading conftest" in done.stderr:
             # The conftest imports the core: the mutated core raised as it was imported (a
