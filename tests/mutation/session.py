@@ -402,7 +402,9 @@ class Session:
                     "draw": DRAW,
                     "sampled": len(chosen),
                     "seconds": seconds,  # the stored run's, when its results are taken
-                    "ran_at": when,
+                    # The tree copied now is the one mutated, whatever HEAD is later: a
+                    # resumed session has the same digest (sources, tests, kill scripts).
+                    "ran_at": when or ran_at(),
                 },
                 indent=1,
             )
@@ -498,7 +500,6 @@ class Session:
             _stop(procs)
             meta = self.meta()
             meta["seconds"] = meta.get("seconds", 0.0) + time.monotonic() - started
-            meta["ran_at"] = ran_at()  # the report names this run's revision, not today's
             self.meta_path.write_text(json.dumps(meta, indent=1))
         failed = [p.returncode for p in procs if p.returncode not in (0, -signal.SIGTERM)]
         if failed:
