@@ -22,6 +22,7 @@ from bkref.nemesis.backends.local import LocalBackend
 from bkref.nemesis.backends.netns import LazyfsNamespaceBackend
 from bkref.nemesis.netns import namespaces_supported
 from bkref.nemesis.report import render
+from bkref.nemesis.report_charts import panels_of, run_figure
 from bkref.nemesis.runner import RunSpec, run_once
 from bkref.nemesis.workload import Workload, WorkloadSpec
 
@@ -150,10 +151,16 @@ def test_short_namespace_campaign_with_partitions_and_zookeeper_faults_is_valid(
         },
         tmp_path,
     )
-    # Throughput, add latency and re-replication over time, each with every window shaded.
-    assert report.count("<svg") == 3
-    assert report.count("<rect") == 3 * len(result.windows)
-    assert "add p99 (ms)" in report
+    # One figure: every panel (throughput, latencies, re-replication, the bookies'
+    # /metrics) on one time axis, each with every fault window shaded.
+    assert report.count('class="plotly-graph-div"') == 1
+    run = asdict(result)
+    fig = run_figure(run)
+    assert fig is not None
+    assert len(fig.layout.shapes) == len(panels_of(run)) * len(result.spans)
+    assert '"add p99 (ms)"' in report
+    assert result.scraped["scrapes"]["ok"] > 0  # every bookie's /metrics, once a second
+    assert '"bookie add p99 (ms)"' in report
     assert not list((tmp_path / "registry").rglob("*.json"))  # torn down
     # The expiry was real: the bookie cut from ZooKeeper lost its session, then registered again.
     expired = next(w["target"] for w in result.windows if w["kind"] == "expire")

@@ -38,6 +38,10 @@ CAUGHT_IN = {
 }
 
 
+# Fixed work (seed 0: the examples until the plant is caught, then two replays) over real
+# bookies and ZooKeeper, so its wall time follows the machine's load: 60-112 s in loaded
+# verify runs, past the suite's 300 s at a load average of 10 on 2 cores.
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("plant", sorted(CAUGHT_IN))
 def test_a_planted_bug_is_caught_and_its_steps_pass_without_it(plant: str, zk: KazooClient) -> None:
     cfg = NAMED[CAUGHT_IN[plant]]

@@ -125,14 +125,14 @@ async def _record_repairs(cluster: LocalCluster, traces: Path) -> Repaired:
 
 def _repairs(zookeeper: ZooKeeperEnsemble, base: Path) -> Repaired:
     traces = base / "traces"
-    settings = {"zkTimeout": 4000, "rwRereplicateBackoffMs": 500}
     with Clusters(base, fresh_chroot(zookeeper, "bkref-trace")) as make:
         cluster = make(
             5,
             trace_dir=traces,
             autorecovery=True,
             openLedgerRereplicationGracePeriod=1000,
-            **settings,
+            zkTimeout=4000,
+            rwRereplicateBackoffMs=500,
         )
         return asyncio.run(_record_repairs(cluster, traces))
 
