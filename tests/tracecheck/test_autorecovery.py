@@ -318,8 +318,22 @@ def test_a_mark_read_before_a_registration_after_a_worker_found_it_whole_is_expl
     create = _created(repaired)
     lines = _autorecovery_lines(repaired)
     mine = [x for x in lines if x.get("ledger") == repaired.closed]
-    lock = next(x for x in mine if x["action"] == "worker_acquires_ledger_lock")
-    done = next(x for x in mine if x["action"] == "worker_deletes_task" and x["deleted"])
+    # The worker that deleted the task, and its lock before the delete: a slow run may have
+    # other workers (and later audits) take the ledger too, and the lines are by node.
+    done = min(
+        (x for x in mine if x["action"] == "worker_deletes_task" and x["deleted"]),
+        key=lambda x: int(x["t"]),
+    )
+    lock = max(
+        (
+            x
+            for x in mine
+            if x["action"] == "worker_acquires_ledger_lock"
+            and x["node"] == done["node"]
+            and int(x["t"]) < int(done["t"])
+        ),
+        key=lambda x: int(x["t"]),
+    )
     alive = next(b for b in create["ensemble"] if b != repaired.lost)
 
     def marks(lines: Lines) -> Lines:
