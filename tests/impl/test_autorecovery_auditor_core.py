@@ -82,6 +82,14 @@ def test_the_leader_seeing_the_same_election_again_keeps_its_term() -> None:
     assert (core.epoch, core.stale) == (5, False)
 
 
+def test_a_leader_whose_vote_is_no_longer_the_lowest_alive_steps_down() -> None:
+    # Its vote went (a session it has not heard is lost) and the lowest left is higher:
+    # leading on would make two auditors.
+    core = _leader()
+    core.on_votes(5, 7, 1_000)
+    assert not core.leading
+
+
 def test_a_session_loss_stops_the_auditor_and_it_joins_again() -> None:
     core = _leader()
     core.on_session_lost()

@@ -204,3 +204,10 @@ def test_any_other_magic_is_fatal_whichever_side_of_bk_it_sorts() -> None:
         with pytest.raises(FrameError, match="bad magic") as err:
             decode_frame(inner)
         assert err.value.fatal
+
+
+def test_a_length_below_the_minimum_is_refused_as_soon_as_its_four_bytes_arrive() -> None:
+    (err,) = FrameDecoder().feed(struct.pack(">I", 0))
+    assert isinstance(err, FrameError)
+    assert err.fatal
+    assert "below the 16-byte minimum" in err.reason

@@ -83,3 +83,37 @@ def test_a_write_back_bookie_without_a_spare_does_not_stop_the_next_ones_replace
     assert done.ok, done.message
     assert store.metadata.last_entry == 2
     assert (LEDGER, 2) in cluster.bookies["b3"].entries
+
+
+def test_a_corrupt_copy_read_by_recovery_counts_as_an_error_and_another_copy_serves() -> None:
+    cluster, store, digest = setup_cluster(3, 3, 2, 3)
+    write_entries(cluster, store, digest, 3)
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    rd = Driver(cluster, store, r, "r")
+    r.start()
+    rd.pump()
+    _deliver(cluster, rd, SendReadLac)
+    reading = r.reading
+    good = cluster.bookies["b1"].entries[(LEDGER, reading)]
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF
+    r.on_read_response("b0", reading, Status.OK, bytes(bad))  # a digest mismatch: no raise
+    assert (r.phase, r.reading) == (RecoveryPhase.READING, reading)
+    r.on_read_response("b1", reading, Status.OK, good)
+    assert r.reading == reading + 1  # found on b1: on to the next entry
+
+
+def test_a_write_back_that_can_no_longer_reach_ack_quorum_fails_the_recovery() -> None:
+    # E = Wq = Aq = 3 on three bookies: b0 dead, no spare to replace it, so entry 2's
+    # write-back can never be acknowledged by three: the recovery says so and stops.
+    cluster, store, digest = setup_cluster(3, 3, 3, 3)
+    write_entries(cluster, store, digest, 3, one_at_a_time=True)  # entry 2 piggybacks LAC 1
+    cluster.bookies["b0"].alive = False
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    rd = Driver(cluster, store, r, "r")
+    r.start()
+    rd.pump()
+    run_all(cluster, {"r": rd}, None)
+    (done,) = rd.finished
+    assert not done.ok
+    assert "write-back of entry 2 cannot reach ack quorum" in done.message

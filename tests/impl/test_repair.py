@@ -88,6 +88,9 @@ def test_live_replicas_and_health() -> None:
     # An empty segment (the ledger was closed before it got an entry) holds nothing.
     empty = ledger_md((Segment(0, (A, B, C)), Segment(5, (A, B, D))), closed_at=4)
     assert live_replicas(empty, {A, B, C}) == 2
+    # A segment of one entry (first == last) holds it: D's loss leaves that entry short.
+    one = ledger_md((Segment(0, (A, B, C)), Segment(5, (A, B, D))), closed_at=5)
+    assert live_replicas(one, {A, B, C}) == 1
 
 
 def test_choose_target_keeps_failure_domains_apart_and_prefers_local_or_target() -> None:

@@ -38,7 +38,7 @@ DOC = ROOT / "docs" / "mutation.md"
 
 
 def _session(args: argparse.Namespace) -> Session:
-    work = Path(args.work) if args.work else ROOT / "out" / "mutation" / args.target
+    work = Path(args.work).resolve() if args.work else ROOT / "out" / "mutation" / args.target
     return Session(Target.load(args.target), work)
 
 
