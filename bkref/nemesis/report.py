@@ -12,12 +12,12 @@ ledger are bars on their process lanes (:mod:`bkref.nemesis.report_checks`).
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bkref.nemesis.report_charts import figure_html, plotly_js, run_figure
 from bkref.nemesis.report_checks import section
+from bkref.nemesis.report_html import dig, table, verdict
 
 _CSS = """
 body{font:14px system-ui,sans-serif;margin:2em;color:#222;max-width:90em}
@@ -29,32 +29,12 @@ text-align:left} th{background:#f5f5f5} td.n{text-align:right}
 """
 
 
-def _verdict(valid: bool | None) -> str:
-    if valid is None:
-        return '<span class="error">could not run</span>'
-    return '<span class="valid">valid</span>' if valid else '<span class="invalid">INVALID</span>'
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]], raw: int = 0) -> str:
-    """Cells escaped, except the first ``raw`` columns (HTML already)."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>"
-        + "".join(f"<td>{c if i < raw else html.escape(str(c))}</td>" for i, c in enumerate(row))
-        + "</tr>"
-        for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
 def _timeline(run: dict[str, Any], out_dir: Path) -> str:
     return Path(run["directory"]).relative_to(out_dir).as_posix() + "/timeline.html"
 
 
-def _figure(check: dict[str, Any] | None, *path: str) -> object:
-    value: Any = check
-    for p in path:
-        value = value.get(p) if isinstance(value, dict) else None
+def _figure(check: dict[str, Any] | None, path: str) -> object:
+    value = dig(check, path)
     return "-" if value is None else f"{value:,}" if isinstance(value, int) else value
 
 
@@ -69,7 +49,7 @@ def _comparison(runs: list[dict[str, Any]], out_dir: Path) -> str:
         rows.append(
             [
                 f'<a href="#run-{i}">run {i}</a>',
-                _verdict(r["valid"]),
+                verdict(r["valid"]),
                 f'<a href="{link}">timeline</a>',
                 r["seed"],
                 f"{sum(r['ops'].values()):,}",
@@ -78,12 +58,12 @@ def _comparison(runs: list[dict[str, Any]], out_dir: Path) -> str:
                 f"{anomalies:,}",
                 _figure(checks.get("durability"), "acknowledged"),
                 _figure(checks.get("durability"), "unknown_ledgers"),
-                _figure(checks.get("trace"), "counts", "explained"),
-                _figure(checks.get("trace"), "counts", "unknown"),
+                _figure(checks.get("trace"), "counts.explained"),
+                _figure(checks.get("trace"), "counts.unknown"),
                 r["seconds"],
             ]
         )
-    return _table(
+    return table(
         [
             "run",
             "verdict",
@@ -107,7 +87,7 @@ def _comparison(runs: list[dict[str, Any]], out_dir: Path) -> str:
 def _run(i: int, r: dict[str, Any], out_dir: Path) -> list[str]:
     timeline = _timeline(r, out_dir)
     parts = [
-        f'<h2 id="run-{i}">Run {i} (seed {r["seed"]}): {_verdict(r["valid"])} '
+        f'<h2 id="run-{i}">Run {i} (seed {r["seed"]}): {verdict(r["valid"])} '
         f'<small><a href="{html.escape(timeline)}">timeline</a></small></h2>'
     ]
     if r["error"]:
@@ -126,21 +106,21 @@ def _run(i: int, r: dict[str, Any], out_dir: Path) -> list[str]:
         parts.append(section(name, check, timeline))
     parts.append("<h3>Latency of acknowledged operations</h3>")
     parts.append(
-        _table(
+        table(
             ["op", "ok count", "p50 ms", "p99 ms", "max ms"],
             [[f, v["count"], v["p50"], v["p99"], v["max"]] for f, v in r["latency_ms"].items()],
         )
     )
     parts.append("<h3>Fault windows</h3>")
     parts.append(
-        _table(
+        table(
             ["fault", "target", "from s", "to s"],
             [[w["kind"], w["target"], w["start"], w["stop"]] for w in r["windows"]],
         )
     )
     if r.get("events"):
         parts.append(
-            _table(
+            table(
                 ["fault", "target", "event", "what happened"],
                 [
                     [
@@ -170,7 +150,7 @@ def render(campaign: dict[str, Any], out_dir: Path) -> str:
         f"<p>{len(runs)} run(s), faults <code>{html.escape(','.join(campaign['faults']))}</code>, "
         f"{campaign['time']} s each, backend <code>{html.escape(campaign['backend'])}</code>"
         + (f", planted bug(s) <code>{html.escape(','.join(plant))}</code>" if plant else "")
-        + f". Verdict: {_verdict(campaign['valid'])}</p>",
+        + f". Verdict: {verdict(campaign['valid'])}</p>",
         _comparison(runs, out_dir),
     ]
     for i, r in enumerate(runs):

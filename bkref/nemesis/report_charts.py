@@ -18,6 +18,7 @@ import plotly.offline
 from plotly.subplots import make_subplots
 
 from bkref.nemesis.faults import FAULTS
+from bkref.nemesis.report_html import dig
 
 WIDTH = 1300  # px: fits a 1400 px window beside the page's margin
 MARGIN = {"l": 70, "r": 30, "b": 60}
@@ -45,10 +46,8 @@ class Panel:
     instead_of: str | None = None  # a panel this one replaces when it has data
 
     def rows(self, run: dict[str, Any]) -> list[list[float]]:
-        value: Any = run
-        for part in self.field.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        return value or []
+        rows = dig(run, self.field)
+        return rows if isinstance(rows, list) else []
 
 
 PANELS = (

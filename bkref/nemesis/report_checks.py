@@ -10,10 +10,11 @@ counts (anomalies by kind, unknown ledgers by reason) is spelled out, or says "n
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from bkref.linearizability.durability import describe
+from bkref.nemesis.report_html import dig, table, verdict
 
 FIRST_ANOMALIES = 10
 
@@ -50,15 +51,6 @@ _MAPPINGS = {
 _EXAMPLES = {"unknown_examples": "unknown ledgers, first few", "unknown_ledgers": "unknown ledgers"}
 
 
-def _get(check: Mapping[str, Any], path: str) -> object:
-    value: object = check
-    for part in path.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
-    return value
-
-
 def _number(v: object) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
@@ -74,7 +66,7 @@ def figures(name: str, check: Mapping[str, Any]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     named = FIGURES.get(name, ())
     for path, words in named:
-        v = _get(check, path)
+        v = dig(check, path)
         if v is not None and not isinstance(v, Mapping | list):
             out.append((words, _number(v)))
     known = {path.split(".")[0] for path, _ in named}
@@ -104,13 +96,6 @@ def _counts(counts: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {_number(v)}" for k, v in sorted(counts.items()) if v)
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Cells are HTML already (escaped by the caller)."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
 def _ledger_link(ledger: object, timeline: str) -> str:
     if not isinstance(ledger, int):
         return "-"
@@ -126,20 +111,13 @@ def _witnesses(a: Mapping[str, Any]) -> str:
     return html.escape(", ".join(f"{k} {v}" for k, v in rest.items()))
 
 
-def _verdict(valid: bool | None) -> str:
-    if valid is None:
-        return '<span class="error">could not run</span>'
-    return '<span class="valid">valid</span>' if valid else '<span class="invalid">INVALID</span>'
-
-
 def section(name: str, check: Mapping[str, Any], timeline: str) -> str:
     """The check's verdict, figures and first anomalies; ``timeline`` is the run's
     timeline page, relative to the report."""
-    parts = [f"<h3>{html.escape(name)}: {_verdict(check.get('valid'))}</h3>"]
+    parts = [f"<h3>{html.escape(name)}: {verdict(check.get('valid'))}</h3>"]
     if name == "durability" and "acknowledged" in check:
         parts.append(f"<p>{html.escape(describe(check))}</p>")
-    rows = [[html.escape(w), html.escape(v)] for w, v in figures(name, check)]
-    parts.append(_table(["figure", "value"], rows))
+    parts.append(table(["figure", "value"], figures(name, check)))
     anomalies: list[Mapping[str, Any]] = check.get("anomalies") or []
     if anomalies:
         shown = anomalies[:FIRST_ANOMALIES]
@@ -150,7 +128,7 @@ def section(name: str, check: Mapping[str, Any], timeline: str) -> str:
             + ":</p>"
         )
         parts.append(
-            _table(
+            table(
                 ["kind", "ledger", "witnesses", "what"],
                 [
                     [
@@ -161,6 +139,7 @@ def section(name: str, check: Mapping[str, Any], timeline: str) -> str:
                     ]
                     for a in shown
                 ],
+                raw=4,  # escaped above, links kept
             )
         )
     for key, words in _EXAMPLES.items():
@@ -168,7 +147,7 @@ def section(name: str, check: Mapping[str, Any], timeline: str) -> str:
         if isinstance(examples, list) and examples:
             parts.append(f"<p>{html.escape(words)}:</p>")
             parts.append(
-                _table(
+                table(
                     ["ledger", "why"],
                     [
                         [
@@ -177,6 +156,7 @@ def section(name: str, check: Mapping[str, Any], timeline: str) -> str:
                         ]
                         for e in examples[:FIRST_ANOMALIES]
                     ],
+                    raw=2,
                 )
             )
     return "\n".join(parts)

@@ -139,3 +139,15 @@ def write_entries(
     wd.pump()
     run_all(cluster, {"w": wd}, None)
     assert [c.entry_id for c in wd.completed] == list(range(n))
+
+
+def start_recovery(
+    cluster: SimCluster, store: MetaStore, digest: Digest, driver: type[Driver] = Driver
+) -> tuple[LedgerRecovery, Driver]:
+    """A recovery of the store's ledger, started: its mark's CAS has run, its fencing LAC
+    reads are in flight."""
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    rd = driver(cluster, store, r, "r")
+    r.start()
+    rd.pump()
+    return r, rd

@@ -3,17 +3,28 @@ it did not ask for, and write-back bookies that fail while a replacement is awai
 
 from __future__ import annotations
 
+from typing import Any
+
 from bkref.impl.core.actions import Action, NeedReplacement, SendAdd, SendRead, SendReadLac
 from bkref.impl.core.frames import Status
-from bkref.impl.core.recovery import LedgerRecovery, RecoveryPhase
+from bkref.impl.core.recovery import RecoveryPhase
 from bkref.impl.core.sim import SimCluster
-from tests.impl.client_sim import LEDGER, Driver, run_all, setup_cluster, write_entries
+from tests.impl.client_sim import (
+    LEDGER,
+    Driver,
+    run_all,
+    setup_cluster,
+    start_recovery,
+    write_entries,
+)
 
 
 class HoldingDriver(Driver):
     """A driver whose replacement requests wait for the test to answer them."""
 
-    needs: list[NeedReplacement]
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.needs: list[NeedReplacement] = []
 
     def _other(self, a: Action) -> None:
         if isinstance(a, NeedReplacement):
@@ -41,10 +52,7 @@ def test_a_read_answer_for_an_entry_recovery_is_not_reading_changes_nothing() ->
     # any entry: only the one being read counts.
     cluster, store, digest = setup_cluster(3, 3, 2, 3)
     write_entries(cluster, store, digest, 3)
-    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
-    rd = Driver(cluster, store, r, "r")
-    r.start()
-    rd.pump()
+    r, rd = start_recovery(cluster, store, digest)
     _deliver(cluster, rd, SendReadLac)
     assert r.phase is RecoveryPhase.READING
     reading, last = r.reading, r.last_entry
@@ -60,11 +68,8 @@ def test_a_write_back_bookie_without_a_spare_does_not_stop_the_next_ones_replace
     recovery closes. Dropping b0 from the queue with b1 would fail it."""
     cluster, store, digest = setup_cluster(3, 3, 2, 4)
     write_entries(cluster, store, digest, 3, one_at_a_time=True)  # entry 2 piggybacks LAC 1
-    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
-    rd = HoldingDriver(cluster, store, r, "r")
-    rd.needs = []
-    r.start()
-    rd.pump()
+    r, rd = start_recovery(cluster, store, digest, HoldingDriver)
+    assert isinstance(rd, HoldingDriver)
     _deliver(cluster, rd, SendReadLac)
     _deliver(cluster, rd, SendRead)  # LC = 1, entry 2 found, entry 3 absent
     assert r.phase is RecoveryPhase.CLOSING
@@ -88,10 +93,7 @@ def test_a_write_back_bookie_without_a_spare_does_not_stop_the_next_ones_replace
 def test_a_corrupt_copy_read_by_recovery_counts_as_an_error_and_another_copy_serves() -> None:
     cluster, store, digest = setup_cluster(3, 3, 2, 3)
     write_entries(cluster, store, digest, 3)
-    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
-    rd = Driver(cluster, store, r, "r")
-    r.start()
-    rd.pump()
+    r, rd = start_recovery(cluster, store, digest)
     _deliver(cluster, rd, SendReadLac)
     reading = r.reading
     good = cluster.bookies["b1"].entries[(LEDGER, reading)]
@@ -109,10 +111,7 @@ def test_a_write_back_that_can_no_longer_reach_ack_quorum_fails_the_recovery() -
     cluster, store, digest = setup_cluster(3, 3, 3, 3)
     write_entries(cluster, store, digest, 3, one_at_a_time=True)  # entry 2 piggybacks LAC 1
     cluster.bookies["b0"].alive = False
-    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
-    rd = Driver(cluster, store, r, "r")
-    r.start()
-    rd.pump()
+    _, rd = start_recovery(cluster, store, digest)
     run_all(cluster, {"r": rd}, None)
     (done,) = rd.finished
     assert not done.ok

@@ -22,7 +22,15 @@ from bkref.impl.core.metadata import LedgerMetadata, LedgerState, Segment
 from bkref.impl.core.recovery import LedgerRecovery
 from bkref.impl.core.sim import MetaStore, SimCluster
 from bkref.impl.core.writer import LedgerWriter, WriterState
-from tests.impl.client_sim import LEDGER, PW, Driver, run_all, setup_cluster, write_entries
+from tests.impl.client_sim import (
+    LEDGER,
+    PW,
+    Driver,
+    run_all,
+    setup_cluster,
+    start_recovery,
+    write_entries,
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -535,10 +543,7 @@ def test_recovery_replacing_two_write_back_bookies_adds_one_segment() -> None:
     cluster, store, digest = setup_cluster(3, 3, 3, 5)
     write_entries(cluster, store, digest, 3, one_at_a_time=True)  # entry 2 piggybacks LAC 1
     cluster.bookies["b0"].alive = cluster.bookies["b1"].alive = False
-    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
-    rd = Driver(cluster, store, r, "r")
-    r.start()
-    rd.pump()
+    _, rd = start_recovery(cluster, store, digest)
     # b2 alone covers every write set (Wq - Aq + 1 = 1): LC = 1; entry 2 is written back,
     # and its write-backs to b0 and b1 fail: b3, then b4, replace them from entry 2.
     run_all(cluster, {"r": rd}, None)
