@@ -225,6 +225,17 @@ def test_periodic_bookie_check_audits_and_the_ledger_check_follows_its_interval(
     assert CheckLedgers() in core.take_actions()
 
 
+def test_an_interval_of_one_second_is_an_interval_and_zero_disables_the_check() -> None:
+    # The intervals are whole seconds: 1 s is the shortest a user can ask for (campaigns
+    # and tests do), 0 turns the check off (BookKeeper's auditorPeriodicCheckInterval).
+    core = _leader(AuditorConfig(periodic_check_interval=1, periodic_bookie_check_interval=0))
+    assert core.next_wakeup_ms == 1_000
+    core.tick(1_000)
+    assert core.take_actions() == [CheckLedgers()]
+    off = _leader(AuditorConfig(periodic_check_interval=0, periodic_bookie_check_interval=0))
+    assert off.next_wakeup_ms is None
+
+
 def test_enabling_autorecovery_audits_at_once_disabling_does_not() -> None:
     core = _leader()
     core.on_enabled(False, 100)

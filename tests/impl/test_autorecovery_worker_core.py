@@ -390,9 +390,22 @@ def test_manual_recovery_runs_to_a_target_and_events_out_of_turn_are_refused() -
     assert [(f.segment, f.bookie, f.target, f.entries) for f in run.result.fragments] == [
         (0, A, E, 4)
     ]
+    assert run.result.bytes == 400  # what `recoverbookie` reports as copied
     core = WorkerCore("w1", D, WorkerConfig(), 0)
     with pytest.raises(LocalProtocolError):
         core.on_lock(1, True, (_task(), 3), 0)  # no TryLock asked
+
+
+@pytest.mark.parametrize("answered", [4, 6])
+def test_a_lock_answer_for_a_ledger_the_worker_is_not_locking_is_refused(answered: int) -> None:
+    # Trying ledger 5's lock, the worker is told about 4 or 6: a shell that mixed up two
+    # answers would otherwise make it repair a ledger whose lock it does not hold.
+    core = WorkerCore("w1", D, WorkerConfig(), 0)
+    core.on_tasks([(_task(5), 3)], 0, wall_ms=0)
+    assert core.take_actions() == [TryLock(5)]
+    with pytest.raises(LocalProtocolError, match=f"no lock of {answered} asked"):
+        core.on_lock(answered, True, (_task(answered), 3), 0)
+    assert core.locked is None
 
 
 @pytest.mark.parametrize("plant", ["ack-before-fsync", "recovery-reads-without-fence"])

@@ -142,3 +142,15 @@ def test_a_lac_read_of_a_ledger_the_bookie_does_not_have_reports_no_lac_and_no_e
     d = core.handle(ReadLacRequest(9, 1))
     assert d.reply == ReadLacResponse(9, Status.NO_SUCH_LEDGER, 1, -1, -1)
     assert d.records == ()
+
+
+def test_a_ledger_fenced_before_its_first_entry_reports_no_lac_and_no_entry() -> None:
+    # A recovery may fence a ledger whose writer never reached this bookie: -1 for both,
+    # as for a ledger the bookie does not have, and recovery reads from entry 0.
+    core = BookieCore()
+    key = master_key(PW)
+    d = core.handle(ReadLacRequest(9, 1, fence=True, master_key=key))
+    assert d.reply == ReadLacResponse(9, Status.OK, 1, -1, -1)
+    core.on_durable(d.records)
+    again = core.handle(ReadLacRequest(10, 1))
+    assert again.reply == ReadLacResponse(10, Status.OK, 1, -1, -1)

@@ -25,6 +25,7 @@ from bkref.impl.core import (
     quorum,
     repair,
     repair_run,
+    replication,
     worker_actions,
 )
 
@@ -39,6 +40,7 @@ NAMED = (
     audit.Mark,
     audit.Probe,
     audit.AuditView,
+    audit.AuditorConfig,
     bookie.JournalAdd,
     bookie.JournalMasterKey,
     bookie.JournalFence,
@@ -54,6 +56,7 @@ NAMED = (
     repair_run.ReadOpenLac,
     repair_run.Copy,
     repair_run.CasReplica,
+    replication.WorkerConfig,
 )
 
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bkref.impl.bookie.config import BookieConfig
 from bkref.impl.core.checksum import crc32c
 from bkref.impl.core.frames import (
     DEFAULT_MAX_FRAME,
@@ -149,6 +150,32 @@ def test_a_five_mib_entry_fits_in_one_frame_each_way() -> None:
         ReadResponse(4, Status.OK, 2, 3, body),
     ):
         assert FrameDecoder().feed(encode(msg)) == [msg]
+
+
+def test_the_client_takes_every_frame_a_default_bookie_takes_and_no_longer_one() -> None:
+    """The client's default limit is the bookie's (nettyMaxFrameSizeBytes plus 1 KiB of
+    headroom for the frame's own fields, bkref.impl.bookie.server): a frame of exactly
+    that length is read, one byte longer is refused, on either side."""
+    limit = BookieConfig().nettyMaxFrameSizeBytes + 1024
+    assert limit == DEFAULT_MAX_FRAME
+    head = 12 + 19 + 1 + 4  # version header, ADD header, a 1-byte key, the body length
+    msg = AddRequest(1, 2, 3, b"k", bytes(limit - head - 4))  # 4: the frame's checksum
+    frame = encode(msg)
+    assert len(frame) == 4 + limit
+    assert FrameDecoder().feed(frame) == [msg]
+    (err,) = FrameDecoder().feed(encode(AddRequest(1, 2, 3, b"k", bytes(limit - head - 3))))
+    assert isinstance(err, FrameError)
+    assert err.status is Status.TOO_LARGE
+
+
+def test_a_master_key_of_up_to_256_bytes_is_carried_and_a_longer_one_refused() -> None:
+    for size in (0, 20, 256):  # none, BookKeeper's SHA-1 master key, the most a frame takes
+        msg = ReadRequest(1, 2, 3, True, bytes(range(256))[:size])
+        assert FrameDecoder().feed(encode(msg)) == [msg]
+    (err,) = FrameDecoder().feed(encode(ReadRequest(1, 2, 3, True, b"k" * 257)))
+    assert isinstance(err, FrameError)
+    assert err.reason == "master key of 257 bytes exceeds 256"
+    assert (err.request_id, err.status) == (1, Status.BAD_REQUEST)
 
 
 def test_trailing_bytes_after_a_body_are_counted_and_the_stream_stays_in_sync() -> None:

@@ -3,11 +3,23 @@ it did not ask for, and write-back bookies that fail while a replacement is awai
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from bkref.impl.core.actions import Action, NeedReplacement, SendAdd, SendRead, SendReadLac
+import pytest
+
+from bkref.impl.core.actions import (
+    Action,
+    NeedReplacement,
+    RecoveryCompleted,
+    SendAdd,
+    SendRead,
+    SendReadLac,
+    WriteMetadata,
+)
 from bkref.impl.core.frames import Status
-from bkref.impl.core.recovery import RecoveryPhase
+from bkref.impl.core.metadata import LedgerState
+from bkref.impl.core.recovery import LedgerRecovery, RecoveryPhase
 from bkref.impl.core.sim import SimCluster
 from tests.impl.client_sim import (
     LEDGER,
@@ -116,3 +128,75 @@ def test_a_write_back_that_can_no_longer_reach_ack_quorum_fails_the_recovery() -
     (done,) = rd.finished
     assert not done.ok
     assert "write-back of entry 2 cannot reach ack quorum" in done.message
+
+
+@pytest.mark.parametrize(
+    ("negative", "errors"), [((), ("b0", "b1", "b2")), (("b0",), ("b1", "b2"))]
+)
+def test_an_entry_whose_write_set_errors_or_lacks_it_short_of_proof_fails_the_recovery(
+    negative: tuple[str, ...], errors: tuple[str, ...]
+) -> None:
+    # E = Wq = 3, Aq = 2: two "no such entry" answers prove the entry was never confirmed
+    # (Wq - Aq + 1). One, or none, with every other bookie failing proves nothing, and
+    # the whole write set has answered: recovery cannot decide the entry and stops,
+    # rather than wait for answers that will not come or close before it.
+    cluster, store, digest = setup_cluster(3, 3, 2, 3)
+    write_entries(cluster, store, digest, 3)
+    r, rd = start_recovery(cluster, store, digest)
+    _deliver(cluster, rd, SendReadLac)
+    reading = r.reading
+    for b in negative:
+        r.on_read_response(b, reading, Status.NO_SUCH_ENTRY, b"")
+    for b in errors:
+        r.on_read_response(b, reading, Status.IO_ERROR, b"")
+    (done,) = r.take_actions()
+    assert isinstance(done, RecoveryCompleted)
+    assert not done.ok
+    assert f"entry {reading}: {len(negative)} bookies lack it" in done.message
+    assert r.phase is RecoveryPhase.FAILED
+
+
+def test_a_recovery_whose_mark_meets_another_recoverys_mark_goes_on_to_fence() -> None:
+    # Two recoveries race to mark the ledger IN_RECOVERY: the loser's CAS fails on the
+    # winner's mark, and it recovers on that metadata (fences and reads) instead of
+    # failing; BookKeeper's mark re-reads the metadata and finds nothing left to change.
+    cluster, store, digest = setup_cluster(3, 3, 2, 3)
+    write_entries(cluster, store, digest, 2)
+    r = LedgerRecovery(LEDGER, store.metadata, store.version, digest)
+    r.start()
+    (mark,) = r.take_actions()
+    assert isinstance(mark, WriteMetadata)
+    other = replace(store.metadata, state=LedgerState.IN_RECOVERY)
+    assert store.cas(WriteMetadata(other, store.version, "the other recovery's mark"))
+    assert not store.cas(mark)
+    r.on_metadata_conflict(store.metadata, store.version)
+    sent = r.take_actions()
+    assert r.phase is RecoveryPhase.FENCING
+    assert {(a.bookie, a.fence) for a in sent if isinstance(a, SendReadLac)} == {
+        ("b0", True),
+        ("b1", True),
+        ("b2", True),
+    }
+    assert r.version == store.version
+
+
+def test_a_write_back_bookie_with_no_spare_while_the_rest_reach_ack_quorum_closes() -> None:
+    # E = Wq = 3, Aq = 2 on three bookies: b1 dead, no spare. Entry 2's write-backs reach
+    # b0 and b2 (Aq) before recovery hears there is no replacement for b1: with nothing
+    # left in flight, that answer is what closes the ledger.
+    cluster, store, digest = setup_cluster(3, 3, 2, 3)
+    write_entries(cluster, store, digest, 3, one_at_a_time=True)  # entry 2 piggybacks LAC 1
+    cluster.bookies["b1"].alive = False
+    r, rd = start_recovery(cluster, store, digest, HoldingDriver)
+    assert isinstance(rd, HoldingDriver)
+    run_all(cluster, {"r": rd}, None)
+    assert rd.needs == [NeedReplacement("b1", ("b0", "b1", "b2"))]
+    assert r.writeback_acks() == {2: frozenset({0, 2})}
+    assert rd.finished == []
+    assert not cluster.inflight
+    r.no_replacement("b1", "no spare bookie")
+    rd.pump()
+    run_all(cluster, {"r": rd}, None)
+    (done,) = rd.finished
+    assert done.ok, done.message
+    assert store.metadata.last_entry == 2

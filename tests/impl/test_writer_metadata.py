@@ -202,3 +202,46 @@ def test_the_in_memory_store_takes_a_cas_only_at_its_version() -> None:
     assert store.cas(WriteMetadata(md, 0, "at its version"))
     assert store.version == 1
     assert not store.cas(WriteMetadata(md, 0, "behind the store"))
+
+
+def test_acks_from_the_replaced_bookie_no_longer_count_once_the_change_lands() -> None:
+    # b0 acknowledged entries 3 and 4, then failed on 5 and was replaced by b3 from entry
+    # 3. b0 is no longer in those entries' ensemble, so a read would never look there:
+    # its acks are dropped and the three entries go to b3 (BookKeeper's
+    # LedgerHandle.ensembleChangeLoop -> PendingAddOp.unsetSuccessAndSendWriteRequest).
+    w, store = _writer()
+    for i in (3, 4, 5):
+        w.add(b"e%d" % i)
+    w.take_actions()
+    w.on_add_response("b0", 3, Status.OK)
+    w.on_add_response("b0", 4, Status.OK)
+    w.on_add_response("b0", 5, Status.IO_ERROR)
+    assert _one(w.take_actions()) == NeedReplacement("b0", FIRST)
+    w.replace("b0", "b3")
+    cas = _one(w.take_actions())
+    assert isinstance(cas, WriteMetadata)
+    assert cas.metadata.last_segment == Segment(3, ("b3", "b1", "b2"))
+    _land(w, store, cas)
+    sent = [(a.bookie, a.entry_id) for a in w.take_actions() if isinstance(a, SendAdd)]
+    assert sorted(sent) == [("b3", 3), ("b3", 4), ("b3", 5)]
+    w.on_add_response("b1", 3, Status.OK)  # one ack of the new ensemble is short of Aq
+    assert w.lac == 2
+    w.on_add_response("b3", 3, Status.OK)
+    assert w.lac == 3
+
+
+def test_a_close_that_meets_a_close_short_of_the_writers_lac_fails() -> None:
+    # Another client closed the ledger at entry 1 while this writer had confirmed 2: the
+    # close must not report success on metadata that drops a confirmed entry.
+    w, store = _writer()
+    w.close()
+    cas = _one(w.take_actions())
+    assert isinstance(cas, WriteMetadata)
+    short = store.metadata.closed(1, 4)
+    assert store.cas(WriteMetadata(short, store.version, "another client's close"))
+    assert not store.cas(cas)
+    w.on_metadata_conflict(store.metadata, store.version)
+    (done,) = w.take_actions()
+    assert done == CloseCompleted(False, 2, w.length, w.error)
+    assert w.state is WriterState.FENCED
+    assert "CLOSED by another client (last entry 1); this writer confirmed up to 2" in w.error

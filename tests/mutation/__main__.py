@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from tests.mutation.score import (
+    CREDITED,
     Score,
     last_json,
     load_verdicts,
@@ -61,6 +62,13 @@ def run(args: argparse.Namespace) -> int:
         s.create(args.sample, args.seed, args.workers, log=_log)
     else:
         _log(f"{args.target}: resuming {s.work} ({s.progress()})")
+    if args.again:
+        sc = _score(s)
+        errors = {r["job"] for r in sc.results if outcome(r) == "error"}
+        s.again(
+            errors
+            | {r["job"] for r in sc.survivors if sc.verdict(r).get("verdict") not in CREDITED}
+        )
     baseline = s.target.baseline_command
     if baseline and not (s.work / "baseline.json").exists():
         _log(f"{args.target}: measuring the unmutated baseline")
@@ -100,7 +108,12 @@ def section(s: Session) -> str:
         f"Run {meta.get('ran_at') or 'at an unrecorded revision'}: "
         f"`python -m tests.mutation run {s.target.name} "
         f"--sample {meta['sample']} --seed {meta['seed']} --workers {meta['workers']}` "
-        f"({meta['seconds'] / 60:.0f} min of wall time on {meta['workers']} workers).",
+        f"({meta['seconds'] / 60:.0f} min of wall time on {meta['workers']} workers)."
+        + "".join(
+            f" Its {a['jobs']} survivors without a verdict then ran again, {a['at']}, with "
+            "the tests added since (`--again`)."
+            for a in meta.get("again", [])
+        ),
         "",
         f"- mutants: {meta['population']:,} in all, {meta['filtered']:,} after the operator "
         f"filter, of which {meta.get('annotations', 0):,} in annotations (left out), "
@@ -216,6 +229,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--budget", type=float, default=4 * 3600, help="seconds (default 4 h)")
     r.add_argument("--work", help="session directory (default out/mutation/TARGET)")
     r.add_argument("--fresh", action="store_true", help="start over even if resumable")
+    r.add_argument(
+        "--again",
+        action="store_true",
+        help="run the session's survivors without a credited verdict, and its errors, "
+        "again with today's tests (after adding tests that kill them)",
+    )
     r.add_argument(
         "--scratch",
         action="store_true",

@@ -40,6 +40,7 @@ import random
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -459,6 +460,24 @@ class Session:
         keep.update({k: meta.get(k) for k in more})
         STORED.mkdir(exist_ok=True)
         self.stored.write_text(json.dumps({**keep, "results": results}, indent=1) + "\n")
+
+    def again(self, jobs: set[str], *, log: Any = print) -> None:
+        """Run ``jobs`` (survivors, errors) again with today's tests. The digest is the session's,
+        so only tests changed: each shard gets a fresh copy of the tree, the baseline is
+        measured again (its test selection reads each test file's coverage), and the
+        jobs' results are cleared. A kill of the first pass stands: a test added since
+        can only add kills, as long as no test was weakened (the commits say)."""
+        if self.meta().get("digest") != self.target.digest():
+            raise SystemExit(f"{self.work}: its sources or kill scripts changed; run it afresh")
+        for shard in self.shards():
+            copy_tree(shard)
+            with sqlite3.connect(shard / "session.sqlite") as db:
+                db.executemany("DELETE FROM work_results WHERE job_id = ?", [(j,) for j in jobs])
+        (self.work / "baseline.json").unlink(missing_ok=True)
+        meta = self.meta()
+        meta.setdefault("again", []).append({"at": ran_at(), "jobs": len(jobs)})
+        self.meta_path.write_text(json.dumps(meta, indent=1))
+        log(f"{self.target.name}: {len(jobs)} survivors to run again with today's tests")
 
     def pending(self) -> int:
         n = 0

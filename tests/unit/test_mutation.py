@@ -438,6 +438,13 @@ def test_a_sampled_session_runs_on_copies_and_is_scored(tmp_path: Path) -> None:
     score = Score("smoke", results, keys, {})
     assert score.judged == 3
     assert 0.0 <= score.interval[0] <= score.score <= score.interval[1] <= 1.0
+    # `--again`: a job runs again (with today's tests and a new baseline); the rest stand.
+    again = results[0]["job"]
+    session.again({again}, log=lambda _m: None)
+    assert session.pending() == 1
+    assert {r["job"] for r in session.results()} == set(keys) - {again}
+    assert not (session.work / "baseline.json").exists()
+    assert session.meta()["again"][0]["jobs"] == 1
 
 
 def test_a_spent_budget_stops_every_test_and_returns_when_they_are_gone(tmp_path: Path) -> None:
