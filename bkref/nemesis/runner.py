@@ -23,7 +23,6 @@ refuses to restart is expected only after a fault that takes it out for good
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -35,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bkref.impl import eventloop
 from bkref.linearizability.check_cli import write_timeline
 from bkref.linearizability.history import JSON, NEMESIS, Op, OpType, Process, Recorder
 from bkref.linearizability.history_files import JsonlWriter, read_jsonl
@@ -159,7 +159,7 @@ def run_once(
         with JsonlWriter(history) as writer:
             recorder = _CountingRecorder(writer, progress)
             phases = backend.run_client(
-                lambda: asyncio.run(drive(spec, backend, recorder, log, nemesis, rng, directory))
+                lambda: eventloop.run(drive(spec, backend, recorder, log, nemesis, rng, directory))
             )
         if phases.after:
             log("replication audit: stopping the bookies and dumping what each stores")

@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bkref.impl import eventloop
 from bkref.impl.cli.plants import add_plant_argument, plants_of
 from bkref.impl.client.client import BookKeeper
 from bkref.impl.client.errors import FencedError
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.flush()
     tracer = None if args.trace is None else Tracer(args.trace, f"writer-{os.getpid()}")
     try:
-        asyncio.run(_serve(args.zk, args.password.encode(), plants, tracer))
+        eventloop.run(_serve(args.zk, args.password.encode(), plants, tracer))
     finally:
         if tracer is not None:
             tracer.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+from bkref.impl import eventloop
 from bkref.impl.client.client import BookKeeper
 from bkref.impl.cluster.local import LocalCluster
 from bkref.impl.cluster.zookeeper import free_port
@@ -157,6 +159,70 @@ def _fsync_rate(directory: Path, n: int) -> float:
     return n / secs
 
 
+@contextlib.contextmanager
+def _loop(name: str) -> Iterator[None]:
+    """``BKREF_LOOP=name`` for this process's loop and the bookies started meanwhile."""
+    old = os.environ.get(eventloop.ENV)
+    os.environ[eventloop.ENV] = name
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[eventloop.ENV]
+        else:
+            os.environ[eventloop.ENV] = old
+
+
+@dataclasses.dataclass
+class Adds:
+    """One cluster's adds at 32 in flight (and, if asked, at 1 and its reads)."""
+
+    rate: float
+    lat: list[float]
+    client_us: float  # CPU per add, the client process
+    bookie_us: float  # CPU per add, per bookie
+    more: dict[str, tuple[float, list[float] | None]]
+
+
+def measure_adds(
+    d: Path,
+    name: str,
+    n: int,
+    *,
+    loop: str = "asyncio",
+    config: dict[str, object] | None = None,
+    n1: int = 0,
+) -> Adds:
+    """A fresh 3-bookie cluster on ``loop`` (client and bookies), ``n`` adds at 32 in
+    flight; with ``n1``, first that many at 1 in flight, then the 32's entries read back."""
+    with _loop(loop):
+        cluster = LocalCluster(d / name, config or {})
+        try:
+            cluster.up(3)
+
+            async def go() -> Adds:
+                more: dict[str, tuple[float, list[float] | None]] = {}
+                async with BookKeeper(cluster.zk_hosts) as bk:
+                    if n1:
+                        r1, l1, _ = await _adds(bk, n1, 1)
+                        more["add1"] = (r1, l1)
+                    pids = [b.pid for b in cluster.bookies if b.pid is not None]
+                    before = [_cpu_seconds(p) for p in pids]
+                    t = time.process_time()
+                    rate, lat, ledger = await _adds(bk, n, 32)
+                    client = (time.process_time() - t) / n
+                    bookie = sum(_cpu_seconds(p) - b for p, b in zip(pids, before, strict=True)) / (
+                        len(pids) * n
+                    )
+                    if n1:
+                        more["read"] = (await _reads(bk, ledger, n), None)
+                return Adds(rate, lat, client * 1e6, bookie * 1e6, more)
+
+            return eventloop.run(go())
+        finally:
+            cluster.down()
+
+
 def run(quick: bool) -> str:
     n1, n32, nraw = (200, 2000, 5000) if quick else (2000, 20000, 50000)
     rows = ["| what | ops | rate (ops/s) | p50 (ms) | p99 (ms) |", "|---|---:|---:|---:|---:|"]
@@ -167,44 +233,18 @@ def run(quick: bool) -> str:
         rows.append(f"| {label} | {n:,} | {rate:,.0f} | {p50} | {p99} |")
 
     cpu: dict[str, float] = {}
+    res: dict[str, tuple[float, list[float] | None]] = {}
     with tempfile.TemporaryDirectory(prefix="bkref-bench-") as d:
-        cluster = LocalCluster(Path(d) / "cluster")
-        try:
-            cluster.up(3)
-
-            async def go() -> dict[str, tuple[float, list[float] | None]]:
-                out: dict[str, tuple[float, list[float] | None]] = {}
-                async with BookKeeper(cluster.zk_hosts) as bk:
-                    r1, l1, _ = await _adds(bk, n1, 1)
-                    out["add1"] = (r1, l1)
-                    pids = [b.pid for b in cluster.bookies if b.pid is not None]
-                    before = [_cpu_seconds(p) for p in pids]
-                    t = time.process_time()
-                    r32, l32, ledger = await _adds(bk, n32, 32)
-                    cpu["client"] = (time.process_time() - t) / n32
-                    cpu["bookie"] = sum(
-                        _cpu_seconds(p) - b for p, b in zip(pids, before, strict=True)
-                    ) / (len(pids) * n32)
-                    out["add32"] = (r32, l32)
-                    out["read"] = (await _reads(bk, ledger, n32), None)
-                return out
-
-            res = asyncio.run(go())
-        finally:
-            cluster.down()
+        plain = measure_adds(Path(d), "cluster", n32, n1=n1)
+        res.update(plain.more)
+        res["add32"] = (plain.rate, plain.lat)
+        cpu["client"], cpu["bookie"] = plain.client_us / 1e6, plain.bookie_us / 1e6
+        # The same adds on uvloop (client and bookies), in the same run.
+        uv = measure_adds(Path(d), "uvloop", n32, loop="uvloop")
+        res["add32uv"] = (uv.rate, uv.lat)
         # The same adds without the group-commit wait: how much of the cycle it is.
-        eager = LocalCluster(Path(d) / "eager", {"journalFlushWhenQueueEmpty": True})
-        try:
-            eager.up(3)
-
-            async def go_eager() -> tuple[float, list[float]]:
-                async with BookKeeper(eager.zk_hosts) as bk:
-                    rate, lat, _ = await _adds(bk, n32, 32)
-                    return rate, lat
-
-            res["add32eager"] = asyncio.run(go_eager())
-        finally:
-            eager.down()
+        eager = measure_adds(Path(d), "eager", n32, config={"journalFlushWhenQueueEmpty": True})
+        res["add32eager"] = (eager.rate, eager.lat)
         with echo_server() as (port, pid):
             lb1 = asyncio.run(_loopback(port, nraw // 5, 1))
             before, t = _cpu_seconds(pid), time.process_time()
@@ -215,6 +255,7 @@ def run(quick: bool) -> str:
     row("add 1 KiB, E=Wq=3 Aq=2, fsync, 1 in flight", n1, *res["add1"])
     row("add 1 KiB, E=Wq=3 Aq=2, fsync, 32 in flight", n32, *res["add32"])
     row("same, journalFlushWhenQueueEmpty = true (no group wait)", n32, *res["add32eager"])
+    row("same, on uvloop (client and bookies: BKREF_LOOP=uvloop)", n32, *res["add32uv"])
     row("read 1 KiB entries, 64 in flight", n32, *res["read"])
     row("baseline: asyncio loopback req/resp 1 KiB, 1 in flight", nraw // 5, *lb1)
     row("baseline: asyncio loopback req/resp 1 KiB, 32 in flight", nraw, *lb32)
@@ -223,24 +264,40 @@ def run(quick: bool) -> str:
     total = cpu["client"] + 3 * cpu["bookie"]
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0]
-    return "\n".join(rows) + (
-        f"\n\nAdds at 32 in flight reach {ratio:.0%} of the raw loopback baseline "
-        f"(goal: 25%). What limits them: CPU per add at 32 in flight is client "
-        f"{cpu['client'] * 1e6:.0f} us + 3 bookies x {cpu['bookie'] * 1e6:.0f} us = "
-        f"{total * 1e6:.0f} us, against {cpu['echo'] * 1e6:.0f} us per loopback request "
-        f"(both ends) in the same run: {total / cpu['echo']:.1f} requests' worth, where an add "
-        f"sends Wq = 3 (so CPU alone holds adds to {cpu['echo'] / total:.0%} of the baseline). "
-        f"That caps {cores} idle cores near {cores / total:,.0f} adds/s; the machine is "
-        f"shared (load average {load:.1f} at the end of the run), so the single-threaded "
-        "Python event loops of the client, three bookies and ZooKeeper also queue for CPU. "
-        "A closed loop of 32 adds moves as one convoy: each bookie journals the window in "
-        "one group commit, so a cycle of 32 adds costs the group commit (journalMaxGroupWaitMSec "
-        f"= 2 ms, BookKeeper's default, plus a fdatasync: {1000 / fsync:.1f} ms in this run's "
-        "baseline, three bookies syncing one disk) plus the client's and bookies' CPU for the "
-        f"window, in series: {32000 / res['add32'][0]:.1f} ms per cycle here; without the "
-        f"group wait, {32000 / res['add32eager'][0]:.1f} ms. Even with no CPU at all a cycle "
-        f"cannot be shorter than one fdatasync, so 32 in flight cap adds at "
-        f"{32 * fsync:,.0f}/s ({32 * fsync / lb32[0]:.0%} of the baseline) on this disk; "
-        f"25% would need a cycle of {32000 / (0.25 * lb32[0]):.1f} ms for the fsync and the "
-        "CPU of 32 adds together.\n"
+    loops = [
+        "| loop (client and bookies) | adds/s at 32 in flight | % of loopback | client CPU us/add "
+        "| bookie CPU us/add (each) | CPU us/add, all |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, a in (("asyncio", plain), ("uvloop", uv)):
+        loops.append(
+            f"| {name} | {a.rate:,.0f} | {a.rate / lb32[0]:.1%} | {a.client_us:.0f} | "
+            f"{a.bookie_us:.0f} | {a.client_us + 3 * a.bookie_us:.0f} |"
+        )
+    return (
+        "\n".join(rows)
+        + "\n\n"
+        + "\n".join(loops)
+        + (
+            f"\n\nAdds at 32 in flight reach {ratio:.0%} of the raw loopback baseline "
+            f"(goal: 25%). What limits them: CPU per add at 32 in flight is client "
+            f"{cpu['client'] * 1e6:.0f} us + 3 bookies x {cpu['bookie'] * 1e6:.0f} us = "
+            f"{total * 1e6:.0f} us, against {cpu['echo'] * 1e6:.0f} us per loopback request "
+            f"(both ends) in the same run: {total / cpu['echo']:.1f} requests' worth, where an add "
+            f"sends Wq = 3 (so CPU alone holds adds to {cpu['echo'] / total:.0%} of the baseline). "
+            f"That caps {cores} idle cores near {cores / total:,.0f} adds/s; the machine is "
+            f"shared (load average {load:.1f} at the end of the run), so the single-threaded "
+            "Python event loops of the client, three bookies and ZooKeeper also queue for CPU. "
+            "A closed loop of 32 adds moves as one convoy: each bookie journals the window in "
+            "one group commit, so a cycle of 32 adds costs the group commit "
+            "(journalMaxGroupWaitMSec "
+            f"= 2 ms, BookKeeper's default, plus a fdatasync: {1000 / fsync:.1f} ms in this run's "
+            "baseline, three bookies syncing one disk) plus the client's and bookies' CPU for the "
+            f"window, in series: {32000 / res['add32'][0]:.1f} ms per cycle here; without the "
+            f"group wait, {32000 / res['add32eager'][0]:.1f} ms. Even with no CPU at all a cycle "
+            f"cannot be shorter than one fdatasync, so 32 in flight cap adds at "
+            f"{32 * fsync:,.0f}/s ({32 * fsync / lb32[0]:.0%} of the baseline) on this disk; "
+            f"25% would need a cycle of {32000 / (0.25 * lb32[0]):.1f} ms for the fsync and the "
+            "CPU of 32 adds together.\n"
+        )
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from bkref.impl import eventloop
 from bkref.impl.autorecovery.auditor import Auditor, AuditorConfig
 from bkref.impl.autorecovery.worker import ReplicationWorker, WorkerConfig
 from bkref.impl.bookie.config import BookieConfig, load_for_cli
@@ -186,7 +187,7 @@ def main(argv: list[str]) -> int:
         await node.run()
 
     try:
-        asyncio.run(run())
+        eventloop.run(run())
     except asyncio.CancelledError:
         pass
     except BKError as e:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from bkref.impl import eventloop
 from bkref.impl.bookie.config import BookieConfig, ConfigError, load_for_cli
 from bkref.impl.bookie.cookie import CookieMismatchError
 from bkref.impl.bookie.server import Bookie
@@ -154,7 +155,7 @@ def main(argv: list[str]) -> int:
             await bookie.serve()
 
     try:
-        asyncio.run(run())
+        eventloop.run(run())
     except asyncio.CancelledError:
         pass
     except OSError as e:

@@ -11,6 +11,7 @@ import sys
 
 from kazoo.exceptions import KazooException
 
+from bkref.impl import eventloop
 from bkref.impl.autorecovery import shell as ar_shell
 from bkref.impl.cli.args import non_negative_int, positive_float, positive_int
 from bkref.impl.cli.plants import add_plant_argument, plants_of
@@ -173,7 +174,7 @@ def main(argv: list[str]) -> int:
     if args.cmd == "lostbookierecoverydelay" and args.action == "set" and args.seconds is None:
         parser.error("lostbookierecoverydelay set needs SECONDS (>= 0)")
     try:
-        return asyncio.run(_run(args))
+        return eventloop.run(_run(args))
     except NoSuchLedgerError as e:
         print(f"bkref shell: {e}", file=sys.stderr)
         return 2
