@@ -472,7 +472,11 @@ class Session:
         for shard in self.shards():
             copy_tree(shard)
             with sqlite3.connect(shard / "session.sqlite") as db:
-                db.executemany("DELETE FROM work_results WHERE job_id = ?", [(j,) for j in jobs])
+                # Only where the job ran: elsewhere its result marks it another shard's.
+                db.executemany(
+                    "DELETE FROM work_results WHERE job_id = ? AND output NOT IN (?, ?)",
+                    [(j, SAMPLED_OUT, OTHER_SHARD) for j in jobs],
+                )
         (self.work / "baseline.json").unlink(missing_ok=True)
         meta = self.meta()
         meta.setdefault("again", []).append({"at": ran_at(), "jobs": len(jobs)})
