@@ -169,3 +169,35 @@ def test_a_read_sees_every_add_the_bookie_accepted_before_it(make_cluster: MakeC
         assert isinstance(read, ReadResponse), read
         assert read.status is Status.OK, (fence, read)
         assert read.body == body
+
+
+def test_a_fencing_read_answers_from_what_the_bookie_held_when_it_decided_it(
+    make_cluster: MakeCluster,
+) -> None:
+    """Found by a soak run's trace check (netns seed 56): a recovery's fencing read of an
+    entry and its write-back of that entry reached a bookie in one event-loop turn while
+    the ledger's fence was still on its way to the journal. The read waited for the fence
+    and looked the entry up only then, after the write-back had been applied: it answered
+    "found" for an entry the bookie did not hold when it decided the read. BookKeeper's
+    ReadEntryProcessor reads the entry right after fenceLedger, before the fence is
+    durable; so does bkref's bookie now. Here the three requests arrive in one chunk."""
+    cluster = make_cluster(3)
+    host, port = cluster.bookies[0].bookie_id.split(":")
+    key = master_key(PW)
+    body = Digest(DigestType.CRC32C, PW).sign(902, 0, -1, 1, b"x")
+    chunk = encode(ReadLacRequest(1, 902, fence=True, master_key=key))
+    chunk += encode(ReadRequest(2, 902, 0, fence=True, master_key=key))
+    chunk += encode(AddRequest(3, 902, 0, key, body, recovery=True))
+    replies: dict[int, object] = {}
+    decoder = FrameDecoder()
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(chunk)
+        while len(replies) < 3:
+            data = s.recv(65536)
+            assert data, f"connection closed after {replies}"
+            replies.update((r.request_id, r) for r in decoder.feed(data))
+    fence, read, add = replies[1], replies[2], replies[3]
+    assert getattr(fence, "status", None) is Status.OK, fence
+    assert getattr(add, "status", None) is Status.OK, add  # a recovery add passes the fence
+    assert isinstance(read, ReadResponse), read
+    assert read.status is Status.NO_SUCH_ENTRY, read

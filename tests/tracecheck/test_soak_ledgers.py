@@ -39,6 +39,42 @@ def test_a_fence_answered_before_it_was_durable_is_a_violation() -> None:
     assert "bookie_restarts(bookie=127.0.0.1:3183" in v.event
 
 
+def test_a_fencing_read_answered_from_an_add_decided_after_it_is_a_violation(
+    tmp_path: Path,
+) -> None:
+    """netns-56 ledger 184: a recovery's fencing reads and its write-backs of the same
+    entries reached 3184 in one event-loop turn while the fence was on its way to the
+    journal; each read looked its entry up only at its answer, after the write-back was
+    applied, and answered "found" (bkref's bug, fixed since). With the answers the bookie
+    gives now, from what it held when it decided each read, the trace is explained."""
+    (v,) = check(FINDINGS / "netns-56-ledger-184", 20.0, [184])
+    assert v.verdict == "violation", v.render()
+    assert v.reason == "the spec's b1 lacks e42; the bookie answered found", v.render()
+    run = tmp_path / "run"
+    shutil.copytree(FINDINGS / "netns-56-ledger-184", run)
+    answered: set[tuple[str, int]] = set()
+    for p in sorted(run.glob("trace-127.0.0.1_*.jsonl")):
+        lines = [json.loads(x) for x in p.read_text().splitlines()]
+        writes = [x for x in lines if x["action"] == "bookie_handles_add" and x["recovery"]]
+        for x in lines:
+            if x["action"] != "bookie_handles_recovery_read" or not x["found"]:
+                continue
+            later = (a for a in writes if x["decided"] < a["decided"] < x["t"])
+            if any(a["entry"] == x["entry"] for a in later):
+                x["found"], x["status"] = False, "NO_SUCH_ENTRY"
+                answered.add((x["bookie"], x["rid"]))
+        p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    client = run / "trace-client.jsonl"
+    lines = [json.loads(x) for x in client.read_text().splitlines()]
+    for x in lines:
+        if x["action"].endswith("receives_read_response") and (x["bookie"], x["rid"]) in answered:
+            x["status"] = "NO_SUCH_ENTRY"
+    client.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert len(answered) == 6
+    (v,) = check(run, 20.0, [184])
+    assert v.verdict == "explained", v.render()
+
+
 def test_a_mark_written_after_a_copy_of_its_bookie_explains_the_copy_not_any_copy(
     tmp_path: Path,
 ) -> None:

@@ -60,6 +60,7 @@ class Bookie:
         self._arrived: dict[int, float] = {}
         self.tracer = tracer  # protocol steps, for trace validation (off: None)
         self._decided: dict[int, int] = {}  # traced request (its id) -> when the core decided
+        self._looked_up: dict[int, Response] = {}  # fencing read (its id) -> its answer
         self.plants = plants  # planted bugs (test-only) of its storage and AutoRecovery
         # When compaction is due and when a redundant ledger has waited long enough.
         self.clock = clock
@@ -343,17 +344,24 @@ class Bookie:
             # journal, and adds refused meanwhile are answered (and logged) before it.
             self._decided[id(req)] = time.monotonic_ns()
         d = self.core.handle(req)
+        if d.read is not None and self._to_persist:
+            # The core has accepted adds this turn that storage has not applied yet.
+            # A read must see every add accepted before it (as BookKeeper's ledger
+            # storage takes an entry before the journal does): a fencing read that
+            # missed one answered "no such entry", and with Wq = Aq that negative let
+            # a recovery close the ledger before an entry its writer then saw
+            # acknowledged. So apply (and hand to the journal) what is pending now.
+            self._persist_batch()
         if not d.records:
-            if d.read is not None and self._to_persist:
-                # The core has accepted adds this turn that storage has not applied yet.
-                # A read must see every add accepted before it (as BookKeeper's ledger
-                # storage takes an entry before the journal does): a fencing read that
-                # missed one answered "no such entry", and with Wq = Aq that negative let
-                # a recovery close the ledger before an entry its writer then saw
-                # acknowledged. So apply (and hand to the journal) what is pending now.
-                self._persist_batch()
             self._reply(req, d, out, None)
             return
+        if d.read is not None:
+            # A fencing read whose fence goes to the journal looks its entry up now, and
+            # its answer waits for the fence: as BookKeeper's ReadEntryProcessor reads the
+            # entry right after fenceLedger, before the fence is durable. Looked up at the
+            # answer instead, it returned an entry added after it was decided (a soak run's
+            # trace check: "b1 lacks e42; the bookie answered found").
+            self._looked_up[id(req)] = self._read_now(d.read)
         # Requests decoded in one event-loop turn are journaled as one append.
         if not self._to_persist:
             asyncio.get_running_loop().call_soon(self._persist_batch)
@@ -395,6 +403,7 @@ class Bookie:
 
     def _reply(self, req: Message, d: BookieDecision, out: _Out, err: BaseException | None) -> None:
         arrived = self._arrived.pop(id(req), None) if self.metrics is not None else None
+        looked_up = self._looked_up.pop(id(req), None)
         if out.writer.is_closing() and self.tracer is None:
             return
         resp: Response | None
@@ -406,13 +415,7 @@ class Bookie:
             )
             resp = ErrorResponse(rid, Status.IO_ERROR, f"journal write failed: {err}")
         elif d.read is not None:
-            assert self.storage is not None
-            try:
-                body = self.storage.read_entry(d.read.ledger_id, d.read.entry_id)
-            except OSError as e:
-                resp = ErrorResponse(d.read.request_id, Status.IO_ERROR, f"read failed: {e}")
-            else:
-                resp = self.core.read_result(d.read, body)
+            resp = looked_up or self._read_now(d.read)
         else:
             resp = d.reply
         if resp is not None and arrived is not None and self.metrics is not None:
@@ -424,6 +427,14 @@ class Bookie:
                 self._trace(req, resp, out)
             if not out.writer.is_closing():
                 out.send(resp)
+
+    def _read_now(self, read: ReadRequest) -> Response:
+        assert self.storage is not None
+        try:
+            body = self.storage.read_entry(read.ledger_id, read.entry_id)
+        except OSError as e:
+            return ErrorResponse(read.request_id, Status.IO_ERROR, f"read failed: {e}")
+        return self.core.read_result(read, body)
 
     def _trace(self, req: Message, resp: Response, out: _Out) -> None:
         """The spec step this reply ends: the bookie's step is its answer, sent once
