@@ -20,7 +20,7 @@ from bkref.impl.core.actions import (
 from bkref.impl.core.frames import Status
 from bkref.impl.core.metadata import LedgerState
 from bkref.impl.core.recovery import LedgerRecovery, RecoveryPhase
-from bkref.impl.core.sim import SimCluster
+from bkref.impl.core.sim import MetaStore, SimCluster
 from tests.impl.client_sim import (
     LEDGER,
     Driver,
@@ -59,6 +59,15 @@ def _deliver(cluster: SimCluster, drv: Driver, which: type, bookie: str | None =
         drv.deliver(match[0])
 
 
+def _closes_at(cluster: SimCluster, rd: Driver, store: MetaStore, last: int) -> None:
+    """Run the recovery's actions to the end: it closes the ledger at ``last``."""
+    rd.pump()
+    run_all(cluster, {"r": rd}, None)
+    (done,) = rd.finished
+    assert done.ok, done.message
+    assert store.metadata.last_entry == last
+
+
 def test_a_read_answer_for_an_entry_recovery_is_not_reading_changes_nothing() -> None:
     # A late answer of an earlier attempt (a recovery restarted on new metadata) may name
     # any entry: only the one being read counts.
@@ -94,11 +103,7 @@ def test_a_write_back_bookie_without_a_spare_does_not_stop_the_next_ones_replace
     rd.pump()
     assert rd.needs[1:] == [NeedReplacement("b0", ("b0", "b1", "b2"))]
     r.replace("b0", "b3")
-    rd.pump()
-    run_all(cluster, {"r": rd}, None)
-    (done,) = rd.finished
-    assert done.ok, done.message
-    assert store.metadata.last_entry == 2
+    _closes_at(cluster, rd, store, 2)
     assert (LEDGER, 2) in cluster.bookies["b3"].entries
 
 
@@ -195,8 +200,4 @@ def test_a_write_back_bookie_with_no_spare_while_the_rest_reach_ack_quorum_close
     assert rd.finished == []
     assert not cluster.inflight
     r.no_replacement("b1", "no spare bookie")
-    rd.pump()
-    run_all(cluster, {"r": rd}, None)
-    (done,) = rd.finished
-    assert done.ok, done.message
-    assert store.metadata.last_entry == 2
+    _closes_at(cluster, rd, store, 2)
