@@ -199,9 +199,9 @@ class Config:
             raise ValueError("need recovery_clients >= 1")
         if self.bounded and (self.bookies > 8 or self.entries > 6):
             raise ValueError("bounds too large for explicit-state checking")
-        unknown = self.mutants - MUTANTS.keys()
+        unknown = sorted(m for m in self.mutants if m not in MUTANTS)
         if unknown:
-            raise ValueError(f"unknown mutants: {sorted(unknown)}")
+            raise ValueError(f"unknown mutants: {unknown}")
 
     def with_mutant(self, mutant: str) -> Config:
         return replace(self, mutants=self.mutants | {mutant})
