@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -92,3 +93,8 @@ def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "--help"]) == 0
     assert "--mutant" in capsys.readouterr().out
+
+
+def test_a_config_naming_an_unknown_mutant_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"unknown mutants: \['no-such-mutant'\]"):
+        replace(CONFIGS["a"], mutants=frozenset({"no-such-mutant", next(iter(MUTANTS))}))
