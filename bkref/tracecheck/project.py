@@ -35,9 +35,9 @@ from bkref.tracecheck import autorecovery
 from bkref.tracecheck.bounds import trace_config
 from bkref.tracecheck.load import CONNECTED, REGISTERED, REPLACEMENT, STOPPED, Line
 from bkref.tracecheck.names import COPY, HANDLES, MARKS, RECEIPTS, TAKEN
+from bkref.tracecheck.order import order_conflicts
 
 Key = tuple[str, str, int]  # (client node, bookie, request id): one request
-FAULTS = frozenset({"crash", "restart", "register", "expire"})  # commute with no step
 NOT_DESCRIBED = ("sends", "peer", "ledger", "ledgers")  # a restart's ledgers: every ledger's
 
 
@@ -127,72 +127,6 @@ class LedgerTrace:
         if bookie_id not in self.bookies:
             self.bookies.append(bookie_id)
         return self.bookies.index(bookie_id)
-
-
-def conflict(x: Event, y: Event) -> bool:
-    """Whether two steps of one bookie may change each other's answer or effect.
-
-    Adds commute with adds (entries are a set, the LAC a maximum) and reads with reads
-    (fencing is idempotent, and no read changes what another answers). An add and a
-    fencing LAC read do not (the fence refuses the writer's adds; the add may raise the
-    LAC the read answers), nor an add and a recovery read of the same entry, or of any
-    entry if the read fences and the add is the writer's. A restart orders everything.
-    """
-    if FAULTS & {x.kind, y.kind}:
-        return True
-    a, r = (x, y) if x.line.action == "bookie_handles_add" else (y, x)
-    if a.line.action != "bookie_handles_add" or r.line.action == "bookie_handles_add":
-        return False
-    if r.line.action == "bookie_handles_fencing_lac_read":
-        return True
-    ra, rr = a.request, r.request
-    assert ra is not None
-    assert rr is not None
-    return ra.entry == rr.entry or (ra.sender == "writer" and rr.fence)
-
-
-def _order_conflicts(taken: list[Event]) -> None:
-    """Each bookie step's ``needs``: the earlier steps (``taken`` is in the bookie's order)
-    it ``conflict``s with, up to those an earlier need already orders. A restart orders
-    everything, so a step needs the last restart before it and the conflicting steps
-    since; the steps before the restart are the restart's needs. Candidates come from
-    indexes by kind and entry, each confirmed by ``conflict`` (a long ledger has 10^5
-    steps on a bookie: comparing each with all earlier ones took hours)."""
-    pos = {id(ev): i for i, ev in enumerate(taken)}
-    last: Event | None = None  # the last restart (or registration)
-    since: list[Event] = []  # every step since it
-    adds: list[Event] = []
-    adds_at: dict[int, list[Event]] = defaultdict(list)
-    lac_fences: list[Event] = []  # fencing LAC reads
-    fence_reads: list[Event] = []  # recovery reads that fence
-    reads_at: dict[int, list[Event]] = defaultdict(list)
-    for ev in taken:
-        base = [] if last is None else [last]
-        if ev.kind in FAULTS:
-            ev.needs = base + since
-            last, since = ev, []
-            for index in (adds, lac_fences, fence_reads):
-                index.clear()
-            adds_at.clear()
-            reads_at.clear()
-            continue
-        req = ev.request
-        assert req is not None
-        if ev.line.action == "bookie_handles_add":
-            candidates = [*lac_fences, *reads_at[req.entry], *fence_reads]
-            adds.append(ev)
-            adds_at[req.entry].append(ev)
-        elif ev.line.action == "bookie_handles_fencing_lac_read":
-            candidates = adds
-            lac_fences.append(ev)
-        else:
-            candidates = [*adds_at[req.entry], *(adds if req.fence else ())]
-            reads_at[req.entry].append(ev)
-            if req.fence:
-                fence_reads.append(ev)
-        found = {id(x): x for x in candidates if conflict(x, ev)}
-        ev.needs = base + sorted(found.values(), key=lambda x: pos[id(x)])
-        since.append(ev)
 
 
 def _with(x: Line, **args: object) -> Line:
@@ -495,7 +429,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
         # the core's decisions' (a step is logged at its answer, and a fence's answer
         # waits for the journal while the adds it refuses are answered at once).
         taken.sort(key=lambda e: (e.line.get("decided") or e.t, e.line.seq))
-        _order_conflicts(taken)
+        order_conflicts(taken)
         lanes.extend([ev] for ev in taken)
     # A registration after marks decided before it and logged after it may come before
     # them, the audit having read the registrations before it

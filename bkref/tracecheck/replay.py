@@ -511,7 +511,7 @@ class Replay:
             )
         # _BOOKIE_OWN: what a bookie answers (stored or fenced, its LAC, found or not)
         # depends only on its own earlier steps of this ledger that the answer's order
-        # keeps before it (``project.conflict``), whatever the other nodes did: a
+        # keeps before it (``order.conflict``), whatever the other nodes did: a
         # disagreement here is definite.
         kind, b = m[0], m[1]
         _synced, _unsynced, fenced, lac = p.ledger_on(s, b, cfg.writer_ledger)

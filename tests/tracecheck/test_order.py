@@ -7,15 +7,32 @@ from pathlib import Path
 
 import pytest
 
+from bkref.tracecheck import order
 from bkref.tracecheck import project as projection
 from bkref.tracecheck.load import Line, read_dir
-from bkref.tracecheck.project import Event, Run, Send, conflict, project
+from bkref.tracecheck.order import FAULTS, conflict, refused
+from bkref.tracecheck.project import Event, Run, Send, project
 from tests.tracecheck.conftest import Recorded, Repaired
 
 
 def _pairwise(taken: list[Event]) -> None:
+    """Every earlier step a step conflicts with; and a refused add, the first fence since
+    the last restart (any fence explains its refusal)."""
     for i, ev in enumerate(taken):
         ev.needs = [x for x in taken[:i] if conflict(x, ev)]
+        if ev.kind == "handle" and ev.line.action == "bookie_handles_add" and refused(ev):
+            after = [x for x in taken[:i] if x.kind in FAULTS]
+            start = taken.index(after[-1]) + 1 if after else 0
+            fences = [x for x in taken[start:i] if x.kind == "handle" and _fences(x)]
+            ev.needs += fences[:1]
+
+
+def _fences(ev: Event) -> bool:
+    assert ev.request is not None
+    action = ev.line.action
+    return action == "bookie_handles_fencing_lac_read" or (
+        action == "bookie_handles_recovery_read" and ev.request.fence
+    )
 
 
 def _implied(ev: Event, memo: dict[int, set[int]]) -> set[int]:
@@ -62,7 +79,7 @@ def test_a_restart_orders_what_came_before_it() -> None:
         ]
 
     fast, slow = bookie(), bookie()
-    projection._order_conflicts(fast)
+    order.order_conflicts(fast)
     _pairwise(slow)
     assert _assert_same(fast, slow) == 7  # all but the first
     assert [n.line.seq for n in fast[4].needs] == [3]  # not the fencing read before it
@@ -75,7 +92,7 @@ def _same_order(traces: Path, monkeypatch: pytest.MonkeyPatch) -> int:
     for ledger in run.ledgers():
         fast = project(run, ledger)
         with monkeypatch.context() as m:
-            m.setattr(projection, "_order_conflicts", _pairwise)
+            m.setattr(projection, "order_conflicts", _pairwise)
             slow = project(run, ledger)
         assert fast.unknown == slow.unknown
         compared += _assert_same(
@@ -122,3 +139,22 @@ def test_an_auditor_s_mark_is_tried_where_its_audit_was_decided() -> None:
     handle = _step(5, "bookie_handles_add", 0, sender="writer")
     handle.receipt = Event("receipt", Line("client", 8, 2_500, "writer_receives_add_response", {}))
     assert _when((handle, HEARD)) == (2_500, 0)
+
+
+def test_a_refused_add_needs_one_fence_and_nothing_needs_it() -> None:
+    """A writer's add refused as fenced stores nothing: it needs the first fence before it
+    (any fence explains the refusal), not every fencing read since, and a later fencing
+    LAC read does not wait for it (netns-61 ledger 269: waiting made a cycle)."""
+    steps = [
+        _step(0, "bookie_handles_fencing_lac_read"),
+        _step(1, "bookie_handles_recovery_read", 5, fence=True, sender="rc"),
+        _step(2, "bookie_handles_add", 6, sender="writer"),
+        _step(3, "bookie_handles_fencing_lac_read"),
+        _step(4, "bookie_handles_add", 5, sender="rc"),
+    ]
+    steps[2].line.args["status"] = "FENCED"
+    order.order_conflicts(steps)
+    assert [n.line.seq for n in steps[2].needs] == [0]
+    assert steps[3].needs == []
+    # A recovery's add of entry 5 is taken: after the LAC reads and the read of its entry.
+    assert [n.line.seq for n in steps[4].needs] == [0, 1, 3]

@@ -124,3 +124,27 @@ def test_a_dead_auditor_s_unlogged_mark_explains_a_task_only_if_it_died(tmp_path
     (v,) = check(run, 5.0, [205])
     assert v.verdict != "explained", v.render()
     assert "worker_acquires_ledger_lock(worker=127.0.0.1:3182" in v.render(), v.render()
+
+
+def test_an_add_answered_ok_where_the_spec_s_bookie_is_fenced_is_a_violation(
+    tmp_path: Path,
+) -> None:
+    """netns-61 ledger 269 (explained since refused adds need only one fence): the same
+    trace with one of 3184's refusals of the writer's adds turned into an acknowledgement
+    is a violation, found at that add."""
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "netns-61-ledger-269", run)
+    bookie = run / "trace-127.0.0.1_3184.jsonl"
+    lines = [json.loads(x) for x in bookie.read_text().splitlines()]
+    (add,) = [x for x in lines if x.get("rid") == 13129]  # entry 138, refused as fenced
+    add["status"] = "OK"
+    bookie.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    client = run / "trace-client.jsonl"
+    lines = [json.loads(x) for x in client.read_text().splitlines()]
+    (got,) = [x for x in lines if x.get("rid") == 13129 and x.get("bookie") == add["bookie"]]
+    got["status"] = "OK"
+    client.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (v,) = check(run, 20.0, [269])
+    assert v.verdict == "violation", v.render()
+    assert "bookie_handles_add" in v.event, v.render()
+    assert "entry=138" in v.event, v.render()
