@@ -148,3 +148,35 @@ def test_an_add_answered_ok_where_the_spec_s_bookie_is_fenced_is_a_violation(
     assert v.verdict == "violation", v.render()
     assert "bookie_handles_add" in v.event, v.render()
     assert "entry=138" in v.event, v.render()
+
+
+def test_a_mark_whose_write_failed_on_the_connection_is_logged_and_explains_the_task(
+    tmp_path: Path,
+) -> None:
+    """docker-27 ledger 78: the auditor at 3181 lost its ZooKeeper connection while it
+    marked the ledgers of lost 3185; the mark of ledger 78 landed but its answer did not,
+    so the auditor logged nothing, and a worker later took a task no line named (bkref's
+    bug, fixed since: such a mark is logged with its outcome unknown). With the line the
+    auditor writes now, the trace is explained."""
+    (v,) = check(FINDINGS / "docker-27-ledger-78", 20.0, [78])
+    assert v.verdict == "violation", v.render()
+    assert v.reason == "a worker took the lock of a ledger no auditor marked: it has no task"
+    run = tmp_path / "run"
+    shutil.copytree(FINDINGS / "docker-27-ledger-78", run)
+    auditor = run / "trace-autorecovery-127.0.0.1_3181-0.jsonl"
+    lines = [json.loads(x) for x in auditor.read_text().splitlines()]
+    i = next(k for k, x in enumerate(lines) if x["action"] == "auditor_loses_session")
+    mark = {
+        "node": lines[i]["node"],
+        "t": lines[i]["t"] - 1,
+        "action": "auditor_marks_ledgers_of_lost_bookies",
+        "ledger": 78,
+        "replicas": {"127.0.0.1:3185": "LOST"},
+        "rewrite": True,
+        "decided": 84404342249541,  # the audit's, as its other marks say
+        "outcome": "unknown",
+    }
+    lines.insert(i, mark)
+    auditor.write_text("".join(json.dumps(x | {"seq": n}) + "\n" for n, x in enumerate(lines)))
+    (v,) = check(run, 20.0, [78])
+    assert v.verdict == "explained", v.render()

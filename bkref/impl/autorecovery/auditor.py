@@ -63,7 +63,7 @@ from bkref.impl.core.digest import Digest
 from bkref.impl.core.frames import ReadRequest
 from bkref.impl.core.metadata import LedgerMetadata
 from bkref.impl.meta import layout
-from bkref.impl.meta.store import NoSuchLedgerError
+from bkref.impl.meta.store import UNKNOWN_OUTCOME, NoSuchLedgerError
 from bkref.impl.meta.underreplication import UnderreplicationManager
 from bkref.impl.trace import Tracer
 
@@ -446,20 +446,32 @@ async def _mark(
 ) -> None:
     """Write the mark, and log it as the spec step ``action`` in the same thread: an audit
     cancelled meanwhile (its session lost) cannot leave a task in ZooKeeper that no
-    trace line explains (a traced Docker campaign had a worker lock such a task)."""
+    trace line explains (a traced Docker campaign had a worker lock such a task). A
+    write that failed on the connection may still have landed (ZooKeeper applied it,
+    the answer was lost): it is logged with its outcome unknown, and the trace check
+    tries it both ways (a Docker soak run had a worker lock a task no line named)."""
 
     def write() -> None:
-        urm.mark(m.ledger_id, m.replicas, m.priority, rewrite=m.rewrite)
+        try:
+            urm.mark(m.ledger_id, m.replicas, m.priority, rewrite=m.rewrite)
+        except UNKNOWN_OUTCOME:
+            if tracer is not None:
+                _trace_mark(tracer, action, m, viewed, outcome="unknown")
+            raise
         if tracer is not None:
             _trace_mark(tracer, action, m, viewed)
 
     await asyncio.to_thread(write)
 
 
-def _trace_mark(tracer: Tracer, action: str, m: Mark, viewed: int | None = None) -> None:
+def _trace_mark(
+    tracer: Tracer, action: str, m: Mark, viewed: int | None = None, outcome: str | None = None
+) -> None:
     """A mark as the spec's step: the ledger and the replicas it lists, with why, and
     (``decided``) when the audit read the registered bookies it marks lost by."""
-    extra = {} if viewed is None else {"decided": viewed}
+    extra: dict[str, object] = {} if viewed is None else {"decided": viewed}
+    if outcome is not None:
+        extra["outcome"] = outcome
     tracer.step(
         action,
         ledger=m.ledger_id,
