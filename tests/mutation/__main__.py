@@ -110,8 +110,8 @@ def section(s: Session) -> str:
         f"--sample {meta['sample']} --seed {meta['seed']} --workers {meta['workers']}` "
         f"({meta['seconds'] / 60:.0f} min of wall time on {meta['workers']} workers)."
         + "".join(
-            f" Its {a['jobs']} survivors without a verdict then ran again, {a['at']}, with "
-            "the tests added since (`--again`)."
+            f" Its survivors without a verdict and its errors ({a['jobs']}) then ran again, "
+            f"{a['at']}, with the tests added since (`--again`)."
             for a in meta.get("again", [])
         ),
         "",
