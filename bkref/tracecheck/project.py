@@ -209,14 +209,19 @@ class _Peers:
         for v in self._by.values():
             v.sort()
 
-    def nodes(self, bookie: str, peer: str, t: int) -> list[str]:
-        """The client nodes that may have sent from ``peer``: by address, then by port."""
-        out = []
+    def nodes(self, bookie: str, peer: str, t: int, *, every: bool = False) -> list[str]:
+        """The client nodes that may have sent from ``peer``: by address, then by port,
+        the last to open such a connection before ``t`` first (or the first after).
+        ``every``: then all the others, latest first. Two nodes in different network
+        namespaces can both open 127.0.0.1:P to a bookie, and the bookie sees the later
+        one's through NAT (netns soak seed 75: the last opener was not the sender)."""
+        out: list[str] = []
         for key in ((bookie, peer), (bookie, ":" + peer.rsplit(":", 1)[-1])):
             opened = self._by.get(key, [])
             i = bisect.bisect_right(opened, (t, "\uffff"))
-            if i or opened:
-                out.append(opened[i - 1][1] if i else opened[0][1])
+            last = opened[max(i - 1, 0) : i or 1]  # the last before t, or the first after
+            order = [*reversed(opened[:i]), *opened[i:]] if every else last
+            out += [n for _, n in order if n not in out]
         return out
 
 
@@ -391,7 +396,7 @@ def project(run: Run, ledger: int) -> LedgerTrace:
             asked = next(
                 (
                     sends[k]
-                    for c in peers.nodes(bookie_id, str(x["peer"]), x.t)
+                    for c in peers.nodes(bookie_id, str(x["peer"]), x.t, every=True)
                     if (k := (c, bookie_id, rid)) in sends and _answers(x, sends[k])
                 ),
                 None,

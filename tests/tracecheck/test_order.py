@@ -9,7 +9,7 @@ import pytest
 
 from bkref.tracecheck import order
 from bkref.tracecheck import project as projection
-from bkref.tracecheck.load import Line, read_dir
+from bkref.tracecheck.load import CONNECTED, Line, read_dir
 from bkref.tracecheck.order import FAULTS, conflict, refused
 from bkref.tracecheck.project import Event, Run, Send, project
 from tests.tracecheck.conftest import Recorded, Repaired
@@ -158,3 +158,17 @@ def test_a_refused_add_needs_one_fence_and_nothing_needs_it() -> None:
     assert steps[3].needs == []
     # A recovery's add of entry 5 is taken: after the LAC reads and the read of its entry.
     assert [n.line.seq for n in steps[4].needs] == [0, 1, 3]
+
+
+def test_a_bookie_step_is_matched_to_any_node_that_opened_its_peer_address() -> None:
+    """Two nodes in their own network namespaces can both open 127.0.0.1:P to a bookie
+    (netns-75 ledger 14): the last opener is tried first, then the others."""
+    nodes = {
+        "w1": [Line("w1", 0, 10, CONNECTED, {"bookie": "b", "local": "127.0.0.1:7"})],
+        "w2": [Line("w2", 0, 20, CONNECTED, {"bookie": "b", "local": "127.0.0.1:7"})],
+    }
+    peers = projection._Peers(nodes)
+    assert peers.nodes("b", "127.0.0.1:7", 30) == ["w2"]
+    assert peers.nodes("b", "127.0.0.1:7", 30, every=True) == ["w2", "w1"]
+    assert peers.nodes("b", "127.0.0.1:7", 15, every=True) == ["w1", "w2"]
+    assert peers.nodes("b", "10.0.0.9:7", 5) == ["w1"]  # behind NAT: by port, the first
