@@ -61,11 +61,12 @@ def order_conflicts(taken: list[Event]) -> None:
     lac_fences: list[Event] = []  # fencing LAC reads
     fence_reads: list[Event] = []  # recovery reads that fence
     reads_at: dict[int, list[Event]] = defaultdict(list)
+    first_fence: Event | None = None  # the first fencing step since the last restart
     for ev in taken:
         base = [] if last is None else [last]
         if ev.kind in FAULTS:
             ev.needs = base + since
-            last, since = ev, []
+            last, since, first_fence = ev, [], None
             for index in (adds, lac_fences, fence_reads):
                 index.clear()
             adds_at.clear()
@@ -73,14 +74,13 @@ def order_conflicts(taken: list[Event]) -> None:
             continue
         req = ev.request
         assert req is not None
-        fences = [*lac_fences, *fence_reads]
-        if ev.line.action == "bookie_handles_add" and refused(ev) and fences:
+        if ev.line.action == "bookie_handles_add" and refused(ev) and first_fence is not None:
             # A writer's add refused as fenced needs a fence before it, the first since
             # the restart, and nothing else (``conflict``). Ordered after every fencing
             # read before it, it waited for one of another entry whose answer the recovery
             # took in after another bookie's, which in turn waited for the add's refusal
             # to reach the writer (netns-61 ledger 269: a cycle, so no order at all).
-            ev.needs = [*base, min(fences, key=lambda x: pos[id(x)])]
+            ev.needs = [*base, first_fence]
             since.append(ev)
             continue
         if ev.line.action == "bookie_handles_add":
@@ -90,11 +90,13 @@ def order_conflicts(taken: list[Event]) -> None:
         elif ev.line.action == "bookie_handles_fencing_lac_read":
             candidates = adds
             lac_fences.append(ev)
+            first_fence = first_fence or ev
         else:
             candidates = [*adds_at[req.entry], *(adds if req.fence else ())]
             reads_at[req.entry].append(ev)
             if req.fence:
                 fence_reads.append(ev)
+                first_fence = first_fence or ev
         found = {id(x): x for x in candidates if conflict(x, ev)}
         ev.needs = base + sorted(found.values(), key=lambda x: pos[id(x)])
         since.append(ev)
