@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 
 import pytest
 from hypothesis import settings
+
+# The spec's tests run its source: their monkeypatches and tracers need Python functions.
+# tests/spec/test_build.py holds a compiled build (bkref.spec.build) equal to it.
+os.environ.setdefault("BKREF_SPEC", "pure")
 
 settings.register_profile("bkref", deadline=None)
 settings.load_profile("bkref")

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO, cast
 
+from bkref.spec.build import running
 from bkref.spec.config import Config
 from bkref.spec.invariants import INVARIANTS, Invariant
 from bkref.spec.protocol import State, Step, format_label, initial_state, next_states
@@ -511,4 +512,4 @@ def walk(cfg: Config, steps: int, seed: int, max_depth: int = 10_000) -> WalkRes
 
 
 def print_progress_header(cfg: Config, stream: TextIO = sys.stderr) -> None:
-    print(f"checking config {cfg.name}: {cfg.bounds()}", file=stream, flush=True)
+    print(f"checking config {cfg.name}: {cfg.bounds()}; spec {running()}", file=stream, flush=True)
