@@ -22,7 +22,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo
 
-.PHONY: mutation install-check crosshair spec-check spec-big spec-coverage refine campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup docker-images docker-smoke docker-campaign docker-planted spark-cluster-test
+.PHONY: mutation install-check crosshair spec-build spec-build-equal spec-check spec-big spec-coverage refine campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup docker-images docker-smoke docker-campaign docker-planted spark-cluster-test
 
 help:
 	@echo "make campaign  the main job: a fault campaign on a local cluster, its checks and report"
@@ -33,6 +33,8 @@ help:
 	@echo "make bench     benchmarks; results go to BENCHMARKS.md"
 	@echo "make mutation  mutation testing (cosmic-ray): a sample of the spec's mutants; docs/mutation.md"
 	@echo "make spec-check  every named config checked exhaustively, with coverage (~12 min)"
+	@echo "make spec-build  compile the checker's modules with mypyc (bkref/spec/build.py)"
+	@echo "make spec-build-equal  the compiled build against the source on every config"
 	@echo "make spec-coverage  the same coverage as JSON in out/spec-coverage.json"
 	@echo "make spec-big  the configs too big for spec-check, with fingerprints (see BENCHMARKS.md)"
 	@echo "make refine    the spec held against bkref step by step, every config it runs (minutes)"
@@ -142,7 +144,7 @@ test: setup
 
 # The spec's pure helpers carry PEP 316 contracts; crosshair proves them symbolically.
 crosshair: setup
-	$(VENV)/bin/crosshair check --analysis_kind=PEP316 --per_condition_timeout=10 bkref/spec/quorum.py
+	BKREF_SPEC=pure $(VENV)/bin/crosshair check --analysis_kind=PEP316 --per_condition_timeout=10 bkref/spec/quorum.py
 
 # Exhaustive checks of the full named configs (a, b, c): a and b take 1-2 minutes each with
 # both cores at low load (0.9M and 1.7M states); not part of `verify`.
@@ -151,11 +153,20 @@ crosshair: setup
 # Every named config checked exhaustively, counting the actions, branches and races it
 # reaches; fails on a violation, on a branch unreached without a recorded reason and on a
 # pair of metadata writers racing in no config. Writes docs/coverage.md.
-spec-check: setup
+spec-check: spec-build
 	$(VENV)/bin/bkref spec coverage --markdown docs/coverage.md
 
+# The spec's core modules compiled by mypyc (bkref/spec/build.py), used by every later spec
+# run while their source is unchanged; without mypyc or a C compiler the spec runs as Python.
+spec-build: setup
+	$(VENV)/bin/bkref spec build || echo "make spec-build: no build; the spec runs as pure Python"
+
+# The build against the source: every named config, every mutant, every stored trace.
+spec-build-equal: setup
+	BKREF_SPEC_EQUAL=all $(VENV)/bin/pytest -q --timeout 0 -n 2 tests/spec/test_build.py
+
 # The configs too big for spec-check (bkref/spec/configs.py BIG_CONFIGS), with fingerprints.
-spec-big: setup
+spec-big: spec-build
 	for c in a3 a-crash a-recoveries-loss; do $(VENV)/bin/bkref spec check --fingerprints --workers 2 --config $$c || exit 1; done
 
 # The same as JSON, for tools: out/spec-coverage.json.

@@ -115,9 +115,9 @@ def compiler_missing() -> str | None:
 
 def build(progress: TextIO | None = sys.stderr, *, force: bool = False) -> Path:
     """Compile ``MODULES`` into ``build_dir()`` (if no complete build is there, or ``force``);
-    return it. Raises RuntimeError with mypyc's output when compiling fails."""
-    import subprocess  # here, not at the top: every import of the package reads this module
-    import tempfile
+    return it. Raises RuntimeError with mypyc's output when compiling fails. Processes that
+    build at once take turns (a lock file): the second finds the first's build current."""
+    import fcntl  # here, not at the top: every import of the package reads this module
 
     dest = build_dir()
     if (dest / READY).is_file() and not force:
@@ -128,6 +128,18 @@ def build(progress: TextIO | None = sys.stderr, *, force: bool = False) -> Path:
     if why is not None:
         raise RuntimeError(f"cannot compile the spec: {why}; the spec runs as pure Python")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (dest / READY).is_file() and not force:
+            return dest  # built by another process while this one waited
+        _compile(dest, progress)
+    return dest
+
+
+def _compile(dest: Path, progress: TextIO | None) -> None:
+    import subprocess
+    import tempfile
+
     work = Path(tempfile.mkdtemp(prefix=".building-", dir=dest.parent))
     try:
         pkg = work / "bkref" / "spec"
@@ -158,13 +170,11 @@ def build(progress: TextIO | None = sys.stderr, *, force: bool = False) -> Path:
         shutil.rmtree(work / "build")  # the C sources and objects: tens of MB
         for name in (*MODULES, *TYPES_ONLY):
             (pkg / f"{name}.py").unlink()  # the build holds extension modules only
-        (work / READY).write_text(f"source {dest.name}\nseconds {time.monotonic() - started:.0f}\n")
-        if (dest / READY).is_file():  # another process built it meanwhile
-            return dest
-        shutil.rmtree(dest, ignore_errors=True)
+        seconds = time.monotonic() - started
+        (work / READY).write_text(f"source {dest.name}\nseconds {seconds:.0f}\n")
+        shutil.rmtree(dest, ignore_errors=True)  # an incomplete build, or --force
         work.rename(dest)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if progress is not None:
-        print(f"spec build: done in {time.monotonic() - started:.0f} s ({dest})", file=progress)
-    return dest
+        print(f"spec build: done in {seconds:.0f} s ({dest})", file=progress)
