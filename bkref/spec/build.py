@@ -102,6 +102,14 @@ def running() -> str:
     return "pure Python (no build of this source: `bkref spec build` makes one)"
 
 
+def require_source(module: str, argv: list[str]) -> None:
+    """Run ``python -m module argv`` again on the source if this process runs the build: the
+    docs and examples read docstrings and source lines, which a compiled module lacks."""
+    if running().startswith("compiled"):
+        env = {**os.environ, "BKREF_SPEC": "pure"}
+        os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)  # noqa: S606
+
+
 def compiler_missing() -> str | None:
     """Why this machine cannot build, or None."""
     if importlib.util.find_spec("mypyc") is None:

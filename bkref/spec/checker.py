@@ -21,7 +21,7 @@ import resource
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO, cast
 
@@ -204,8 +204,9 @@ def _bfs(
     while frontier and bad is None:
         next_start = visited.count
         next_current = Layer(on_disk=fingerprints)
+        parallel: Generator[_Expanded, None, None] | None = None
         if workers > 1 and len(frontier) >= PARALLEL_MIN_LAYER:
-            layer: Iterator[_Expanded] = _expand(
+            parallel = _expand(
                 cfg,
                 canon=canon,
                 invariants=invariants,
@@ -214,6 +215,7 @@ def _bfs(
                 workers=workers,
                 keep_graph=keep_graph,
             )
+            layer: Iterator[_Expanded] = parallel
         else:
             layer = ((pos, st, [], [], []) for pos, st in enumerate(current))  # to expand here
         for pos, st, names, succ, verdicts in layer:
@@ -265,6 +267,11 @@ def _bfs(
                     file=progress,
                     flush=True,
                 )
+        # Closed here, not left to its release: a generator compiled by mypyc (the spec's
+        # build) does not run its ``finally`` when dropped, and a layer left early (a
+        # violation, max_states) would leave its workers' pool open.
+        if parallel is not None:
+            parallel.close()
         current.close()
         frontier, current = range(next_start, visited.count), next_current
         if bad is not None or (max_states is not None and visited.count >= max_states):
@@ -342,7 +349,7 @@ def _expand(
     current: Layer,
     workers: int,
     keep_graph: bool,
-) -> Iterator[_Expanded]:
+) -> Generator[_Expanded, None, None]:
     """Expand a BFS layer in ``workers`` forked processes, yielding in frontier order.
 
     Each worker takes chunks of the frontier and does what costs: the
@@ -358,8 +365,12 @@ def _expand(
     for offset in range(0, len(current), LAYER_BATCH):
         batch = list(itertools.islice(states, LAYER_BATCH))
         _LAYER = (cfg, canon, invariants, visited, batch, keep_graph)
-        for pos, names, succ, verdicts in _expand_batch(workers, batch, visited):
-            yield offset + pos, None, names if keep_graph else [""] * len(succ), succ, verdicts
+        batches = _expand_batch(workers, batch, visited)
+        try:
+            for pos, names, succ, verdicts in batches:
+                yield offset + pos, None, names if keep_graph else [""] * len(succ), succ, verdicts
+        finally:
+            batches.close()  # its pool: see _bfs's close of the layer
     _LAYER = (cfg, canon, invariants, visited, [], keep_graph)
 
 
@@ -370,7 +381,7 @@ LAYER_BATCH = 25_000
 
 def _expand_batch(
     workers: int, batch: list[State], visited: Visited
-) -> Iterator[tuple[int, list[str], list[int | Fresh], list[str | None]]]:
+) -> Generator[tuple[int, list[str], list[int | Fresh], list[str | None]], None, None]:
     # Chunks of the batch, not of the layer: a chunk as big as the batch keeps a worker idle.
     size = max(500, len(batch) // (workers * 16))
     chunks = [range(k, min(k + size, len(batch))) for k in range(0, len(batch), size)]

@@ -46,10 +46,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO, cast
 
-from bkref.spec import protocol
+from bkref.spec.build import PACKAGE_DIR
 from bkref.spec.checker import check
 from bkref.spec.config import Config
 from bkref.spec.protocol import (
@@ -66,7 +65,8 @@ from bkref.spec.protocol import (
     Step,
 )
 
-SOURCE = Path(protocol.__file__)
+# The source, not ``protocol.__file__``: that is an extension module under a compiled build.
+SOURCE = PACKAGE_DIR / "protocol.py"
 REASON = "# unreachable:"
 _REACHED = "_COVERAGE_REACHED"  # the dict the instrumented returns store into
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bkref.spec import liveness, protocol, symmetry
+from bkref.spec.build import require_source
 from bkref.spec.config import MUTANTS
 from bkref.spec.configs import BIG_CONFIGS, CONFIGS, MUTANT_CONFIGS
 from bkref.spec.examples import EXAMPLES
@@ -121,6 +122,7 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    require_source("bkref.spec.docs", args)
     text = render()
     if "--check" in args:
         fresh = OUT.exists() and OUT.read_text() == text

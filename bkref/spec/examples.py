@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from bkref.spec.build import require_source
 from bkref.spec.checker import Result, check
 from bkref.spec.config import MUTANTS
 from bkref.spec.configs import MUTANT_CONFIGS, mutant_config
@@ -36,6 +37,7 @@ def example_text(mutant: str, result: Result) -> str:
 
 
 def main() -> int:
+    require_source("bkref.spec.examples", [])  # the invariants' docstrings
     EXAMPLES.mkdir(exist_ok=True)
     for mutant in MUTANTS:
         r = check(mutant_config(mutant))

@@ -1886,9 +1886,10 @@ def worker_copies_fragment(cfg: Config, s: State, w: int, idx: int, lost: int = 
     seen = s.wk_seen[w]
     if lost < 0:
         lost = _segment_needs_repair(cfg, s, ledger, idx, seen)
-    elif lost not in _needing_repair(cfg, s, ledger, idx, seen):
+    elif lost not in tuple(_needing_repair(cfg, s, ledger, idx, seen)):
         # unreachable: next_states never names the lost bookie; only a replayed trace
-        # (bkref.tracecheck) does, and a refusal there is a finding of the replay.
+        # (bkref.tracecheck) does, and a refusal there is a finding of the replay. A tuple:
+        # mypyc's generators (bkref/spec/build.py) have no ``in``.
         return None
     ens = s.meta_segments[ledger][idx][1]
     if lost < 0 or bookie in ens:
