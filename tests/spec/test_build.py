@@ -97,6 +97,11 @@ def test_a_build_is_named_by_its_source_so_an_edited_module_never_runs_a_stale_b
 # ------------------------------------------------------------------ the build equals the source
 
 
+# The first test to ask for the build waits for its compile: about 80 CPU seconds, several
+# minutes beside a loaded `make verify`.
+BUILD_TIMEOUT = pytest.mark.timeout(1800)
+
+
 @pytest.fixture(scope="module")
 def compiled() -> Path:
     why = build.compiler_missing()
@@ -128,12 +133,14 @@ def _same(pure: dict[str, Any], comp: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
+@BUILD_TIMEOUT
 @pytest.mark.parametrize("config", CONFIGS)
 def test_the_build_explores_what_the_source_explores(compiled: Path, config: str) -> None:
     _same(_check("pure", "--config", config), _check("compiled", "--config", config))
 
 
 @pytest.mark.slow
+@BUILD_TIMEOUT
 @pytest.mark.parametrize("mutant", CHECKED_MUTANTS)
 def test_the_build_finds_a_mutant_by_the_same_shortest_trace(compiled: Path, mutant: str) -> None:
     args = ("--mutant", mutant, "--config", MUTANT_CONFIGS[mutant].name)
@@ -170,6 +177,7 @@ def _trace_check(mode: str, trace: Path, out: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
+@BUILD_TIMEOUT
 @pytest.mark.parametrize("trace", TRACE_DIRS, ids=lambda p: p.name)
 def test_the_build_replays_a_run_s_trace_as_the_source_does(
     compiled: Path, trace: Path, tmp_path: Path
