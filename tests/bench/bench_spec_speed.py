@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 TITLE = "Spec model checker: distinct states per CPU second, then and now, pure and compiled"
 
@@ -43,7 +44,7 @@ print(json.dumps({"distinct": r.distinct, "explored": r.explored, "cpu": cpu() -
 """
 
 
-def _one(variant: str, old: Path, config: str, max_states: int) -> dict[str, object]:
+def _one(variant: str, old: Path, config: str, max_states: int) -> dict[str, Any]:
     env = dict(os.environ)
     if variant == "then":
         pkg, env["PYTHONPATH"], env["BKREF_SPEC"] = "spec", str(old), "pure"
@@ -59,7 +60,7 @@ def _one(variant: str, old: Path, config: str, max_states: int) -> dict[str, obj
     )
     if done.returncode != 0:
         raise RuntimeError(f"{variant} {config}: {done.stderr[-1500:]}")
-    out: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    out: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     where = str(out["file"])
     if (variant == "then") != where.startswith(str(old)):
         raise RuntimeError(f"{variant} {config} ran the spec at {where}")
@@ -89,14 +90,14 @@ def run(quick: bool) -> str:
         for k, (config, max_states) in enumerate(plan):
             order = variants if k % 2 == 0 else variants[::-1]  # take turns
             got = {v: _one(v, old, config, max_states) for v in order}
-            then = float(str(got["then"]["distinct"])) / float(str(got["then"]["cpu"]))
+            then = got["then"]["distinct"] / got["then"]["cpu"]
             for v in variants:
                 g = got[v]
-                rate = float(str(g["distinct"])) / float(str(g["cpu"]))
-                label = f"{BASE}, pure Python" if v == "then" else str(g["spec"]).split(" (")[0]
+                rate = g["distinct"] / g["cpu"]
+                label = f"{BASE}, pure Python" if v == "then" else g["spec"].split(" (")[0]
                 rows.append(
-                    f"| `{config}` | {label} | {int(str(g['distinct'])):,} "
-                    f"| {int(str(g['explored'])):,} | {float(str(g['cpu'])):.1f} "
+                    f"| `{config}` | {label} | {g['distinct']:,} "
+                    f"| {g['explored']:,} | {g['cpu']:.1f} "
                     f"| {rate:,.0f} | {rate / then:.2f}x |"
                 )
     return (
