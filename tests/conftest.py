@@ -58,23 +58,29 @@ def pytest_fixture_setup(
         )
 
 
-# The modules that take longest in `make verify` (a loaded run's durations, 2026-11-29),
+# The modules that take longest in `make verify` (a loaded run's durations, 2026-11-30),
 # longest first. `make verify` runs pytest-xdist by module (--dist loadfile) in collection
 # order (--no-loadscope-reorder): the long modules start first and the short ones fill in
 # after them, instead of one long module starting last and running alone at the end.
 LONGEST = [
-    "tests/refine/test_bkref_autorecovery.py",
-    "tests/refine/test_bkref.py",
     "tests/refine/test_bkref_planted.py",
+    "tests/refine/test_bkref.py",
+    "tests/refine/test_bkref_autorecovery.py",
     "tests/nemesis/test_planted.py",
-    "tests/spark_checks/test_cluster.py",
     "tests/spec/test_mutants.py",
-    "tests/nemesis/test_campaign.py",
+    "tests/refine/test_bkref_autorecovery_mutant_configs.py",
     "tests/spark_checks/test_durability_paths.py",
     "tests/spec/test_coverage.py",
-    "tests/impl/test_autorecovery.py",
     "tests/spec/test_open_ledgers.py",
+    "tests/nemesis/test_campaign.py",
+    "tests/spark_checks/test_cluster.py",
+    "tests/spec/test_build.py",
+    "tests/spark_checks/test_cli.py",
+    "tests/spec/test_failed_repair.py",
+    "tests/spec/test_session_loss.py",
+    "tests/spec/test_checker.py",
     "tests/spark_checks/test_equivalence.py",
+    "tests/impl/test_autorecovery.py",
 ]
 
 

@@ -111,7 +111,7 @@ def _stages(stderr: str) -> list[float]:
 
 def _sizes(quick: bool) -> list[int]:
     if quick:
-        return [20_000]
+        return [5_000]
     env = os.environ.get("BKREF_BENCH_SPARK_OPS")
     if env:
         return [int(float(x)) for x in env.split(",")]

@@ -81,7 +81,7 @@ def measure(cfg: Config, fingerprints: bool) -> _Run:
 
 
 def run(quick: bool) -> str:
-    names = ["a-short", "b-short", "c-short"] if quick else ["a", "b", "c", "c-workers", "c-race"]
+    names = ["a-short", "b-short", "c"] if quick else ["a", "b", "c", "c-workers", "c-race"]
     rows = [
         "| config | bounds | distinct states | explored | depth | seconds | CPU s | peak MiB "
         "| bytes/state | seconds, fingerprints | peak MiB, fingerprints "

@@ -254,7 +254,16 @@ def test_recovery_without_fence_is_caught_and_the_same_seed_is_valid_without_it(
 @pytest.mark.zookeeper
 @pytest.mark.slow
 @pytest.mark.skipif(not SUPPORTED, reason=f"no network namespaces here: {WHY}")
-@pytest.mark.parametrize("plant", [("ack-before-fsync",), ()])
+@pytest.mark.parametrize(
+    "plant",
+    [
+        # The planted run (about 100 CPU s, its trace check's 300 s budget spent on the
+        # ledgers the power loss left undecidable): `make planted` runs the plant's
+        # campaigns, and verify catches it in the refinement machine (config m-journal).
+        pytest.param(("ack-before-fsync",), marks=pytest.mark.full),
+        (),
+    ],
+)
 def test_ack_before_fsync_loses_acked_entries_on_lazyfs_and_the_same_seed_is_valid_without_it(
     tmp_path: Path, plant: tuple[str, ...]
 ) -> None:
@@ -338,6 +347,9 @@ def test_repair_without_copy_is_caught_by_the_replication_audit_and_the_seed_is_
     raise AssertionError(f"{plant[0]} caught in none of the runs: {found}")
 
 
+# Up to three campaigns of 30 s (about 110 CPU s): `make planted` runs the plant's
+# campaigns, and verify catches it in the refinement machine (config m-open-segment).
+@pytest.mark.full
 @pytest.mark.zookeeper
 @pytest.mark.slow
 @pytest.mark.skipif(not SUPPORTED, reason=f"no network namespaces here: {WHY}")

@@ -5,9 +5,10 @@ over ``BookieStorage`` in a temporary directory (journal fsync, entry logs,
 index), on ``LedgerWriter`` and ``LedgerRecovery``, with metadata in the
 session's ZooKeeper. Every config the driver supports must pass, taking every
 step the spec offers: the ledger configs here, the AutoRecovery configs in
-test_bkref_autorecovery.py; every planted bug the driver can exercise must be
-caught within 2,000 examples, and the same steps must pass without the plant
-(test_bkref_planted.py). Three modules, so that `make verify`'s workers share them.
+test_bkref_autorecovery.py and test_bkref_autorecovery_mutant_configs.py; every planted
+bug the driver can exercise must be caught within 2,000 examples, and the same steps must
+pass without the plant (test_bkref_planted.py). Four modules, so that `make verify`'s
+workers share them.
 """
 
 from __future__ import annotations
@@ -41,12 +42,12 @@ REFUSALS = {
 }
 
 
-# Examples per config in `make verify`: 40 (60 until 2026-11-29). Under load an example
-# costs several times its quiet time, most of it waiting on ZooKeeper and fsync while
-# bookies start and stop, and these two modules were a third of a loaded verify. Finding
-# bugs at depth is the job of the planted tests' 2,000-example budget and of
-# `make refine` (2,000 per config).
-EXAMPLES = 40
+# Examples per config in `make verify`: 30 (60 until 2026-11-29, 40 until 2026-11-30). An
+# example costs 0.2-0.5 CPU s; under load it waits several times that on ZooKeeper and
+# fsync while bookies start and stop, and these modules were a third of a loaded verify's
+# test time. Finding bugs at depth is the job of the planted tests' 2,000-example budget
+# and of `make refine` (2,000 per config).
+EXAMPLES = 30
 
 
 def refines(name: str, zk: KazooClient) -> None:

@@ -113,6 +113,9 @@ def _both(
     return on_cluster
 
 
+# Two more jobs on each master (about 110 CPU s, 8 minutes of a loaded verify): `make
+# spark-cluster-test` runs them; verify holds the cluster to local[2] with the job below.
+@pytest.mark.full
 def test_a_valid_run_and_a_planted_lost_write_get_the_same_verdicts_on_both(
     cluster: StandaloneCluster, tmp_path: Path
 ) -> None:

@@ -68,7 +68,9 @@ def test_mutant_is_caught_by_its_invariant_with_its_documented_trace(mutant: str
         "delete-task-without-version-check",
         "worker-skips-ledger-lock",
         "auditor-acts-after-session-loss",
-        "recovery-piggybacks-its-own-lac",
+        # Its config (m-two-recoveries, about 120 CPU s) ran past the suite's 300 s in a
+        # loaded verify; `make spec-check` checks it whole, as every named config.
+        pytest.param("recovery-piggybacks-its-own-lac", marks=pytest.mark.full),
     ],
 )
 def test_the_same_config_without_the_mutant_is_correct(mutant: str) -> None:

@@ -30,9 +30,22 @@ Step = tuple[State, Label, State]
 
 def _steps(cfg: Config) -> Iterator[Step]:
     """Every transition of the config's reachable state graph (up to a mutant's violation)."""
+    if not cfg.mutants:  # the check expands every state once: its steps, kept as it goes
+        seen: list[Step] = []
+
+        def expand(c: Config, s: State) -> list[tuple[Label, State]]:
+            out = next_states(c, s)
+            seen.extend((s, label, t) for label, t in out)
+            return out
+
+        r = check(cfg, expand=expand)
+        assert r.violation is None
+        assert r.complete
+        yield from seen
+        return
+    # A violation stops the check with states found but not expanded: expand them all.
     r = check(cfg, keep_graph=True)
     assert r.graph is not None
-    assert r.violation is None or cfg.mutants
     for s in r.graph.states:
         for label, t in next_states(cfg, s):
             yield s, label, t
