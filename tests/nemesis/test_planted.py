@@ -383,6 +383,7 @@ def test_repairing_an_open_segment_without_fencing_loses_acked_entries_in_one_of
 @pytest.mark.zookeeper
 @pytest.mark.slow
 @pytest.mark.skipif(not SUPPORTED, reason=f"no network namespaces here: {WHY}")
+@pytest.mark.full  # the control of the planted run above, which is full too
 def test_the_same_expiry_campaign_without_the_open_segment_plant_is_valid(tmp_path: Path) -> None:
     spec = RunSpec(seed=1, duration=30.0, faults=("expire",), workload=LONG, bookies=5)
     result = _run(tmp_path, spec, netns=True)
