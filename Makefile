@@ -10,8 +10,10 @@ PY := $(VENV)/bin/python
 # two model-checker processes, 4 workers took a fresh clone's verify from 36:53 (3
 # workers, 3 tests failed on load races since fixed) to 33:01, green; beside two busy
 # loops, 24:36, green (2026-11-29). At 2202426, fresh clones: 21:04 quiet, 26:50 beside
-# two busy loops, both green. A test module runs whole on one worker (--dist loadfile),
-# so module fixtures are shared as before.
+# two busy loops, both green. On the AMD machines of 2026-11-30 the suite had grown and
+# the machine was slower: 43.7 min at 697fbb7, 35.1 at f6a75b6, both cores busy to the
+# end (BENCHMARKS.md, 'make verify'). A test module runs whole on one worker (--dist
+# loadfile), so module fixtures are shared as before.
 TEST_WORKERS ?= 4
 STAMP := $(VENV)/.bkref-installed
 # Debian packages the project runs for real: ZooKeeper (metadata), iptables,
