@@ -215,7 +215,8 @@ verify-full: setup
 	$(VENV)/bin/pytest -q -m 'full and not docker' -n $(TEST_WORKERS) --dist loadfile --durations=10
 
 # A standalone Spark master and worker on 127.0.0.1 (bkref/spark_checks/standalone.py):
-# spark-check's verdicts there equal local[2]'s. Marked slow, so `make verify` runs it too.
+# spark-check's verdicts there equal local[2]'s. Marked slow: `make verify` runs it but for
+# its test marked full (a second pair of jobs), which `make verify-full` runs too.
 spark-cluster-test: setup
 	$(VENV)/bin/pytest -q tests/spark_checks/test_cluster.py
 
