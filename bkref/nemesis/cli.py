@@ -20,12 +20,8 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from bkref.impl.cli.args import int_range, non_negative_int, positive_float, positive_int
 from bkref.impl.cli.plants import add_plant_argument
-from bkref.impl.cluster.local import LocalCluster
 from bkref.linearizability.durability import describe
-from bkref.nemesis.backends import backend_class, make_backend
-from bkref.nemesis.backends.netns import cleanup as cleanup_netns
 from bkref.nemesis.browser import BrowserError, find_chromium, screenshot
-from bkref.nemesis.docker_engine import missing_packages as docker_missing
 from bkref.nemesis.faults import (
     DEFAULT_KINDS,
     FAULT_GROUPS,
@@ -35,8 +31,6 @@ from bkref.nemesis.faults import (
     performable,
 )
 from bkref.nemesis.netns import namespaces_supported
-from bkref.nemesis.report import render
-from bkref.nemesis.runner import RunSpec, run_once
 from bkref.nemesis.workload import WorkloadSpec
 
 # netns and docker: every node has its own network; bookie data on lazyfs unless --no-lazyfs.
@@ -166,6 +160,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cleanup(out: Path | None, console: Console) -> int:
+    from bkref.impl.cluster.local import LocalCluster
+    from bkref.nemesis.backends.netns import cleanup as cleanup_netns
+    from bkref.nemesis.docker_engine import missing_packages as docker_missing
+
     stopped = 0
     directories: list[Path] = []
     if out is not None:
@@ -188,6 +186,8 @@ def _choose_backend(requested: str, console: Console) -> str | None:
     if requested == "local":
         return "local"
     if requested == "docker":
+        from bkref.nemesis.docker_engine import missing_packages as docker_missing
+
         if os.geteuid() != 0 or docker_missing():
             why = "not root" if os.geteuid() != 0 else "run `make docker-setup`"
             _bad(f"--backend docker is not possible here: {why}")
@@ -245,6 +245,12 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    # What runs a campaign (Docker's client, plotly, the cluster) is imported once the
+    # arguments are read: a usage error or --help answers at once.
+    from bkref.nemesis.backends import backend_class, make_backend
+    from bkref.nemesis.report import render
+    from bkref.nemesis.runner import RunSpec, run_once
+
     console = Console(stderr=True, highlight=False)
     if args.action == "cleanup":
         return _cleanup(args.out, console)

@@ -92,15 +92,17 @@ def _measure_config(name: str, examples: str, modules: tuple[str, ...]) -> dict[
     return {"lines": lines, "seconds": round(time.monotonic() - started, 1)}
 
 
-def measure_baseline(configs: list[str], examples: str, jobs: int) -> dict[str, Any]:
-    """Run every core test file and refinement config on the core as it is, recording
+def measure_baseline(
+    configs: list[str], examples: str, jobs: int, test_files: list[str]
+) -> dict[str, Any]:
+    """Run the core test files and refinement configs on the core as it is, recording
     the lines of bkref/impl/core each executed."""
     modules = _core_modules(selection.tree())
     # What importing the core executed, every stage executed: measured here, before the
     # stages fork from this process (a worker process runs several stages).
     at_import = selection.measure_import(selection.tree(), modules)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        tests = {t: pool.submit(_measure_tests, t, modules) for t in CORE_TESTS}
+        tests = {t: pool.submit(_measure_tests, t, modules) for t in test_files}
         refine = {c: pool.submit(_measure_config, c, examples, modules) for c in configs}
         return {
             "tests": {t: f.result() for t, f in tests.items()},
@@ -111,7 +113,9 @@ def measure_baseline(configs: list[str], examples: str, jobs: int) -> dict[str, 
         }
 
 
-def _verdict(base: dict[str, Any] | None, configs: list[str], examples: str) -> dict[str, Any]:
+def _verdict(
+    base: dict[str, Any] | None, configs: list[str], examples: str, test_files: list[str]
+) -> dict[str, Any]:
     if base is None:
         module, stmts, why = "", selection.ALL, "no baseline: every test and config"
     else:
@@ -120,7 +124,7 @@ def _verdict(base: dict[str, Any] | None, configs: list[str], examples: str) -> 
     def runs(stage: dict[str, Any]) -> bool:
         return selection.runs(stage["lines"], base["import"] if base else {}, module, stmts)
 
-    tests = [t for t in CORE_TESTS if base is None or runs(base["tests"][t])]
+    tests = [t for t in test_files if base is None or runs(base["tests"][t])]
     refine = [c for c in configs if base is None or runs(base["configs"][c])]
     ran = tests + refine
     if tests:
@@ -173,23 +177,38 @@ def main(argv: list[str]) -> int:
     p.add_argument("--baseline", type=Path, help="measure the unmutated tree into this file")
     p.add_argument("--configs", default=REFINE_CONFIGS, help=f"default {REFINE_CONFIGS}")
     p.add_argument("--examples", default=REFINE_EXAMPLES, help=f"default {REFINE_EXAMPLES}")
+    p.add_argument(
+        "--tests",
+        default=",".join(CORE_TESTS),
+        help="the core test files to run, comma-separated (default: all of CORE_TESTS; "
+        "fewer for a smoke run of this machinery)",
+    )
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="stages at once")
     args = p.parse_args(argv)
     configs = [c for c in args.configs.split(",") if c]
+    test_files = [t for t in args.tests.split(",") if t]
+    unknown = sorted(set(test_files) - set(CORE_TESTS))
+    if unknown:
+        p.error(f"--tests: not core test files (CORE_TESTS): {', '.join(unknown)}")
     if args.baseline is not None:
-        measured = measure_baseline(configs, args.examples, max(1, args.jobs))
+        measured = measure_baseline(configs, args.examples, max(1, args.jobs), test_files)
         args.baseline.write_text(json.dumps(measured, indent=1) + "\n")
         return 0
     started = time.monotonic()
     base = json.loads(args.file.read_text()) if args.file is not None else None
     verdict: dict[str, Any]
     if base is not None and (
-        set(configs) - set(base["configs"]) or base["examples"] != args.examples
+        set(configs) - set(base["configs"])
+        or set(test_files) - set(base["tests"])
+        or base["examples"] != args.examples
     ):
-        verdict = {"verdict": "error", "by": "the baseline measured other configs or examples"}
+        verdict = {
+            "verdict": "error",
+            "by": "the baseline measured other configs, test files or examples",
+        }
     else:
         try:
-            verdict = _verdict(base, configs, args.examples)
+            verdict = _verdict(base, configs, args.examples, test_files)
         except Exception as e:  # this script's own failure: no verdict on the mutant
             verdict = {"verdict": "error", "by": f"core_kill: {type(e).__name__}: {e}"}
     verdict["seconds"] = round(time.monotonic() - started, 1)

@@ -29,17 +29,23 @@ from bkref.nemesis.workload import Workload, WorkloadSpec
 pytestmark = [pytest.mark.zookeeper, pytest.mark.slow]
 
 
-def test_short_campaign_injects_faults_and_is_valid(
+# One local campaign, traced, for what used to take two (an untraced one with kills and
+# pauses, a traced one with kills): the history checks and the trace check of one run.
+def test_short_traced_campaign_injects_faults_is_valid_and_explained_by_the_spec(
     tmp_path: Path,
 ) -> None:
+    """Every bookie, writer process, the in-process client and every AutoRecovery log
+    their protocol steps, and the run's trace check replays them through the spec."""
     spec = RunSpec(
         seed=3,
         duration=10.0,
         faults=("kill", "pause"),
         bookies=4,
         workload=WorkloadSpec(writers=2, readers=2, in_flight=4, entries_per_ledger=40),
+        trace=True,
     )
-    backend = LocalBackend(tmp_path / "cluster", bookies=4)
+    traces = tmp_path / "run" / "traces"
+    backend = LocalBackend(tmp_path / "cluster", bookies=4, trace_dir=traces)
     messages: list[str] = []
     result = run_once(spec, backend, tmp_path / "run", messages.append)
 
@@ -59,6 +65,21 @@ def test_short_campaign_injects_faults_and_is_valid(
     # counts too: at least, not exactly, the created ones.
     assert linearizable["ledgers"] >= result.ops["create:ok"]
     assert linearizable["valid"], linearizable["anomalies"][:5]
+
+    trace = result.checks["trace"]
+    assert trace["valid"], trace["anomalies"][:3]
+    assert trace["counts"]["violation"] == 0
+    # Unknown, never a violation: what the replay cannot decide (a budget share that ran
+    # out, an AutoRecovery step decided on a view the spec's worker does not have).
+    assert trace["counts"]["explained"] > 0
+    assert trace["counts"]["explained"] + trace["counts"]["unknown"] == trace["counts"]["ledgers"]
+    assert trace["seconds"] > 0
+    assert trace["peak_mib"] > 0
+    names = {f.name for f in traces.glob("trace-*.jsonl")}
+    assert "trace-client.jsonl" in names
+    assert any(n.startswith("trace-writer-") for n in names)
+    assert any(n.startswith("trace-autorecovery-") for n in names)
+    assert sum(n.startswith("trace-127.0.0.1_") for n in names) == 4  # the bookies
     assert result.valid is True
 
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
@@ -71,38 +92,6 @@ def test_short_campaign_injects_faults_and_is_valid(
     state = json.loads((tmp_path / "cluster" / "cluster.json").read_text())
     pids = [b["pid"] for b in state["bookies"] if b.get("pid")]
     assert not [p for p in pids if pid_alive(p)]
-
-
-def test_a_traced_campaign_is_explained_by_the_spec(tmp_path: Path) -> None:
-    """Every bookie, writer process, the in-process client and every AutoRecovery log
-    their protocol steps, and the run's trace check replays them through the spec."""
-    spec = RunSpec(
-        seed=5,
-        duration=10.0,
-        faults=("kill",),
-        bookies=4,
-        workload=WorkloadSpec(writers=2, readers=1, in_flight=4, entries_per_ledger=40),
-        trace=True,
-    )
-    backend = LocalBackend(tmp_path / "cluster", bookies=4, trace_dir=tmp_path / "run" / "traces")
-    result = run_once(spec, backend, tmp_path / "run", lambda _: None)
-
-    assert result.error is None, result.error
-    trace = result.checks["trace"]
-    assert trace["valid"], trace["anomalies"][:3]
-    assert trace["counts"]["violation"] == 0
-    # Unknown, never a violation: what the replay cannot decide (a budget share that ran
-    # out, an AutoRecovery step decided on a view the spec's worker does not have).
-    assert trace["counts"]["explained"] > 0
-    assert trace["counts"]["explained"] + trace["counts"]["unknown"] == trace["counts"]["ledgers"]
-    assert trace["seconds"] > 0
-    assert trace["peak_mib"] > 0
-    names = {f.name for f in (tmp_path / "run" / "traces").glob("trace-*.jsonl")}
-    assert "trace-client.jsonl" in names
-    assert any(n.startswith("trace-writer-") for n in names)
-    assert any(n.startswith("trace-autorecovery-") for n in names)
-    assert sum(n.startswith("trace-127.0.0.1_") for n in names) == 4  # the bookies
-    assert result.valid is True
 
 
 def test_a_traced_run_needs_a_traced_backend(tmp_path: Path) -> None:
