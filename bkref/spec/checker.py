@@ -488,6 +488,9 @@ class WalkResult:
     seconds: float = 0.0
     violation: str | None = None
     trace: list[TraceStep] = field(default_factory=list)
+    # Distinct states the walks saw, counted as the BFS counts them (up to symmetry), by
+    # 64-bit fingerprint, as TLC's simulation mode does: how much of the space they covered.
+    distinct: int = 0
 
 
 def walk(cfg: Config, steps: int, seed: int, max_depth: int = 10_000) -> WalkResult:
@@ -495,15 +498,21 @@ def walk(cfg: Config, steps: int, seed: int, max_depth: int = 10_000) -> WalkRes
 
     Each walk follows uniformly chosen enabled actions until none is enabled
     (or ``max_depth``), then a new walk starts. Reproduce a run with the same
-    seed. A violation's trace is the walk's prefix, not a shortest one.
+    seed. A violation's trace is the walk's prefix, not a shortest one. The
+    states seen are counted by the fingerprint of their canonical form
+    (``WalkResult.distinct``): at most the BFS's distinct count, for which
+    :func:`bkref.spec.visited.collision_probability` gives the chance of a
+    fingerprint shared by two of them.
     """
     rng = random.Random(seed)
     invariants = active_invariants(cfg)
     out = WalkResult(config=cfg, seed=seed)
+    seen: set[int] = set()
     started = time.monotonic()
     while out.steps < steps and out.violation is None:
         out.walks += 1
         cur = initial_state(cfg)
+        seen.add(fingerprint(canonical(cur)))
         trace = [TraceStep("Init", cur)]
         for _ in range(max_depth):
             succ = list(next_states(cfg, cur))
@@ -511,6 +520,7 @@ def walk(cfg: Config, steps: int, seed: int, max_depth: int = 10_000) -> WalkRes
                 break
             label, cur = rng.choice(succ)
             out.steps += 1
+            seen.add(fingerprint(canonical(cur)))
             trace.append(TraceStep(format_label(label), cur))
             bad = first_violation(cfg, cur, invariants)
             if bad is not None:
@@ -519,6 +529,7 @@ def walk(cfg: Config, steps: int, seed: int, max_depth: int = 10_000) -> WalkRes
                 break
         out.max_depth = max(out.max_depth, len(trace) - 1)
     out.seconds = time.monotonic() - started
+    out.distinct = len(seen)
     return out
 
 

@@ -24,6 +24,7 @@ from bkref.spec.cli_args import positive_int
 from bkref.spec.config import MUTANTS, Config
 from bkref.spec.configs import BIG_CONFIGS, CHECKABLE, CONFIGS, MUTANT_CONFIGS, NAMED
 from bkref.spec.trace import dumps, format_trace, trace_json
+from bkref.spec.visited import collision_probability
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,7 +47,9 @@ def _parser() -> argparse.ArgumentParser:
         "check",
         help="exhaustive BFS (or random walks) over a config",
         description="Check every invariant in every reachable state of a config; print a "
-        "shortest trace on a violation. With --walk, follow random actions instead.",
+        "shortest trace on a violation. With --walk, follow random actions instead, for "
+        "configs beyond exhaustive reach; like TLC's simulation mode, it reports how many "
+        "distinct states (up to symmetry, by 64-bit fingerprint) the walks saw.",
     )
     c.add_argument("--config", help="a config name from `bkref spec list`")
     c.add_argument("--mutant", help="switch on a mutant (without --config: its own config)")
@@ -189,6 +192,8 @@ def _walk_summary(r: WalkResult) -> dict[str, Any]:
         "steps": r.steps,
         "walks": r.walks,
         "max_depth": r.max_depth,
+        "distinct": r.distinct,
+        "collision_probability": collision_probability(r.distinct),
         "seconds": round(r.seconds, 2),
         "violation": r.violation,
         "trace": trace_json(r.trace) if r.violation else [],
@@ -232,7 +237,7 @@ def _check(args: argparse.Namespace) -> int:
         else:
             print(
                 f"{w.steps:,} steps in {w.walks:,} walks (seed {w.seed}), deepest {w.max_depth}, "
-                f"{w.seconds:.1f} s"
+                f"{w.distinct:,} distinct states, {w.seconds:.1f} s"
             )
             if w.violation:
                 print(f"VIOLATION of {w.violation} (reproduce with --seed {w.seed}):")

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from bkref.spec.checker import check, walk
+from bkref.spec.config import Config
 from bkref.spec.configs import CONFIGS, mutant_config
 from bkref.spec.protocol import W_OPEN, initial_state, next_states
 from bkref.spec.symmetry import canonical, rename
@@ -70,6 +71,38 @@ def test_random_walks_of_the_correct_spec_go_deep_without_violation() -> None:
     assert w.violation is None
     assert w.steps == 5_000
     assert w.max_depth > 15
+
+
+def test_walks_count_the_distinct_states_they_saw_as_the_bfs_counts_them() -> None:
+    cfg = CONFIGS["b-short"]
+    bfs = check(cfg, keep_graph=True)
+    assert bfs.graph is not None
+    everything = {fingerprint(s) for s in bfs.graph.states}  # canonical, as the BFS keeps them
+    w = walk(cfg, 3_000, seed=2)
+    walked = _walked(cfg, 3_000, seed=2)
+    assert w.violation is None
+    assert w.distinct == len(walked)
+    assert walked <= everything  # every state a walk saw is one the BFS counts
+    assert 1 < w.distinct <= min(bfs.distinct, w.steps + 1)
+
+
+def _walked(cfg: Config, steps: int, seed: int) -> set[int]:
+    """The fingerprints of the canonical states ``walk(cfg, steps, seed)`` visits, by
+    repeating its choices."""
+    rng = random.Random(seed)
+    seen: set[int] = set()
+    taken = 0
+    while taken < steps:
+        cur = initial_state(cfg)
+        seen.add(fingerprint(canonical(cur)))
+        for _ in range(10_000):
+            succ = list(next_states(cfg, cur))
+            if not succ or taken >= steps:
+                break
+            _label, cur = rng.choice(succ)
+            taken += 1
+            seen.add(fingerprint(canonical(cur)))
+    return seen
 
 
 def test_config_b_reaches_a_striped_ensemble_change_in_the_metadata() -> None:

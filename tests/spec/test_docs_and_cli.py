@@ -72,7 +72,13 @@ def test_check_json_carries_the_trace(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_walk_mode_reports_steps_and_the_seed(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "--config", "a-short", "--walk", "500", "--seed", "4", "--quiet"]) == 0
-    assert "(seed 4)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "(seed 4)" in out
+    assert " distinct states, " in out
+    assert main(["check", "--config", "a-short", "--walk", "500", "--seed", "4", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert 1 < summary["distinct"] <= 501
+    assert 0 < summary["collision_probability"] < 1e-9
 
 
 @pytest.mark.parametrize(
