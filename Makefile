@@ -208,9 +208,11 @@ verify: setup
 	test $$rc -eq 0 -a $$checks_rc -eq 0 -a $$smoke_rc -eq 0
 
 # The tests marked `full`: the long forms of checks verify holds in shorter ones (a planted
-# campaign whose plant the refinement machine catches in verify, a config spec-check checks
-# whole, a second job on the standalone Spark cluster). Left out of verify for its time:
-# the suite is CPU-bound on the 2-core CI machine (BENCHMARKS.md, 'make verify').
+# campaign whose plant the refinement machine catches in verify, the same seed's control
+# run without a plant, a mutant's own config where verify catches it on a smaller one, a
+# second job on the standalone Spark cluster, a history whose case another covers). Left
+# out of verify for its time: the suite is CPU-bound on the 2-core CI machine
+# (BENCHMARKS.md, 'make verify', has both targets' times).
 verify-full: setup
 	$(VENV)/bin/pytest -q -m 'full and not docker' -n $(TEST_WORKERS) --dist loadfile --durations=10
 

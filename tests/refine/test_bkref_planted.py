@@ -37,8 +37,14 @@ CAUGHT_IN = {
     "recovery-piggybacks-its-own-lac": "a-readers",
 }
 
+# Hypothesis seeds that reach the plant sooner than seed 0 (examples to the first failure,
+# seeds 0-5, 2026-12-01): acks-from-replaced-bookie-count 120, 76, 263, 430, 255, 143;
+# bookie-forgets-lac-on-replay 74, 67, 71, 75, 9, 117. Any seed catches each within the
+# 2,000 examples; these only spend less. The others: seed 0.
+SEEDS = {"acks-from-replaced-bookie-count": 1, "bookie-forgets-lac-on-replay": 4}
 
-# Fixed work (seed 0: the examples until the plant is caught, then two replays) over real
+
+# Fixed work (its seed: the examples until the plant is caught, then two replays) over real
 # bookies and ZooKeeper, so its wall time follows the machine's load: 60-112 s in loaded
 # verify runs, past the suite's 300 s at a load average of 10 on 2 cores.
 @pytest.mark.timeout(900)
@@ -53,7 +59,7 @@ def test_a_planted_bug_is_caught_and_its_steps_pass_without_it(plant: str, zk: K
     # the test (the shrinking test below keeps it honest). Hypothesis still replays the
     # counterexample once before it reports it, so a driver that does not repeat itself
     # still fails here.
-    stats, found = run(cfg, planted, examples=2000, seed=0, shrink=False)
+    stats, found = run(cfg, planted, examples=2000, seed=SEEDS.get(plant, 0), shrink=False)
     assert found is not None, f"{plant} not caught in {stats.examples} examples"
     assert stats.first_failure <= 2000
     assert 0 < len(found.trace) <= 60, "at most the machine's 60 steps"
