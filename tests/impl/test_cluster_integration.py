@@ -6,6 +6,7 @@ fencing and recovery after a writer dies, and `bkref cluster up|status|down`.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import random
@@ -143,6 +144,39 @@ async def test_a_paused_bookie_is_replaced_after_the_add_timeout(
         assert ids == list(range(10, 20))
         assert victim not in h.writer.ensemble
         await h.close()
+
+
+async def test_closing_the_client_fails_its_adds_in_flight_and_replaces_no_bookie(
+    make_cluster: MakeCluster,
+) -> None:
+    # Adds wait on two paused bookies when the client closes, and its close breaks their
+    # connections. Until 2026-12-01 the writer took that for failed bookies, and the
+    # replacement it started asked ZooKeeper through the closed client: a task's exception
+    # nobody retrieved ("BookKeeper client not started"), and adds left waiting forever.
+    cluster = make_cluster(3)
+    unretrieved: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, c: unretrieved.append(c))
+    bk = await BookKeeper(cluster.zk_hosts).start()
+    h = await bk.create_ledger(3, 3, 2, PW)
+    await h.add(b"before")
+    ensemble = h.writer.ensemble
+    paused = [index_of(cluster, b) for b in ensemble[:2]]
+    for i in paused:
+        cluster.signal_bookie(i, signal.SIGSTOP)
+    try:
+        adds = [asyncio.ensure_future(h.add(b"in flight %d" % i)) for i in range(20)]
+        await asyncio.sleep(0.5)  # sent, one ack each of the two they need
+        await bk.close()
+        done = await asyncio.wait_for(asyncio.gather(*adds, return_exceptions=True), 30)
+    finally:
+        for i in paused:
+            cluster.signal_bookie(i, signal.SIGCONT)
+    assert all(isinstance(d, BKError) for d in done), done
+    assert h.writer.ensemble == ensemble  # no bookie replaced
+    del adds, done
+    gc.collect()  # a task's unretrieved exception is reported as the task is collected
+    await asyncio.sleep(0)
+    assert unretrieved == []
 
 
 async def test_an_old_writer_is_fenced_by_a_recovery_open(make_cluster: MakeCluster) -> None:

@@ -51,6 +51,7 @@ class BookKeeper:
         self.add_entry_timeout = add_entry_timeout  # BookKeeper's addEntryTimeoutSec
         self.clock = clock
         self.rng = random.Random(seed)
+        self.closed = False  # close() began: a request failing from now on failed by it
         self._conns: dict[str, BookieConnection] = {}
         self.zk_calls = ZkCalls(
             zk_hosts,
@@ -72,6 +73,7 @@ class BookKeeper:
         await self.close()
 
     async def close(self) -> None:
+        self.closed = True
         for c in self._conns.values():
             await c.close()
         self._conns.clear()

@@ -97,6 +97,9 @@ class Client(Protocol):
     @property
     def tracer(self) -> Tracer | None: ...
 
+    @property
+    def closed(self) -> bool: ...
+
     def conn(self, bookie: str) -> BookieConnection: ...
 
     async def request(self, bookie: str, make: Callable[[int], Request]) -> Response: ...
@@ -202,7 +205,8 @@ class Driver:
         if resp is not None:
             status = resp.status
         else:
-            log.warning(
+            # Once the client is closing, its own close broke the connection: not a warning.
+            (log.debug if self.bk.closed else log.warning)(
                 "add of ledger %d entry %d to %s failed: %s", a.ledger_id, a.entry_id, a.bookie, err
             )
             status = Status.IO_ERROR
@@ -313,22 +317,30 @@ class Driver:
 
     async def _replace(self, a: NeedReplacement) -> None:
         self.failed_bookies.add(a.failed)
-        try:
-            candidates = await self.bk.zk_calls.writable_bookies()
-            new = replace_bookie(
-                a.ensemble, a.failed, candidates, exclude=self.failed_bookies, rng=self.bk.rng
-            )
-        except (NotEnoughBookiesError, ZooKeeperError) as e:
+        chosen: str | None = None
+        # A closed client's requests fail because it closed their connections, not because
+        # the bookie failed; and it can no longer ask ZooKeeper for another.
+        why = "the client was closed" if self.bk.closed else None
+        if why is None:
+            try:
+                candidates = await self.bk.zk_calls.writable_bookies()
+                new = replace_bookie(
+                    a.ensemble, a.failed, candidates, exclude=self.failed_bookies, rng=self.bk.rng
+                )
+            except (NotEnoughBookiesError, ZooKeeperError) as e:
+                why = str(e)
+            else:
+                chosen = new[a.ensemble.index(a.failed)]
+                log.info(
+                    "ledger %d: replacing failed bookie %s with %s",
+                    self.ledger_id,
+                    a.failed,
+                    chosen,
+                )
+                self.m.replace(a.failed, chosen)
+        if why is not None:
             # Never leave the ledger waiting on a replacement that will not come.
-            self.m.no_replacement(a.failed, str(e))
-            chosen = None
-        else:
-            idx = a.ensemble.index(a.failed)
-            chosen = new[idx]
-            log.info(
-                "ledger %d: replacing failed bookie %s with %s", self.ledger_id, a.failed, chosen
-            )
-            self.m.replace(a.failed, chosen)
+            self.m.no_replacement(a.failed, why)
         if self.tracer is None:
             self.pump()
             return
