@@ -11,13 +11,18 @@ from bkref.tracecheck.autorecovery import LOCK_LOST
 from bkref.tracecheck.load import Line
 from bkref.tracecheck.names import MARKS, RELEASE
 
+ADD = "writer_sends_add"
+
 if TYPE_CHECKING:
     from bkref.tracecheck.project import Key, LedgerTrace, Send
 
 
 def trace_config(lt: LedgerTrace, create: Line, sends: dict[Key, Send]) -> Config:
     """Bounds as large as the trace needs; budgets for every fault it may imply."""
-    entries = max([s.entry for s in sends.values()] + [0]) + 2
+    # An add made during an ensemble change is queued with no send (its line's `sends` is
+    # empty): it counts too, or the spec's writer could not make it.
+    added = [int(e.line["entry"]) for lane in lt.lanes for e in lane if e.line.action == ADD]
+    entries = max([s.entry for s in sends.values()] + added + [0]) + 2
     restarts = sum(1 for lane in lt.lanes for e in lane if e.kind == "restart")
     handles = sum(1 for lane in lt.lanes for e in lane if e.kind == "handle")
     ens = len(create["ensemble"])
