@@ -1,8 +1,8 @@
 """Bad input to any `bkref` command: one line on stderr naming the problem, exit 2.
 
 Exit status 1 means "anomalies found", so a crash that exits 1 is a false alarm
-in CI. Every command that reads a file or takes numbers is run here as a
-subprocess (as a user runs it) on a table of bad inputs: a binary file, a
+in CI. Every command that reads a file or takes numbers is run here in a
+process of its own (as a user runs it) on a table of bad inputs: a binary file, a
 truncated JSON line, an empty file, wrong JSON types, numbers out of range,
 a missing file, a directory where a file is expected, and the like. Each must
 exit 2 with a short message that names the file or the argument, without a
@@ -11,16 +11,19 @@ traceback and without falling through to the dispatcher's "internal error"
 
 Nothing is started: campaign, cluster, zookeeper, bookie, shell and spark-check
 must reject these before they start a process, connect to ZooKeeper or start
-Spark. The cases run in parallel (one subprocess each), a few seconds in all.
+Spark. Each case is a child forked from one process that imported bkref's commands
+(tests/unit/forked_cli.py): an interpreter per case cost 47 CPU s per `make verify`,
+nearly all of it starting Python and importing. One case in eight also runs as
+`python -m bkref.impl.cli.main ...`, and must end the same way.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -264,19 +267,51 @@ def _write_files(d: Path) -> None:
         (d / name / "zookeeper.json").write_bytes(content)
 
 
-def _run(c: Case, d: Path) -> subprocess.CompletedProcess[str]:
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "BKREF_TRACEBACK"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    argv = [a.format(d=d, id=c.id) for a in c.argv]
-    return subprocess.run(
-        [sys.executable, "-m", "bkref.impl.cli.main", *argv],
+    return env
+
+
+def _argv(c: Case, d: Path) -> list[str]:
+    return [a.format(d=d, id=c.id) for a in c.argv]
+
+
+def _run(c: Case, d: Path) -> Ran:
+    """``c`` as a user runs it: an interpreter of its own."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bkref.impl.cli.main", *_argv(c, d)],
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env=env,
+        env=_env(),
         timeout=120,
         check=False,
     )
+    return Ran(done.returncode, done.stdout, done.stderr)
+
+
+def _run_forked(cases: list[Case], d: Path) -> dict[str, Ran]:
+    """Every case in a process of its own, each forked from one that imported bkref."""
+    request = {"cases": {c.id: _argv(c, d) for c in cases}}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.unit.forked_cli"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(),
+        timeout=300,
+        check=True,
+    )
+    return {k: Ran(*v) for k, v in json.loads(done.stdout).items()}
 
 
 @pytest.fixture(scope="module")
@@ -287,11 +322,23 @@ def bad_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def results(bad_files: Path) -> Iterator[dict[str, subprocess.CompletedProcess[str]]]:
-    """Every case's run, started together (each is a short-lived process)."""
-    with ThreadPoolExecutor(max_workers=max(4, os.cpu_count() or 1)) as pool:
-        runs = {c.id: pool.submit(_run, c, bad_files) for c in CASES}
-        yield {name: run.result() for name, run in runs.items()}
+def results(bad_files: Path) -> dict[str, Ran]:
+    """Every case's run, each forked from one process (tests/unit/forked_cli.py)."""
+    return _run_forked(CASES, bad_files)
+
+
+# One case in eight, from every part of the table, also as an interpreter of its own.
+ALONE = [c for i, c in enumerate(CASES) if i % 8 == 0]
+
+
+def test_a_forked_case_ends_as_the_same_command_run_alone(
+    bad_files: Path, results: dict[str, Ran]
+) -> None:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        ran = pool.map(lambda c: _run(c, bad_files), ALONE)
+        alone = dict(zip([c.id for c in ALONE], ran, strict=True))
+    assert len(alone) >= 10
+    assert {k: results[k] for k in alone} == alone
 
 
 def _message_lines(stderr: str) -> list[str]:
@@ -309,7 +356,7 @@ def test_the_case_ids_are_unique() -> None:
 
 @pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line_naming_the_problem_and_exit_2(
-    c: Case, bad_files: Path, results: dict[str, subprocess.CompletedProcess[str]]
+    c: Case, bad_files: Path, results: dict[str, Ran]
 ) -> None:
     out = results[c.id]
     where = f"bkref {' '.join(c.argv)}".format(d=bad_files, id=c.id)
