@@ -309,12 +309,12 @@ def test_ack_before_fsync_loses_acked_entries_on_lazyfs_and_the_same_seed_is_val
 
 @pytest.mark.zookeeper
 @pytest.mark.slow
-# The control (the same seed valid without the plant, about 40 CPU s) is left to `make
-# verify-full`; in verify, the refinement machine's planted test of this bug replays its
-# counterexample without the plant as its control (tests/refine/test_bkref_planted.py).
-@pytest.mark.parametrize(
-    "plant", [("repair-without-copy",), pytest.param((), marks=pytest.mark.full)]
-)
+# Both left to `make verify-full` (40-120 CPU s each: up to three campaigns until one is
+# caught): in verify, the refinement machine catches this bug on config c-short and
+# replays its counterexample without the plant as the control
+# (tests/refine/test_bkref_planted.py), as for ack-before-fsync above.
+@pytest.mark.full
+@pytest.mark.parametrize("plant", [("repair-without-copy",), ()])
 def test_repair_without_copy_is_caught_by_the_replication_audit_and_the_seed_is_valid_without(
     tmp_path: Path, plant: tuple[str, ...]
 ) -> None:
