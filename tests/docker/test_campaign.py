@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,13 +31,12 @@ pytestmark = [
 
 
 @pytest.fixture
-def engine() -> Iterator[DockerEngine]:
-    # A short directory of its own (containerd's sockets live under it); the backend
-    # starts the engine and, having started it, stops it at teardown.
-    engine = DockerEngine(Path("/tmp") / f"bkref-dkc-{os.getpid()}")
+def engine(engine_dir: Path) -> Iterator[DockerEngine]:
+    # The session's engine directory (tests/docker/conftest.py: the image built once);
+    # the backend starts the engine and, having started it, stops it at teardown.
+    engine = DockerEngine(engine_dir)
     yield engine
     engine.stop()
-    shutil.rmtree(engine.directory, ignore_errors=True)  # its images: a GB or so
 
 
 def _adds_in_order(traces: Path) -> tuple[int, int]:

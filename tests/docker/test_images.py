@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,14 +33,13 @@ CAN_START = os.geteuid() == 0 and not missing_packages()
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[DockerEngine]:
-    engine = DockerEngine(Path("/tmp") / f"bkref-dki-{os.getpid()}")
+def engine(engine_dir: Path) -> Iterator[DockerEngine]:
+    engine = DockerEngine(engine_dir)  # tests/docker/conftest.py: the session's images
     engine.start()
     try:
         yield engine
     finally:
         engine.stop()
-        shutil.rmtree(engine.directory, ignore_errors=True)  # its images: a GB or so
 
 
 @pytest.mark.docker
