@@ -79,6 +79,7 @@ LONGEST = [
     "tests/spec/test_failed_repair.py",
     "tests/spec/test_session_loss.py",
     "tests/spec/test_checker.py",
+    "tests/unit/test_mutation.py",
     "tests/spark_checks/test_equivalence.py",
     "tests/impl/test_autorecovery.py",
 ]
