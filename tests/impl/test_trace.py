@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kazoo.exceptions import ConnectionLoss
 
 from bkref.impl.client.client import BookKeeper
+from bkref.impl.client.errors import CreateOutcomeUnknownError, ZooKeeperError
+from bkref.impl.core.metadata import LedgerMetadata
 from bkref.impl.testing import eventually, repaired_off
 from bkref.impl.trace import REGISTERED, Tracer, new_node_tracer, trace_path
 from bkref.spec.protocol import ACTIONS
@@ -248,3 +251,55 @@ async def test_autorecovery_logs_its_audit_and_repair_under_the_spec_names(
         mine = [x["action"] for x in ar if x["node"] == node and x["action"].startswith("worker_")]
         assert mine[0] == "worker_acquires_ledger_lock"
         assert mine[-1] in ("worker_deletes_task", "worker_releases_lock")
+
+
+@pytest.mark.zookeeper
+@pytest.mark.parametrize("landed", [True, False])
+async def test_a_create_whose_answer_was_lost_is_traced_with_its_ledger_and_outcome_unknown(
+    make_cluster: MakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, landed: bool
+) -> None:
+    # ZooKeeper lost the connection on the metadata write of a new ledger, after it landed
+    # or before: the client cannot tell which. It raises with the ledger's id, and its
+    # trace names that ledger with its outcome unknown, so the trace check replays the
+    # creation as a step that may have happened (a campaign's run of seed 101 on netns had
+    # a ledger created so, which a recovery closed later: "a client that left no trace").
+    traces = tmp_path / "traces"
+    cluster = make_cluster(3)
+    ids = [b.bookie_id for b in cluster.bookies]
+    tracer = Tracer(traces, "client")
+    async with BookKeeper(cluster.zk_hosts, tracer=tracer) as bk:
+        store = bk.meta
+        create_at = store.create_ledger_at
+
+        def lost(lid: int, md: LedgerMetadata) -> bool:
+            if landed:
+                create_at(lid, md)
+            raise ConnectionLoss()
+
+        monkeypatch.setattr(store, "create_ledger_at", lost)
+        with pytest.raises(CreateOutcomeUnknownError, match="may or may not have happened") as e:
+            await bk.create_ledger(3, 2, 2, b"pw", bookies=ids)
+        lid = e.value.ledger_id
+        assert isinstance(e.value.__cause__, ZooKeeperError)
+        monkeypatch.undo()
+        exists = lid in await bk.list_ledgers()
+        assert exists is landed
+        if landed:  # an orphan, open and empty, until a recovery closes it
+            h = await bk.open_ledger(lid, b"pw")
+            assert h.last_entry == -1
+        created = await bk.create_ledger(3, 2, 2, b"pw", bookies=ids)
+        assert created.ledger_id != lid
+    tracer.close()
+    creates = [
+        x for x in _lines(trace_path(traces, "client")) if x["action"] == "writer_creates_ledger"
+    ]
+    assert [(x["ledger"], x.get("outcome")) for x in creates] == [
+        (lid, "unknown"),
+        (created.ledger_id, None),
+    ]
+    assert creates[0]["ensemble"] == ids
+    assert (creates[0]["write_quorum"], creates[0]["ack_quorum"], creates[0]["version"]) == (
+        2,
+        2,
+        0,
+    )

@@ -26,6 +26,26 @@ def test_a_soak_ledger_once_unknown_is_explained(name: str) -> None:
     assert v.verdict == "explained", v.render()
 
 
+def test_a_ledger_whose_creation_left_no_line_is_unknown_and_the_unknown_outcome_explains_it(
+    tmp_path: Path,
+) -> None:
+    """netns-101 ledger 28: its creation's answer was lost, and the client traced nothing
+    (unknown); the client's line for it now, with its outcome unknown, explains it."""
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "netns-101-ledger-28", run)
+    client = run / "trace-client.jsonl"
+    lines = [json.loads(x) for x in client.read_text().splitlines()]
+    (create,) = [x for x in lines if x["action"] == "writer_creates_ledger"]
+    assert (create["ledger"], create["outcome"]) == (28, "unknown")
+    kept = [x for x in lines if x is not create]
+    for seq, x in enumerate(kept):  # numbered without a gap, as the client would have
+        x["seq"] = seq
+    client.write_text("".join(json.dumps(x) + "\n" for x in kept))
+    (v,) = check(run, 20.0, [28])
+    assert v.verdict == "unknown", v.render()
+    assert v.reason == "created by a client that left no trace", v.render()
+
+
 FINDINGS = DATA.parent / "tracecheck-findings"
 
 

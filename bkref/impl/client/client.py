@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from bkref.impl.client.connection import BookieConnection
 from bkref.impl.client.driver import recover
-from bkref.impl.client.errors import BKError, WrongPasswordError
+from bkref.impl.client.errors import BKError, CreateOutcomeUnknownError, WrongPasswordError
 from bkref.impl.client.handles import ReadHandle, WriteHandle
 from bkref.impl.client.zkcalls import ZkCalls
 from bkref.impl.clock import SYSTEM_CLOCK, Clock
@@ -133,17 +133,30 @@ class BookKeeper:
             ctime_ms=self.clock.wall_ms(),
             password=password,
         )
-        lid, version = await self.zk_calls.create_ledger(md)
+        try:
+            lid, version = await self.zk_calls.create_ledger(md)
+        except CreateOutcomeUnknownError as e:
+            # The ledger may exist (a recovery may close it later); the trace says which,
+            # so that the check replays its creation as a step that may have happened.
+            self._trace_create(e.ledger_id, chosen, write_quorum, ack_quorum, "unknown")
+            raise
+        self._trace_create(lid, chosen, write_quorum, ack_quorum)
+        return WriteHandle(self, lid, md, version, password)
+
+    def _trace_create(
+        self, lid: int, ensemble: tuple[str, ...], wq: int, aq: int, outcome: str | None = None
+    ) -> None:
         if self.tracer is not None:
+            known = {} if outcome is None else {"outcome": outcome}
             self.tracer.step(
                 "writer_creates_ledger",
                 ledger=lid,
-                ensemble=list(chosen),
-                write_quorum=write_quorum,
-                ack_quorum=ack_quorum,
-                version=version,
+                ensemble=list(ensemble),
+                write_quorum=wq,
+                ack_quorum=aq,
+                version=0,
+                **known,
             )
-        return WriteHandle(self, lid, md, version, password)
 
     async def _read_meta(self, ledger_id: int, password: bytes) -> tuple[LedgerMetadata, int]:
         md, version = await self.zk_calls.read_ledger(ledger_id)

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from bkref.impl.core.frames import Status
 
-__all__ = ["BKError", "FencedError", "NoSuchEntryError", "WrongPasswordError", "ZooKeeperError"]
+__all__ = [
+    "BKError",
+    "CreateOutcomeUnknownError",
+    "FencedError",
+    "NoSuchEntryError",
+    "WrongPasswordError",
+    "ZooKeeperError",
+]
 
 
 class BKError(RuntimeError):
@@ -25,6 +32,16 @@ class ZooKeeperError(BKError):
     loss, session expiry, a timeout) or it refused the call. The message says what was
     being done and whether its outcome is known; ``__cause__`` is kazoo's error, or the
     metadata store's."""
+
+
+class CreateOutcomeUnknownError(ZooKeeperError):
+    """The write of a new ledger's metadata was sent and its answer lost: the ledger
+    ``ledger_id`` may exist, open and empty, with no handle to it (as in BookKeeper, an
+    orphan until a recovery closes it)."""
+
+    def __init__(self, message: str, ledger_id: int) -> None:
+        super().__init__(message)
+        self.ledger_id = ledger_id
 
 
 class FencedError(BKError):

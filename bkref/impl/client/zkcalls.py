@@ -28,7 +28,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import ZnodeStat
 
-from bkref.impl.client.errors import ZooKeeperError
+from bkref.impl.client.errors import CreateOutcomeUnknownError, ZooKeeperError
 from bkref.impl.clock import SYSTEM_CLOCK, Clock
 from bkref.impl.core.metadata import LedgerMetadata
 from bkref.impl.meta import layout as paths
@@ -106,9 +106,22 @@ class ZkCalls:
         )
 
     async def create_ledger(self, metadata: LedgerMetadata) -> tuple[int, int]:
-        return await self.call(
-            "create ledger metadata", self.store.create_ledger, metadata, writes=True
-        )
+        """A new ledger id, then its metadata (version 0). A metadata write that was sent
+        and not answered raises :class:`CreateOutcomeUnknownError` with the id: the ledger
+        may exist, and the caller's trace must say which ledger it may have made."""
+        while True:
+            lid = await self.call("allocate a ledger id", self.store.new_ledger_id)
+            what = f"create ledger {lid}'s metadata"
+            try:
+                created = await self.call(
+                    what, self.store.create_ledger_at, lid, metadata, writes=True
+                )
+            except NotSentError:
+                raise
+            except ZooKeeperError as e:
+                raise CreateOutcomeUnknownError(str(e), lid) from e
+            if created:
+                return lid, 0
 
     async def cas_ledger(
         self, ledger_id: int, metadata: LedgerMetadata, version: int, reason: str
@@ -171,7 +184,7 @@ class ZkCalls:
         )
         wait = self.call_timeout
         if not await self.connected(wait):
-            raise ZooKeeperError(
+            raise NotSentError(
                 f"{what}: no connection to ZooKeeper at {self.hosts} for {wait:g} s; "
                 "nothing was sent; retry once ZooKeeper answers"
             )
@@ -206,6 +219,10 @@ class ZkCalls:
                 return False
             await asyncio.sleep(CONNECTED_POLL)
         return True
+
+
+class NotSentError(ZooKeeperError):
+    """No connection to ZooKeeper: the call was not sent, so it did not happen."""
 
 
 def _detail(e: BaseException) -> str:

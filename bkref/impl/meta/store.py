@@ -117,13 +117,18 @@ class ZkMetadataStore:
         """A new ledger id and its metadata; returns (ledger id, version)."""
         while True:
             lid = self.new_ledger_id()
-            try:
-                self.zk.create(
-                    paths.ledger_path(self.root, lid), metadata.serialize(), makepath=True
-                )
+            if self.create_ledger_at(lid, metadata):
                 return lid, 0
-            except NodeExistsError:
-                continue
+
+    def create_ledger_at(self, ledger_id: int, metadata: LedgerMetadata) -> bool:
+        """``ledger_id``'s metadata, version 0; False if that ledger exists already."""
+        try:
+            self.zk.create(
+                paths.ledger_path(self.root, ledger_id), metadata.serialize(), makepath=True
+            )
+        except NodeExistsError:
+            return False
+        return True
 
     def read_ledger(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         got = _ledger(self.zk.get_async(paths.ledger_path(self.root, ledger_id)))
