@@ -12,8 +12,9 @@ PY := $(VENV)/bin/python
 # loops, 24:36, green (2026-11-29). At 2202426, fresh clones: 21:04 quiet, 26:50 beside
 # two busy loops, both green. On the AMD machines of 2026-11-30 the suite had grown and
 # the machine was slower: 43.7 min at 697fbb7, 35.1 at f6a75b6, both cores busy to the
-# end; after cuts, 25.1 and 23.7 min quiet, 38.4 beside two busy loops, all green
-# (2026-12-01; BENCHMARKS.md, 'make verify'). A test module runs whole on one worker
+# end; after cuts, 25.1 and 23.7 min quiet, 38.4 beside two busy loops, all green; after
+# more, 22.5 min quiet and 26.6 beside two busy loops at 8065862, green (2026-12-01;
+# BENCHMARKS.md, 'make verify'). A test module runs whole on one worker
 # (--dist loadfile; the Spark session's modules together, tests/conftest.py), so module
 # fixtures are shared as before.
 TEST_WORKERS ?= 4
