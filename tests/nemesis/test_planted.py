@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -231,15 +232,19 @@ def test_every_planted_bug_has_a_family_of_anomaly_kinds_the_checks_report() -> 
 def test_recovery_without_fence_is_caught_and_the_same_seed_is_valid_without_it(
     tmp_path: Path, plant: tuple[str, ...]
 ) -> None:
-    # No faults needed: writers race recoveries of their own ledgers. The trace check
-    # replays the run through the spec, and the final phase recovers every ledger, so a
-    # planted run's first recovery sends an unfenced fencing read: caught in every run.
+    # No faults needed: every ledger is recovered by another client while its writer adds
+    # (race_probability=1), so a planted run's first recovery sends an unfenced fencing
+    # read, which the trace check's replay through the spec refuses: caught in every run.
+    # (With the workload's 0.2, a loaded verify run of 2026-12-01 made 7 ledgers in its
+    # 6 s, all closed by their writers, so no recovery fenced anything and the plant
+    # never ran: the final phase's recovery of a closed ledger sends no fencing read.)
     # The history checks see the bug only when a writer kept adding after a recovery
     # closed its ledger, which the machine's load decides (a loaded verify run saw it in
     # none of seeds 1-3); `make planted` holds them to it with campaigns of the default
     # length. Here they must name nothing outside the bug's family.
+    racing = replace(SMALL, race_probability=1.0)
     spec = RunSpec(
-        seed=1, duration=6.0, faults=(), bookies=3, workload=SMALL, plant=plant, trace=True
+        seed=1, duration=6.0, faults=(), bookies=3, workload=racing, plant=plant, trace=True
     )
     result = _run(tmp_path, spec, netns=False)
     if plant:
