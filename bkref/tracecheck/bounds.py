@@ -9,9 +9,7 @@ from typing import TYPE_CHECKING
 from bkref.spec.config import Config
 from bkref.tracecheck.autorecovery import LOCK_LOST
 from bkref.tracecheck.load import Line
-from bkref.tracecheck.names import MARKS, RELEASE
-
-ADD = "writer_sends_add"
+from bkref.tracecheck.names import ADD, MARKS, RELEASE
 
 if TYPE_CHECKING:
     from bkref.tracecheck.project import Key, LedgerTrace, Send

@@ -18,6 +18,8 @@ HANDLES = frozenset(
 # take, which the spec sees as a lost message.
 TAKEN = frozenset({"OK", "FENCED", "NO_SUCH_ENTRY", "NO_SUCH_LEDGER"})
 
+ADD = "writer_sends_add"  # the writer makes an entry: sent, or queued during a change
+
 # AutoRecovery's steps of a ledger: the auditor's marks and the worker's attempts.
 MARKS = frozenset({"auditor_marks_ledgers_of_lost_bookies", "auditor_checks_ledger_replicas"})
 COPY, CAS = "worker_copies_fragment", "worker_updates_segment_ensemble"

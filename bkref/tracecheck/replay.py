@@ -26,7 +26,7 @@ from bkref.spec import protocol as p
 from bkref.spec.protocol import Msg, State
 from bkref.tracecheck.autorecovery import own_bookie
 from bkref.tracecheck.load import Line
-from bkref.tracecheck.names import CAS, COPY, MARKS, RELEASE, TAKEN
+from bkref.tracecheck.names import ADD, CAS, COPY, MARKS, RELEASE, TAKEN
 from bkref.tracecheck.project import Event, LedgerTrace, Send
 
 
@@ -279,7 +279,7 @@ class Replay:
         t = fn(cfg, s, *args)
         if t is None:
             raise NotAllowedError(f"the spec does not enable {name} here")
-        if name == "writer_sends_add":
+        if name == ADD:
             e = s.w_next
             if int(line["entry"]) != e or int(line["lac"]) != t.w_piggy[e]:
                 raise NotAllowedError(

@@ -24,7 +24,6 @@ import tempfile
 from importlib.metadata import entry_points
 from pathlib import Path
 
-GROUP = "bkref.commands"  # bkref/impl/cli/main.py's
 PARALLEL = 8  # children at once: a few cases wait on a connect timeout
 
 
@@ -59,7 +58,8 @@ def _child(argv: list[str], out: Path, err: Path) -> None:
 
 
 def run(cases: dict[str, list[str]]) -> dict[str, list[object]]:
-    importlib.import_module("bkref.impl.cli.main")
+    from bkref.impl.cli.main import GROUP
+
     for command in entry_points(group=GROUP):
         importlib.import_module(command.module)
     results: dict[str, list[object]] = {}

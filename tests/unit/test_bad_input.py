@@ -284,33 +284,30 @@ def _argv(c: Case, d: Path) -> list[str]:
     return [a.format(d=d, id=c.id) for a in c.argv]
 
 
-def _run(c: Case, d: Path) -> Ran:
-    """``c`` as a user runs it: an interpreter of its own."""
+def _python(args: list[str], timeout: float, stdin: str | None = None) -> Ran:
     done = subprocess.run(
-        [sys.executable, "-m", "bkref.impl.cli.main", *_argv(c, d)],
+        [sys.executable, *args],
+        input=stdin,
         capture_output=True,
         text=True,
         cwd=ROOT,
         env=_env(),
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
     return Ran(done.returncode, done.stdout, done.stderr)
 
 
+def _run(c: Case, d: Path) -> Ran:
+    """``c`` as a user runs it: an interpreter of its own."""
+    return _python(["-m", "bkref.impl.cli.main", *_argv(c, d)], timeout=120)
+
+
 def _run_forked(cases: list[Case], d: Path) -> dict[str, Ran]:
     """Every case in a process of its own, each forked from one that imported bkref."""
-    request = {"cases": {c.id: _argv(c, d) for c in cases}}
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.unit.forked_cli"],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=_env(),
-        timeout=300,
-        check=True,
-    )
+    request = json.dumps({"cases": {c.id: _argv(c, d) for c in cases}})
+    done = _python(["-m", "tests.unit.forked_cli"], timeout=300, stdin=request)
+    assert done.returncode == 0, done.stderr
     return {k: Ran(*v) for k, v in json.loads(done.stdout).items()}
 
 
