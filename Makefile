@@ -27,7 +27,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 ZK_DEMO_DIR ?= out/zookeeper-demo
 
-.PHONY: verify-full mutation install-check crosshair spec-build spec-build-equal spec-check spec-big spec-coverage refine campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup docker-images docker-smoke docker-campaign docker-planted spark-cluster-test
+.PHONY: verify-full mutation install-check crosshair spec-build spec-build-equal spec-check spec-big spec-coverage refine campaign planted zookeeper-demo bench bench-smoke setup system-packages test verify lint typecheck contracts clean help docker-setup docker-images docker-smoke docker-campaign docker-planted spark-cluster-test spec-check-spark
 
 help:
 	@echo "make campaign  the main job: a fault campaign on a local cluster, its checks and report"
@@ -49,6 +49,7 @@ help:
 	@echo "make docker-planted  every planted bug, each caught on the Docker backend"
 	@echo "make docker-campaign  a default-length campaign on the Docker backend (CAMPAIGN_ARGS too)"
 	@echo "make spark-cluster-test  spark-check on a real standalone Spark cluster on 127.0.0.1 vs local[2]"
+	@echo "make spec-check-spark  every named spec config's BFS on Spark (local[2]) against the local checker"
 	@echo "make install-check  pip install . into a fresh venv; bkref runs from outside the checkout"
 	@echo "make verify    ruff, mypy --strict, import contracts, install-check, the whole test suite (what CI runs)"
 	@echo "make verify-full  the tests verify leaves out for time (marked full): long forms of its checks"
@@ -227,6 +228,11 @@ verify-full: setup
 # its test marked full (a second pair of jobs), which `make verify-full` runs too.
 spark-cluster-test: setup
 	$(VENV)/bin/pytest -q tests/spark_checks/test_cluster.py
+
+# Every named config's BFS on Spark (local[2]; bkref/spark_checks/spec_bfs.py) against the
+# local checker: the same distinct states, transitions, depth and verdict, or exit 1.
+spec-check-spark: setup
+	$(PY) -m tests.spark_checks.spec_check_spark
 
 bench: setup
 	$(PY) -m tests.bench

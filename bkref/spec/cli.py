@@ -3,6 +3,7 @@
     bkref spec list
     bkref spec check --config NAME [--mutant NAME] [--workers N] [--walk N --seed S] [--json]
     bkref spec check --mutant NAME          (uses the config the mutant needs)
+    bkref spec check --config NAME --spark [--master URL] [--partitions N]
     bkref spec coverage [--config NAME ...] [--json]
     bkref spec build [--force]             (compile the checker's modules with mypyc)
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 from bkref.spec.build import running
 from bkref.spec.checker import Result, WalkResult, check, print_progress_header, walk
@@ -74,6 +75,23 @@ def _parser() -> argparse.ArgumentParser:
         help="keep 64-bit fingerprints of visited states, and BFS layers on disk, instead of "
         "whole states: a fraction of the memory, for big configs; prints the estimated "
         "chance that two states collided",
+    )
+    c.add_argument(
+        "--spark",
+        action="store_true",
+        help="run the BFS on Spark (bkref.spark_checks.spec_bfs): level by level, states "
+        "and visited fingerprints partitioned over the executors; same counts and verdicts. "
+        "Liveness stays local",
+    )
+    c.add_argument(
+        "--master", metavar="URL", help="with --spark: the Spark master (default local[*])"
+    )
+    c.add_argument(
+        "--partitions",
+        type=positive_int,
+        metavar="N",
+        help="with --spark: partitions of each level and of the visited set "
+        "(default twice the executors' cores)",
     )
     c.add_argument("--no-liveness", action="store_true", help="skip the config's liveness goal")
     c.add_argument("--no-fairness", action="store_true", help="liveness without fairness")
@@ -225,8 +243,38 @@ def _coverage(args: argparse.Namespace) -> int:
     return 1 if r.unexplained() or r.unraced() or r.without_effect() or r.unspent() else 0
 
 
+# Searches installed beside the checker's own, by name: the Spark BFS lives in
+# bkref.spark_checks, which the spec does not import (pyproject.toml's
+# ``bkref.spec.searches`` entry points).
+SEARCHES = "bkref.spec.searches"
+
+
+def _on_spark(args: argparse.Namespace, cfg: Config, progress: TextIO | None) -> Result:
+    from importlib.metadata import entry_points
+
+    found = entry_points(group=SEARCHES, name="spark")
+    if not found:
+        raise SystemExit(
+            _bad("--spark: no Spark search installed (bkref.spark_checks); reinstall bkref")
+        )
+    search = next(iter(found)).load()
+    result: Result = search(
+        cfg,
+        master=args.master,
+        partitions=args.partitions,
+        symmetry=not args.no_symmetry,
+        max_states=args.max_states,
+        progress=progress,
+    )
+    return result
+
+
 def _check(args: argparse.Namespace) -> int:
     cfg = _resolve(args)
+    if not args.spark and (args.master or args.partitions):
+        return _bad("--master and --partitions go with --spark")
+    if args.spark and (args.walk is not None or args.workers > 1):
+        return _bad("--spark runs the BFS on Spark's executors: not with --walk or --workers")
     progress = None if args.quiet or args.json else sys.stderr
     if progress is not None:
         print_progress_header(cfg, progress)
@@ -245,14 +293,17 @@ def _check(args: argparse.Namespace) -> int:
             else:
                 print("no invariant violated")
         return 1 if w.violation else 0
-    r = check(
-        cfg,
-        symmetry=not args.no_symmetry,
-        max_states=args.max_states,
-        progress=progress,
-        workers=args.workers,
-        fingerprints=args.fingerprints,
-    )
+    if args.spark:
+        r = _on_spark(args, cfg, progress)
+    else:
+        r = check(
+            cfg,
+            symmetry=not args.no_symmetry,
+            max_states=args.max_states,
+            progress=progress,
+            workers=args.workers,
+            fingerprints=args.fingerprints,
+        )
     if args.json:
         summary = _summary(r)
     else:

@@ -1,4 +1,5 @@
-"""`bkref spark-check` on a real standalone cluster gives local[2]'s verdicts.
+"""`bkref spark-check` on a real standalone cluster gives local[2]'s verdicts, and
+`bkref spec check --spark` there counts what the local checker counts.
 
 One master and one worker (:mod:`bkref.spark_checks.standalone`) on 127.0.0.1
 for the module. Each history is checked twice by a `bkref spark-check`
@@ -154,6 +155,41 @@ def test_the_generic_search_runs_in_the_executors_python_from_the_shipped_zip(
     status, summary = _both(cluster, history, tmp_path, "--model", "register")
     assert status == 1
     assert summary["anomalies"] == {"linearizable": {"nonlinearizable": 1}}
+
+
+# The spec's BFS on the cluster (bkref.spark_checks.spec_bfs): its executors import the
+# spec from the shipped zip. In `make spark-cluster-test` and verify-full (a third
+# application, about a minute of a loaded verify); verify runs the BFS on local[2].
+@pytest.mark.full
+def test_the_spec_bfs_on_the_cluster_counts_what_the_local_checker_counts(
+    cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    from bkref.spec.checker import check
+    from bkref.spec.configs import NAMED
+
+    env = dict(os.environ, SPARK_LOCAL_IP=HOST, PYSPARK_PYTHON=str(_no_bkref(tmp_path)))
+    completed = {a["id"] for a in cluster.state()["completedapps"]}
+    argv = [BKREF, "spec", "check", "--config", "m-two-workers", "--spark", "--json"]
+    done = subprocess.run(
+        [*argv, "--master", cluster.url, "--partitions", PARTITIONS],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHECK_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout)
+    local = check(NAMED["m-two-workers"])
+    assert (summary["distinct"], summary["explored"], summary["depth"]) == (
+        local.distinct,
+        local.explored,
+        local.depth,
+    )
+    assert summary["complete"] is True
+    new = [a for a in cluster.state()["completedapps"] if a["id"] not in completed]
+    assert [a["name"] for a in new] == ["bkref spec check m-two-workers"]
+    assert list((cluster.directory / "work" / new[0]["id"]).glob("*/stderr"))
 
 
 def test_stopping_the_cluster_leaves_no_process(cluster: StandaloneCluster) -> None:

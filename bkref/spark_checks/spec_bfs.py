@@ -1,0 +1,305 @@
+"""The model checker's breadth-first search on Spark, for configs one machine cannot hold.
+
+    bkref spec check --config NAME --spark [--master URL] [--partitions N]
+
+The same search as ``bkref.spec.checker.check`` with fingerprints, level by level
+(level-synchronous BFS, as distributed model checkers such as PTLC and DiVinE do):
+
+1. **Expand.** Each executor takes its share of the level's new states (marshal bytes),
+   computes their successors with ``next_states``, takes each to its canonical form
+   under bookie renaming and fingerprints it. Duplicates within a task are merged
+   before the shuffle.
+2. **Shuffle by fingerprint.** Successors go to the partition ``fingerprint % P``. The
+   visited set is partitioned the same way: partition ``i`` of it is one sorted int64
+   array, the fingerprints of every state seen so far that hash to ``i``. Spark zips
+   the two partition by partition (no shuffle of the visited set), and each task
+   keeps the successors its array does not hold: the next level. The task also checks
+   the invariants on those new states, so no state travels back to the driver.
+3. **Parent records.** Each level keeps ``(fingerprint, parent fingerprint)`` per new
+   state (16 bytes a state, in the executors' storage). On a violation the driver
+   walks them back from the violating state, level by level, reading one partition
+   per level, and replays the path from the initial state
+   (``bkref.spec.checker.concrete_trace``): the trace is a shortest one.
+
+What is the same as the local checker: the distinct states, the depth, completeness,
+and on a violation its depth (the trace's length) with an invariant violated at its
+last state. Where several states at that depth violate, the local checker reports
+the first in its own order and this search the one whose invariant comes first in
+``bkref.spec.invariants.INVARIANTS``, then the smallest fingerprint; both are shortest.
+``explored`` counts every successor as the local checker does, but a search that
+stops at a violation stops at the end of the level here, mid-level there.
+
+Fingerprints are 64-bit BLAKE2b of the marshal bytes, not the local checker's
+``hash()``: Python randomises ``hash`` per process, and executors are many processes.
+Two states sharing a fingerprint would be taken for one (the result's
+``collision_probability``, as for ``--fingerprints``). Liveness needs the state graph
+in one place: it stays local (``bkref.spec.liveness``). ``max_states`` is checked
+after each level, so a search stops at the end of the level that reaches it.
+
+Memory per state (measured in BENCHMARKS.md, 'Model checking on Spark'): 8 bytes in
+the visited set and 16 in the parent records, in the executors; the widest level's
+marshalled states (about 150-300 bytes each) once in a shuffle. The driver holds
+only per-level counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import marshal
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO
+
+from bkref.spec.checker import Result, active_invariants, concrete_trace, rss_bytes
+from bkref.spec.config import Config
+from bkref.spec.invariants import INVARIANTS
+from bkref.spec.protocol import State, initial_state, next_states
+from bkref.spec.symmetry import canonical
+
+if TYPE_CHECKING:
+    import numpy as np
+    from pyspark import RDD, SparkContext
+
+# A successor before the shuffle: fingerprint -> (marshal bytes, parent fingerprint,
+# how many times the task generated it).
+Candidate = tuple[int, tuple[bytes, int, int]]
+# A state new to its level: (fingerprint, marshal bytes, parent fingerprint).
+New = tuple[int, bytes, int]
+# What a merge task returns for its partition: the updated visited array, the new
+# states, the successors it received (explored), and its violations as
+# (invariant index, fingerprint, invariant name).
+Merged = tuple["np.ndarray[Any, Any]", list[New], int, list[tuple[int, int, str]]]
+
+
+def stable_fingerprint(blob: bytes) -> int:
+    """A state's 64-bit fingerprint, the same in every process (signed, for int64)."""
+    return int.from_bytes(hashlib.blake2b(blob, digest_size=8).digest(), "little", signed=True)
+
+
+def encode(s: State) -> bytes:
+    return marshal.dumps(tuple(s), 2)
+
+
+def decode(blob: bytes) -> State:
+    return tuple.__new__(State, marshal.loads(blob))  # noqa: S302 - the search's own bytes
+
+
+def _identity(s: State) -> State:
+    return s
+
+
+# What executors receive of a config: its fields. A Config compiled by mypyc (the spec's
+# build, bkref.spec.build) has no __dict__ for pickle to restore, so it is rebuilt.
+Fields = dict[str, Any]
+
+
+def config_fields(cfg: Config) -> Fields:
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(Config) if f.init}
+
+
+def _config(fields: Fields) -> Config:
+    return Config(**fields)
+
+
+def _expand(
+    fields: Fields, symmetry: bool, states: Iterable[tuple[int, bytes]]
+) -> Iterator[Candidate]:
+    """Successors of a task's states, merged by fingerprint within the task."""
+    cfg = _config(fields)
+    canon: Callable[[State], State] = canonical if symmetry else _identity
+    out: dict[int, tuple[bytes, int, int]] = {}
+    for parent, blob in states:
+        for _label, t in next_states(cfg, decode(blob)):
+            b = encode(canon(t))
+            f = stable_fingerprint(b)
+            seen = out.get(f)
+            if seen is None:
+                out[f] = (b, parent, 1)
+            else:
+                out[f] = (b, min(seen[1], parent), seen[2] + 1)
+    yield from out.items()
+
+
+def _merge(fields: Fields, pair: tuple[Any, list[Candidate]]) -> Merged:
+    """One partition: its visited array and the successors that hash to it."""
+    import numpy as np
+
+    cfg = _config(fields)
+    visited, received = pair
+    best: dict[int, tuple[bytes, int]] = {}
+    explored = 0
+    for f, (b, parent, n) in received:
+        explored += n
+        seen = best.get(f)
+        if seen is None or parent < seen[1]:
+            best[f] = (b, parent)
+    fps = np.fromiter(best, dtype=np.int64, count=len(best))
+    fps.sort()
+    if len(visited):
+        at = np.searchsorted(visited, fps)
+        known = (at < len(visited)) & (visited[np.minimum(at, len(visited) - 1)] == fps)
+        fresh = fps[~known]
+    else:
+        fresh = fps
+    invariants = active_invariants(cfg)
+    order = {inv.__name__: k for k, inv in enumerate(INVARIANTS)}
+    new: list[New] = []
+    bad: list[tuple[int, int, str]] = []
+    for f in fresh.tolist():
+        b, parent = best[f]
+        new.append((f, b, parent))
+        s = decode(b)
+        for inv in invariants:
+            if not inv(cfg, s):
+                bad.append((order[inv.__name__], f, inv.__name__))
+                break
+    return np.union1d(visited, fresh), new, explored, bad
+
+
+def _partition(f: int) -> int:
+    return f  # partitionBy takes it modulo the partition count
+
+
+def check_on_spark(
+    cfg: Config,
+    *,
+    master: str | None = None,
+    partitions: int | None = None,
+    symmetry: bool = True,
+    max_states: int | None = None,
+    progress: TextIO | None = None,
+    sc: SparkContext | None = None,
+) -> Result:
+    """Breadth-first check of every invariant on Spark; the fields of the local
+    checker's ``Result`` (with fingerprints). ``sc``: a running context (tests);
+    else a session on ``master`` (default local[*]) is started and stopped here."""
+    own = None
+    if sc is None:
+        from bkref.spark_checks.session import session
+
+        own = session(master, app=f"bkref spec check {cfg.name}")
+        sc = own.sparkContext
+    try:
+        parts = partitions or 2 * sc.defaultParallelism
+        return _search(
+            cfg, sc, parts=parts, symmetry=symmetry, max_states=max_states, progress=progress
+        )
+    finally:
+        if own is not None:
+            own.stop()
+
+
+def _search(
+    cfg: Config,
+    sc: SparkContext,
+    *,
+    parts: int,
+    symmetry: bool,
+    max_states: int | None,
+    progress: TextIO | None,
+) -> Result:
+    import numpy as np
+    from pyspark import StorageLevel
+
+    started = time.monotonic()
+    canon: Callable[[State], State] = canonical if symmetry else _identity
+    result = Result(config=cfg, skipped=tuple(sorted(cfg.skip_invariants)), fingerprints=True)
+    fields = config_fields(cfg)
+    init = encode(canon(initial_state(cfg)))
+    init_fp = stable_fingerprint(init)
+    bad0 = [inv.__name__ for inv in active_invariants(cfg) if not inv(cfg, decode(init))]
+    levels: list[RDD[Parents]] = []  # per level >= 1, kept to rebuild a trace
+    distinct, explored, depth = 1, 0, 0
+    violation: tuple[int, int, str] | None = (0, init_fp, bad0[0]) if bad0 else None
+    home = init_fp % parts
+    visited: RDD[Any] = sc.parallelize(range(parts), parts).map(
+        lambda i: np.array([init_fp] if i == home else [], dtype=np.int64)
+    )
+    frontier: RDD[tuple[int, bytes]] = sc.parallelize([(init_fp, init)], 1)
+    previous: RDD[Merged] | None = None
+    width = 1
+    while width and violation is None and (max_states is None or distinct < max_states):
+        succ = frontier.mapPartitions(lambda it: _expand(fields, symmetry, it))
+        shuffled = succ.partitionBy(parts, _partition).glom()
+        merged = visited.zip(shuffled).map(lambda pair: _merge(fields, pair))
+        parents = merged.map(_parents)
+        # Both kept, and their lineage cut (each level reads only the last one): one job
+        # computes them, and the next level's visited set and frontier read ``merged``.
+        for rdd in (merged, parents):
+            rdd.persist(StorageLevel.MEMORY_AND_DISK)
+            rdd.localCheckpoint()
+        stats = parents.map(lambda r: r[2:]).collect()
+        if previous is not None:
+            previous.unpersist()  # read by this level only; its parent records stay
+        previous = merged
+        width = sum(n for n, _, _ in stats)
+        explored += sum(e for _, e, _ in stats)
+        bad = [v for _, _, vs in stats for v in vs]
+        if width:
+            depth += 1
+            distinct += width
+            levels.append(parents)
+        if bad:
+            violation = min(bad)
+        visited = merged.map(lambda m: m[0])
+        frontier = merged.flatMap(lambda m: [(f, b) for f, b, _ in m[1]])
+        if progress is not None:
+            secs = time.monotonic() - started
+            print(
+                f"  depth {depth}: {distinct:,} distinct, {explored:,} explored, "
+                f"level {width:,}, {distinct / max(secs, 1e-9):,.0f} states/s",
+                file=progress,
+                flush=True,
+            )
+    result.explored, result.distinct, result.depth = explored, distinct, depth
+    result.complete = violation is None and width == 0
+    if violation is not None:
+        result.violation = violation[2]
+        path = _path_back(sc, levels, parts, violation[1])
+        result.trace = concrete_trace(cfg, path, lambda s: stable_fingerprint(encode(canon(s))))
+    if previous is not None:
+        previous.unpersist()
+    for level in levels:
+        level.unpersist()
+    result.seconds = time.monotonic() - started
+    result.rss = rss_bytes()
+    return result
+
+
+# A level's parent records in one partition: its new states' fingerprints (sorted), each
+# one's parent fingerprint, then the partition's (new states, explored, violations).
+Parents = tuple[
+    "np.ndarray[Any, Any]", "np.ndarray[Any, Any]", int, int, list[tuple[int, int, str]]
+]
+
+
+def _parents(m: Merged) -> Parents:
+    import numpy as np
+
+    _, new, explored, bad = m
+    fps = np.fromiter((f for f, _, _ in new), dtype=np.int64, count=len(new))
+    up = np.fromiter((p for _, _, p in new), dtype=np.int64, count=len(new))
+    return fps, up, len(new), explored, bad
+
+
+def _parent_of(f: int, it: Iterable[Parents]) -> list[int]:
+    out: list[int] = []
+    for fps, up, *_ in it:
+        k = int(fps.searchsorted(f))
+        if k < len(fps) and fps[k] == f:
+            out.append(int(up[k]))
+    return out
+
+
+def _path_back(sc: SparkContext, levels: list[RDD[Parents]], parts: int, last: int) -> list[int]:
+    """Fingerprints from the initial state to ``last``, a state of the last level, read
+    back from the parent records: one partition per level, the one its fingerprint
+    hashes to."""
+    path = [last]
+    for level in reversed(levels):
+        f = path[-1]
+        [parent] = sc.runJob(level, functools.partial(_parent_of, f), [f % parts])
+        path.append(parent)
+    return path[::-1]
