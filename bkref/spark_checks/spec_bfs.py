@@ -36,10 +36,10 @@ Two states sharing a fingerprint would be taken for one (the result's
 in one place: it stays local (``bkref.spec.liveness``). ``max_states`` is checked
 after each level, so a search stops at the end of the level that reaches it.
 
-Memory per state (measured in BENCHMARKS.md, 'Model checking on Spark'): 8 bytes in
-the visited set and 16 in the parent records, in the executors; the widest level's
-marshalled states (about 150-300 bytes each) once in a shuffle. The driver holds
-only per-level counts.
+Memory per state, in the executors: 8 bytes in the visited set and 16 in the parent
+records; with the last two levels' states and visited arrays, about 40 bytes a state at
+the peak (BENCHMARKS.md, 'Model checking on Spark'). The driver holds only per-level
+counts.
 """
 
 from __future__ import annotations
