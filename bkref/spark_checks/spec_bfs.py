@@ -173,14 +173,21 @@ def check_on_spark(
     sc: SparkContext | None = None,
 ) -> Result:
     """Breadth-first check of every invariant on Spark; the fields of the local
-    checker's ``Result`` (with fingerprints). ``sc``: a running context (tests);
-    else a session on ``master`` (default local[*]) is started and stopped here."""
+    checker's ``Result`` (with fingerprints). ``sc``: a running context; else the
+    process's active session when its master is ``master`` (or none is asked for), else
+    a session on ``master`` (default local[*]) started and stopped here."""
     own = None
     if sc is None:
+        from pyspark.sql import SparkSession
+
         from bkref.spark_checks.session import session
 
-        own = session(master, app=f"bkref spec check {cfg.name}")
-        sc = own.sparkContext
+        active = SparkSession.getActiveSession()
+        if active is not None and master in (None, active.sparkContext.master):
+            sc = active.sparkContext
+        else:
+            own = session(master, app=f"bkref spec check {cfg.name}")
+            sc = own.sparkContext
     try:
         parts = partitions or 2 * sc.defaultParallelism
         return _search(

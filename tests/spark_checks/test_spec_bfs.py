@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from bkref.spark_checks.spec_bfs import check_on_spark, stable_fingerprint
+from bkref.spec import cli as spec_cli
 from bkref.spec.checker import check
-from bkref.spec.config import MUTANTS
 from bkref.spec.configs import MUTANT_CONFIGS, NAMED
 from bkref.spec.invariants import INVARIANTS
 from bkref.spec.protocol import initial_state, next_states
@@ -87,30 +87,26 @@ def test_fingerprints_are_the_same_in_every_process() -> None:
     assert stable_fingerprint(b"x") != stable_fingerprint(b"y")
 
 
-def test_the_cli_runs_on_spark_and_says_what_goes_with_it() -> None:
+def test_the_cli_runs_on_spark_and_says_what_goes_with_it(
+    spark: SparkSession, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In this process: the search, found by its entry point, takes the tests' session
+    # (its master is local[2]) and leaves it running.
     mutant = "worker-skips-ledger-lock"  # caught at depth 4
-    bkref = [sys.executable, "-m", "bkref.impl.cli.main", "spec", "check"]
-    done = subprocess.run(
-        [*bkref, "--mutant", mutant, "--spark", "--master", "local[2]", "--json"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    assert done.returncode == 1, done.stderr[-2000:]
-    summary = json.loads(done.stdout)
+    argv = ["check", "--mutant", mutant, "--spark", "--master", "local[2]", "--json"]
+    assert spec_cli.main(argv) == 1
+    summary = json.loads(capsys.readouterr().out)
     local = check(MUTANT_CONFIGS[mutant].with_mutant(mutant))
     assert (summary["violation"], summary["depth"]) == (local.violation, local.depth)
     assert summary["fingerprints"] is True
     assert len(summary["trace"]) == local.depth + 1
-    for argv, said in (
+    assert not spark.sparkContext._jsc.sc().isStopped()
+    for bad, said in (
         (["--config", "live-check", "--master", "local[2]"], "go with --spark"),
         (["--config", "live-check", "--spark", "--walk", "5"], "not with --walk"),
     ):
-        bad = subprocess.run([*bkref, *argv], capture_output=True, text=True, check=False)
-        assert bad.returncode == 2
-        assert said in bad.stderr
-    assert mutant in MUTANTS
+        assert spec_cli.main(["check", *bad]) == 2
+        assert said in capsys.readouterr().err
 
 
 # Two more searches (about 15 s): `make verify-full` keeps the script from rotting.
