@@ -3,9 +3,10 @@ distinct states, explored transitions, depth and verdict, or exit 1.
 
     python -m tests.spark_checks.spec_check_spark [--master URL] [--partitions N] [NAME ...]
 
-`make spec-check-spark` runs it on local[2] over every named config (about an hour on
-two cores; BENCHMARKS.md, 'Model checking on Spark'); tests/spark_checks/test_spec_bfs.py
-runs it on one, and shows it fails on a difference.
+`make spec-check-spark` runs it on local[2] over every named config: far longer than
+`make spec-check`, since each BFS level is a Spark job (BENCHMARKS.md, 'Model checking on
+Spark'). tests/spark_checks/test_spec_bfs.py runs it on one config, and shows it fails on
+a difference.
 """
 
 from __future__ import annotations
