@@ -174,8 +174,8 @@ def check_on_spark(
 ) -> Result:
     """Breadth-first check of every invariant on Spark; the fields of the local
     checker's ``Result`` (with fingerprints). ``sc``: a running context; else the
-    process's active session when its master is ``master`` (or none is asked for), else
-    a session on ``master`` (default local[*]) started and stopped here."""
+    process's active session (an error if ``master`` names another), else a session on
+    ``master`` (default local[*]) started and stopped here."""
     own = None
     if sc is None:
         from pyspark.sql import SparkSession
@@ -183,7 +183,13 @@ def check_on_spark(
         from bkref.spark_checks.session import session
 
         active = SparkSession.getActiveSession()
-        if active is not None and master in (None, active.sparkContext.master):
+        if active is not None and master not in (None, active.sparkContext.master):
+            # getOrCreate would hand back the active one, and the search would stop it.
+            raise ValueError(
+                f"a Spark session on {active.sparkContext.master} is active in this process: "
+                f"pass sc= or master={active.sparkContext.master!r}, or stop it for {master}"
+            )
+        if active is not None:
             sc = active.sparkContext
         else:
             own = session(master, app=f"bkref spec check {cfg.name}")

@@ -77,6 +77,12 @@ def test_a_state_limit_stops_at_the_end_of_a_level(spark: SparkSession) -> None:
     assert 50 <= r.distinct < check(cfg).distinct
 
 
+def test_another_master_beside_the_active_session_is_an_error(spark: SparkSession) -> None:
+    with pytest.raises(ValueError, match=r"session on local\[2\] is active"):
+        check_on_spark(NAMED["m-two-workers"], master="spark://127.0.0.1:7077")
+    assert not spark.sparkContext._jsc.sc().isStopped()
+
+
 def test_fingerprints_are_the_same_in_every_process() -> None:
     """Executors are many Python processes, each with its own hash() secret."""
     code = "from bkref.spark_checks.spec_bfs import stable_fingerprint as f; print(f(b'x'))"
