@@ -52,7 +52,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
-from bkref.spec.checker import Result, active_invariants, concrete_trace, rss_bytes
+from bkref.spec.checker import (
+    Result,
+    active_invariants,
+    concrete_trace,
+    first_violation,
+    rss_bytes,
+)
 from bkref.spec.config import Config
 from bkref.spec.invariants import INVARIANTS
 from bkref.spec.protocol import State, initial_state, next_states
@@ -67,10 +73,12 @@ if TYPE_CHECKING:
 Candidate = tuple[int, tuple[bytes, int, int]]
 # A state new to its level: (fingerprint, marshal bytes, parent fingerprint).
 New = tuple[int, bytes, int]
+# A new state that violates an invariant: (the invariant's index in INVARIANTS, the
+# state's fingerprint, the invariant's name); the least of a level is the one reported.
+Violation = tuple[int, int, str]
 # What a merge task returns for its partition: the updated visited array, the new
-# states, the successors it received (explored), and its violations as
-# (invariant index, fingerprint, invariant name).
-Merged = tuple["np.ndarray[Any, Any]", list[New], int, list[tuple[int, int, str]]]
+# states, the successors it received (explored), and its violations.
+Merged = tuple["np.ndarray[Any, Any]", list[New], int, list[Violation]]
 
 
 def stable_fingerprint(blob: bytes) -> int:
@@ -88,6 +96,10 @@ def decode(blob: bytes) -> State:
 
 def _identity(s: State) -> State:
     return s
+
+
+def _canon(symmetry: bool) -> Callable[[State], State]:
+    return canonical if symmetry else _identity
 
 
 # What executors receive of a config: its fields. A Config compiled by mypyc (the spec's
@@ -108,7 +120,7 @@ def _expand(
 ) -> Iterator[Candidate]:
     """Successors of a task's states, merged by fingerprint within the task."""
     cfg = _config(fields)
-    canon: Callable[[State], State] = canonical if symmetry else _identity
+    canon = _canon(symmetry)
     out: dict[int, tuple[bytes, int, int]] = {}
     for parent, blob in states:
         for _label, t in next_states(cfg, decode(blob)):
@@ -146,15 +158,13 @@ def _merge(fields: Fields, pair: tuple[Any, list[Candidate]]) -> Merged:
     invariants = active_invariants(cfg)
     order = {inv.__name__: k for k, inv in enumerate(INVARIANTS)}
     new: list[New] = []
-    bad: list[tuple[int, int, str]] = []
+    bad: list[Violation] = []
     for f in fresh.tolist():
         b, parent = best[f]
         new.append((f, b, parent))
-        s = decode(b)
-        for inv in invariants:
-            if not inv(cfg, s):
-                bad.append((order[inv.__name__], f, inv.__name__))
-                break
+        name = first_violation(cfg, decode(b), invariants)
+        if name is not None:
+            bad.append((order[name], f, name))
     return np.union1d(visited, fresh), new, explored, bad
 
 
@@ -217,15 +227,15 @@ def _search(
     from pyspark import StorageLevel
 
     started = time.monotonic()
-    canon: Callable[[State], State] = canonical if symmetry else _identity
+    canon = _canon(symmetry)
     result = Result(config=cfg, skipped=tuple(sorted(cfg.skip_invariants)), fingerprints=True)
     fields = config_fields(cfg)
     init = encode(canon(initial_state(cfg)))
     init_fp = stable_fingerprint(init)
-    bad0 = [inv.__name__ for inv in active_invariants(cfg) if not inv(cfg, decode(init))]
+    bad0 = first_violation(cfg, decode(init), active_invariants(cfg))
     levels: list[RDD[Parents]] = []  # per level >= 1, kept to rebuild a trace
     distinct, explored, depth = 1, 0, 0
-    violation: tuple[int, int, str] | None = (0, init_fp, bad0[0]) if bad0 else None
+    violation: Violation | None = None if bad0 is None else (0, init_fp, bad0)
     home = init_fp % parts
     visited: RDD[Any] = sc.parallelize(range(parts), parts).map(
         lambda i: np.array([init_fp] if i == home else [], dtype=np.int64)
@@ -283,9 +293,7 @@ def _search(
 
 # A level's parent records in one partition: its new states' fingerprints (sorted), each
 # one's parent fingerprint, then the partition's (new states, explored, violations).
-Parents = tuple[
-    "np.ndarray[Any, Any]", "np.ndarray[Any, Any]", int, int, list[tuple[int, int, str]]
-]
+Parents = tuple["np.ndarray[Any, Any]", "np.ndarray[Any, Any]", int, int, list[Violation]]
 
 
 def _parents(m: Merged) -> Parents:
