@@ -22,14 +22,18 @@ from bkref.spec.protocol import (
     UP,
     W_WITHDRAWN,
     State,
+    auditor_loses_session,
+    auditor_node,
     auditor_runs_periodic_bookie_check,
     bookie_crashes,
     bookie_handles_add,
+    bookie_restarts,
     bookie_restarts_with_wiped_disk,
     format_label,
     initial_state,
     network_loses_message,
     next_states,
+    node_wins_auditor_election,
     recovery_client_closes_ledger,
     recovery_client_starts_recovery,
     recovery_of,
@@ -155,6 +159,35 @@ def test_a_wiped_bookie_is_refused_by_its_cookie_unless_the_mutant_is_on() -> No
     assert _step(bookie_restarts_with_wiped_disk(CFG, s, 0)).b_up[0] == REFUSED
     cfg = CFG.with_mutant("wiped-bookie-rejoins")
     assert _step(bookie_restarts_with_wiped_disk(cfg, s, 0)).b_up[0] == UP
+
+
+def test_only_a_down_bookie_restarts_a_refused_one_stays_out() -> None:
+    # next_states offers a restart only for a DOWN bookie; the trace check calls the
+    # action for any bookie its trace restarts, so the guard itself must refuse the rest.
+    s = _step(bookie_crashes(CFG, _created(), 0))
+    assert _step(bookie_restarts(CFG, s, 0)).b_up[0] == UP
+    refused = _step(bookie_restarts_with_wiped_disk(CFG, s, 0))
+    assert refused.b_up[0] == REFUSED
+    assert bookie_restarts(CFG, refused, 0) is None  # its cookie is still refused
+    assert bookie_restarts(CFG, s, 1) is None  # bookie 1 is up
+    assert bookie_restarts(replace(CFG, restarts=False), s, 0) is None
+
+
+def test_any_auditor_may_lose_its_session_not_only_the_first() -> None:
+    # Node 0 leads first; after its session loss node 1 may win the election, and then
+    # lose its own session as well: BookKeeper's auditor election has no favourite.
+    cfg = Config(name="t", description="", autorecovery=True, workers=2, elections=2)
+    s = initial_state(cfg)
+    assert auditor_node(s) == 0
+    s = _step(auditor_loses_session(cfg, s))
+    assert auditor_node(s) == -1
+    s = _step(node_wins_auditor_election(cfg, s, 1))
+    assert auditor_node(s) == 1
+    t = _step(auditor_loses_session(cfg, s))
+    assert auditor_node(t) == -1
+    assert t.au_leads[1] == 0
+    assert t.meta_auditor == (s.meta_auditor[0], -1)
+    assert auditor_loses_session(cfg, _step(node_wins_auditor_election(cfg, t, 0))) is None
 
 
 def test_the_initial_state_is_open_only_when_configured() -> None:
