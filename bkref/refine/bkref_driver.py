@@ -255,7 +255,7 @@ class BkrefDriver:
         for i, f in enumerate(self.inflight):
             if f.msg == m:
                 return self.inflight.pop(i)
-        raise CannotTakeStepError(f"no such request in flight: {sp.format_label(('', (m,)))}")
+        raise CannotTakeStepError(f"no such request in flight: {sp.show_message(m)}")
 
     def _next_id(self) -> int:
         self._request_id += 1

@@ -2383,29 +2383,40 @@ def dead_request(cfg: Config, s: State, m: Msg) -> bool:
 HANDLERS = (bookie_handles_add, bookie_handles_fencing_lac_read, bookie_handles_recovery_read)
 
 
-def _show(arg: object) -> str:
-    if isinstance(arg, tuple) and len(arg) == 5:
-        kind, b, e, a, r = arg
-        # Recovery client 0 goes unnumbered: most configs have no other.
-        if kind == ADD:
-            if r == ORPHAN:
-                who = "a recovery that gave up"
-            else:
-                who = "writer" if not r else "recovery client" + (f" {r - 1}" if r > 1 else "")
-            return f"add e{e} to b{b} from {who} (lac {a})"
-        by = f" by recovery client {r}" if r else ""
+# Actions whose first argument is a message in flight (a plain 5-tuple, as an ensemble of
+# five bookies is: a label is read by its action's name, never by the shape of a tuple).
+MESSAGE_ACTIONS = frozenset(
+    [*(h.__name__ for h in HANDLERS), "network_loses_message", "network_duplicates_message"]
+)
+
+
+def show_message(m: Msg) -> str:
+    """A message in flight, in words."""
+    kind, b, e, a, r = m
+    # Recovery client 0 goes unnumbered: most configs have no other.
+    if kind == ADD:
         if r == ORPHAN:
-            by = " by a recovery that gave up"
-        if kind == FENCE:
-            return f"fencing LAC read to b{b}{by}"
-        return f"recovery read e{e} to b{b}{' (fencing)' if a else ''}{by}"
-    return str(arg)
+            who = "a recovery that gave up"
+        else:
+            who = "writer" if not r else "recovery client" + (f" {r - 1}" if r > 1 else "")
+        return f"add e{e} to b{b} from {who} (lac {a})"
+    by = f" by recovery client {r}" if r else ""
+    if r == ORPHAN:
+        by = " by a recovery that gave up"
+    if kind == FENCE:
+        return f"fencing LAC read to b{b}{by}"
+    return f"recovery read e{e} to b{b}{' (fencing)' if a else ''}{by}"
 
 
 def format_label(label: Label) -> str:
     """``name(arg, ...)`` with messages spelled out."""
     name, args = label
-    return f"{name}({', '.join(map(_show, args))})" if args else name
+    if not args:
+        return name
+    shown = [str(a) for a in args]
+    if name in MESSAGE_ACTIONS:
+        shown[0] = show_message(cast(Msg, args[0]))
+    return f"{name}({', '.join(shown)})"
 
 
 def next_states(cfg: Config, s: State) -> list[Step]:

@@ -15,7 +15,7 @@ from bkref.spec.protocol import (
     Recovery,
     Segments,
     State,
-    format_label,
+    show_message,
 )
 
 
@@ -103,7 +103,7 @@ def describe(s: State) -> dict[str, str]:
         + (f" back {_bookies(s.au_back)}" if s.au_back else "")
     )
     for m in sorted(set(s.msgs)):
-        out["msg " + format_label(("", (m,)))[1:-1]] = f"x{s.msgs.count(m)}"
+        out["msg " + show_message(m)] = f"x{s.msgs.count(m)}"
     out["budget"] = str(s.budget)
     return out
 

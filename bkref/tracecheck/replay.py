@@ -236,9 +236,9 @@ class Replay:
         ):
             raise NotAllowedError(
                 "the spec's step sends "
-                + (", ".join(p._show(m) for m in got) or "nothing")
+                + (", ".join(p.show_message(m) for m in got) or "nothing")
                 + "; the trace sent "
-                + (", ".join(p._show(m) for m in want) or "nothing")
+                + (", ".join(p.show_message(m) for m in want) or "nothing")
             )
         lost = extra + [_msg(self.lt, x) for x in ev.sends if x.handled is None and x.kind == "add"]
         for m in lost:
@@ -495,7 +495,7 @@ class Replay:
         m = _msg(self.lt, ev.request)
         status = str(line["status"])
         if m not in s.msgs:
-            raise NotAllowedError(f"no such request in flight: {p._show(m)}")
+            raise NotAllowedError(f"no such request in flight: {p.show_message(m)}")
         if status not in TAKEN:  # the bookie took nothing: for the spec, a lost request
             if m[0] != p.ADD:
                 yield s  # a lost read is one the recovery waits for forever

@@ -371,5 +371,5 @@ def _show_state(lt: LedgerTrace, s: State) -> str:
     for c, name in enumerate(lt.recoveries):
         r = p.recovery_of(s, c)
         lines.append(f"recovery {c} ({name}): {p.RC_NAMES[r.phase]} reading e{r.reading}")
-    lines.append("in flight: " + (", ".join(p._show(m) for m in s.msgs) or "nothing"))
+    lines.append("in flight: " + (", ".join(p.show_message(m) for m in s.msgs) or "nothing"))
     return "\n".join(lines)

@@ -213,6 +213,7 @@ def show(args: argparse.Namespace) -> int:
     for r in s.results():
         if args.which in (r["job"], str(r["line"])):
             print(f"{r['module']}:{r['line']}:{r['column']} {r['operator']} -> {outcome(r)}")
+            print(f"key = {mutant_key(r, (ROOT / r['module']).read_text())!r}")  # verdicts.toml
             print(r["diff"])
             print(r["output"][-3000:])
     return 0

@@ -77,6 +77,27 @@ def test_another_worker_takes_the_ledger_and_the_first_release_leaves_its_lock(
     assert all(AtMostOneWorkerHoldsLedgerLock(CFG, t) for _s, _label, t in steps)
 
 
+def test_a_failure_counted_beside_another_worker_on_the_task_fails_the_other_s_delete(
+    steps: list[Step],
+) -> None:
+    # A worker lost its lock and another took the ledger, both with a read of the same
+    # task version. Either one letting go and counting its failed attempt writes the task
+    # at that version: the version moves on under the other, whose versioned delete fails.
+    counted = 0
+    for s, (name, a), t in steps:
+        if name not in ("worker_releases_lock", "worker_fails_repair") or len(a) < 2 or not a[1]:
+            continue
+        counted += 1
+        w = int(str(a[0]))
+        _b, ledger, tv, _p = s.wk[w]
+        others = [v for v, (_b2, lg, vtv, _p2) in enumerate(s.wk) if v != w and lg == ledger]
+        assert [v for v in others if s.wk[v][2] == tv], "nobody else read the version"
+        assert any(_unlocked(s, v) for v in (w, *others))
+        assert s.meta_task[ledger][0] == tv
+        assert t.meta_task[ledger] == (tv + 1, s.meta_task[ledger][1])
+    assert counted, "no worker that lost its lock counted its failure beside another"
+
+
 def test_a_worker_that_lost_its_lock_copies_no_more_but_may_write_its_copied_swap(
     steps: list[Step],
 ) -> None:

@@ -23,6 +23,8 @@ from bkref.spec.protocol import (
     missing_entries,
     next_states,
     recovery_of,
+    set_at,
+    worker_verifies_ledger_replicated,
 )
 
 Step = tuple[State, Label, State]
@@ -202,3 +204,24 @@ def test_a_worker_repairs_a_listed_replica_that_came_back_missing_entries() -> N
     raise AssertionError(
         f"no worker copies a listed replica that crashed and came back ({len(seen):,} searched)"
     )
+
+
+def test_a_worker_whose_task_moved_on_verifies_as_if_its_task_listed_nothing() -> None:
+    # A mark since the worker took its lock (the periodic check's) bumped the task's
+    # version: the worker's versioned delete fails whatever it decides, and the replicas
+    # the new task lists are no verdict of its own. It verifies as a worker whose task
+    # listed no bookie would (found by `bkref refine --config c-check-crash --seed 2`).
+    cfg = NAMED["c-open-check"]
+    moved_on = 0
+    for s in {s for s, _label, _t in _steps(cfg)}:
+        for w, (_b, ledger, tv, _pending) in enumerate(s.wk):
+            if ledger < 0 or s.meta_task[ledger][0] == tv:
+                continue
+            moved_on += 1
+            nothing_listed = s._replace(meta_task=set_at(s.meta_task, ledger, (tv, 0)))
+            got = worker_verifies_ledger_replicated(cfg, s, w)
+            want = worker_verifies_ledger_replicated(cfg, nothing_listed, w)
+            assert (got is None) == (want is None), s
+            if got is not None and want is not None:
+                assert got.wk == want.wk
+    assert moved_on  # the config reaches such workers

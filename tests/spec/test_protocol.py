@@ -19,6 +19,7 @@ from bkref.spec.protocol import (
     OPEN,
     RC_CLOSED,
     REFUSED,
+    UNREGISTERED,
     UP,
     W_WITHDRAWN,
     State,
@@ -27,6 +28,7 @@ from bkref.spec.protocol import (
     auditor_runs_periodic_bookie_check,
     bookie_crashes,
     bookie_handles_add,
+    bookie_loses_session,
     bookie_restarts,
     bookie_restarts_with_wiped_disk,
     format_label,
@@ -34,6 +36,9 @@ from bkref.spec.protocol import (
     network_loses_message,
     next_states,
     node_wins_auditor_election,
+    reader_opens_ledger,
+    reader_reads_entry,
+    reader_receives_lac,
     recovery_client_closes_ledger,
     recovery_client_starts_recovery,
     recovery_of,
@@ -323,3 +328,63 @@ def test_a_close_or_a_worker_swap_undone_is_a_lost_metadata_update() -> None:
     undone = swapped._replace(meta_segments=(segs,))
     assert not NoLostMetadataUpdate(cfg, undone)
     assert NoLostMetadataUpdate(cfg, undone._replace(meta_rereplicated=(((0, 3, -1),),)))
+
+
+def test_only_a_registered_bookie_loses_its_session_and_only_while_losses_are_left() -> None:
+    # The trace check calls this action for the bookies its trace expires; next_states
+    # offers it only for a registered one, so the guard itself must refuse the rest.
+    cfg = replace(CFG, session_losses=1)
+    s = _step(writer_creates_ledger(cfg, initial_state(cfg), (0, 1, 2)))
+    t = _step(bookie_loses_session(cfg, s, 0))
+    assert t.b_up[0] == UNREGISTERED
+    assert bookie_loses_session(cfg, t, 0) is None  # no session left to lose
+    assert bookie_loses_session(cfg, t, 1) is None  # the one loss is spent
+    down = _step(bookie_crashes(cfg, s, 1))
+    assert bookie_loses_session(cfg, down, 1) is None  # a crashed bookie has no session
+
+
+def _read_setup() -> tuple[Config, State]:
+    """e0 stored on b0 and b1 (confirmed), e1 on b2 alone, carrying LAC 0: b2 knows LAC 0
+    but lacks e0. A reader opened the ledger, its LAC read in flight."""
+    cfg = replace(CFG, readers=1)
+    s = _step(writer_creates_ledger(cfg, initial_state(cfg), (0, 1, 2)))
+    s = _step(writer_sends_add(cfg, s))
+    for b in (0, 1):
+        s = _step(bookie_handles_add(cfg, s, (ADD, b, 0, -1, 0), 0))
+    assert s.w_lac == 0
+    s = _step(writer_sends_add(cfg, s))
+    s = _step(bookie_handles_add(cfg, s, (ADD, 2, 1, 0, 0), 0))
+    assert s.b_ledgers[2][0][0] == 0b10  # e1 alone
+    assert s.b_ledgers[2][0][3] == 0
+    return cfg, _step(reader_opens_ledger(cfg, s, 0))
+
+
+def test_a_reader_learns_the_lac_from_any_live_bookie_of_the_ledger_only() -> None:
+    cfg, s = _read_setup()
+    for b in (0, 1, 2):
+        assert _step(reader_receives_lac(cfg, s, 0, b)).rd[0][2] == 0  # the read completes
+    assert _step(reader_receives_lac(cfg, s, 0, 2)).rd[0][1] == 0  # b2's LAC
+    assert reader_receives_lac(cfg, s, 0, 3) is None  # b3 is no bookie of the ledger
+    assert reader_receives_lac(cfg, _step(bookie_crashes(cfg, s, 1)), 0, 1) is None
+
+
+def test_a_reader_reads_an_entry_only_from_a_bookie_that_stores_it() -> None:
+    cfg, s = _read_setup()
+    assert reader_reads_entry(cfg, s, 0, 0, 0) is None  # the handle's LAC is still -1
+    s = _step(reader_receives_lac(cfg, s, 0, 2))
+    assert _step(reader_reads_entry(cfg, s, 0, 0, 0)).rd[0][3] == 0b1  # e0 returned
+    # b2 stores e1 and knows LAC 0, but not e0: it cannot serve it.
+    assert reader_reads_entry(cfg, s, 0, 0, 2) is None
+    assert reader_reads_entry(cfg, s, 0, 1, 2) is None  # e1 is past the handle's LAC
+
+
+def test_only_an_add_is_lost_and_only_while_losses_are_left() -> None:
+    # A lost fencing or recovery read is a delayed one (the recovery client retries):
+    # next_states offers only adds, and the action itself refuses the rest.
+    s = _step(writer_sends_add(CFG, _created()))
+    s = _step(recovery_client_starts_recovery(CFG, s, 0))
+    fence = next(m for m in s.msgs if m[0] != ADD)
+    assert network_loses_message(CFG, s, fence) is None
+    t = _step(network_loses_message(CFG, s, (ADD, 2, 0, -1, 0)))
+    assert (ADD, 2, 0, -1, 0) not in t.msgs
+    assert network_loses_message(CFG, t, (ADD, 1, 0, -1, 0)) is None  # the one loss is spent
