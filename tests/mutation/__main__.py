@@ -120,8 +120,8 @@ def section(s: Session) -> str:
         f"{meta['sampled']} sampled uniformly from the rest, **{ran} ran**"
         + ("" if ran == meta["sampled"] else f" ({meta['sampled'] - ran} still pending)"),
         f"- killed {c.get('killed', 0)}, survived {c.get('survived', 0)} "
-        f"({sc.equivalent} judged equivalent, {sc.killed_later} killed by a config added "
-        f"since), timeout {c.get('timeout', 0)}, "
+        f"({sc.equivalent} judged equivalent, {sc.killed_later} killed by a config or a "
+        f"test added since), timeout {c.get('timeout', 0)}, "
         f"incompetent {c.get('incompetent', 0)}, error {c.get('error', 0)}",
         f"- **score {sc.score:.1%}** (killed, equivalent or killed since, of killed and "
         f"survived), 95% Wilson interval {lo:.1%} to {hi:.1%}",
@@ -151,6 +151,7 @@ def section(s: Session) -> str:
             lines.append(
                 f"| {where} | {op} | `{text}` | {v.get('verdict', '**none yet**')}"
                 + (f" (`{v['config']}`)" if v.get("config") else "")
+                + (f" (`{v['test']}`)" if v.get("test") else "")
                 + " | "
                 f"{v.get('reason', _survivor_clue(r))} |"
             )

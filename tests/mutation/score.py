@@ -9,9 +9,11 @@ A sampled mutant that ran is one of:
   numerator, since nothing said the mutant was wrong;
 - **survived**: every test passed. A survivor counts for the score only when
   ``verdicts.toml`` judges it *equivalent* (it cannot change a behaviour, and says
-  why) or *killed-by-config* (a config added since it ran fails with it: the verdict
+  why), *killed-by-config* (a config added since it ran fails with it: the verdict
   names the config, and tests/unit/test_mutation.py applies the mutant's diff and runs
-  that config again). Any other verdict (*needs-config*, *finding*, or none yet) leaves
+  that config again) or *killed-by-test* (a test added since fails with it: the verdict
+  names the test, which tests/unit/test_mutation.py runs on the mutated spec). Any other
+  verdict (*needs-config*, *finding*, or none yet) leaves
   it against the score until a new config or test kills it or the fix lands;
 - **incompetent**: the mutated module did not even import (cosmic-ray's own
   outcome), or is not Python at all (``mark_syntax_errors``); counted apart, like
@@ -20,7 +22,8 @@ A sampled mutant that ran is one of:
   not start its ZooKeeper, say: exit 2, not a difference); counted apart, and run
   again by a fresh session.
 
-The score is (killed + equivalent + killed-by-config) / (killed + survived), with a
+The score is (killed + equivalent + killed-by-config + killed-by-test) / (killed +
+survived), with a
 95% Wilson score interval for the sampled proportion: the sample is uniform over the
 population the operator filter leaves, so the interval is the population's.
 """
@@ -35,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 VERDICTS = Path(__file__).with_name("verdicts.toml")
-KINDS = ("equivalent", "killed-by-config", "needs-config", "finding")
-CREDITED = ("equivalent", "killed-by-config")  # survivors the score counts for the checks
+KINDS = ("equivalent", "killed-by-config", "killed-by-test", "needs-config", "finding")
+# Survivors the score counts for the checks: a kill since is checked by test_mutation.
+CREDITED = ("equivalent", "killed-by-config", "killed-by-test")
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -83,6 +87,10 @@ def load_verdicts(path: Path = VERDICTS) -> dict[str, dict[str, str]]:
             raise SystemExit(f"{path}: {m.get('key')}: needs a verdict of {KINDS} and a reason")
         if (m["verdict"] == "killed-by-config") != bool(m.get("config")):
             raise SystemExit(f"{path}: {m.get('key')}: a config, with killed-by-config only")
+        if (m["verdict"] == "killed-by-test") != bool(m.get("test")):
+            raise SystemExit(
+                f"{path}: {m.get('key')}: a test (a pytest node id), with killed-by-test only"
+            )
         out[m["key"]] = m
     return out
 
@@ -166,8 +174,8 @@ class Score:
 
     @property
     def killed_later(self) -> int:
-        """Survivors a config added since they ran kills."""
-        return self.judged_as("killed-by-config")
+        """Survivors a config or a test added since they ran kills."""
+        return self.judged_as("killed-by-config", "killed-by-test")
 
     @property
     def judged(self) -> int:
@@ -177,7 +185,7 @@ class Score:
     @property
     def credited(self) -> int:
         """Mutants the score counts for the checks: killed, judged equivalent, or killed
-        by a config added since."""
+        by a config or a test added since."""
         return self.counts.get("killed", 0) + self.judged_as(*CREDITED)
 
     @property

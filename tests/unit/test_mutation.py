@@ -496,12 +496,10 @@ def _mutated(source: str, diff: str, near: int) -> str:
 KILLED_BY_CONFIG = "tests/data/mutation/spec-killed-by-config.json"
 
 
-@pytest.mark.slow
-def test_a_survivor_judged_killed_by_a_later_config_is_killed_by_it(tmp_path: Path) -> None:
-    # The verdict is checked, not taken on trust: the mutant's diff applied to today's
-    # spec, the config it names must fail (exit 1: a violation or a failed liveness goal).
-    # The stored run's results, and those of earlier runs whose survivors a config added
-    # since kills (kept in tests/data/mutation when a new run replaced their results).
+def _judged(kind: str) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """The stored spec results judged ``kind``, with their verdicts: the stored run's,
+    and those of earlier runs whose survivors a config or a test added since kills (kept
+    in tests/data/mutation when a new run replaced their results)."""
     results = [
         r
         for path in ("tests/mutation/results/spec.json", KILLED_BY_CONFIG)
@@ -509,28 +507,64 @@ def test_a_survivor_judged_killed_by_a_later_config_is_killed_by_it(tmp_path: Pa
     ]
     source = (ROOT / PROTOCOL).read_text()
     verdicts = load_verdicts()
-    later = [
+    return [
         (r, verdicts[k])
         for r in results
-        if (k := mutant_key(r, source)) in verdicts and verdicts[k]["verdict"] == "killed-by-config"
+        if (k := mutant_key(r, source)) in verdicts and verdicts[k]["verdict"] == kind
     ]
+
+
+def _mutated_tree(tmp_path: Path, r: dict[str, Any], *parts: str) -> Path:
+    """A copy of ``parts`` of the checkout whose spec holds the mutant ``r``, applied to
+    today's spec."""
+    tree = tmp_path / f"line-{r['line']}"
+    for part in parts:
+        if (ROOT / part).is_dir():
+            shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / part, tree / part)
+    (tree / PROTOCOL).write_text(_mutated((ROOT / PROTOCOL).read_text(), str(r["diff"]), r["line"]))
+    return tree
+
+
+def _run_in(tree: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *argv],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree), "BKREF_SPEC": "pure"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_a_survivor_judged_killed_by_a_later_config_is_killed_by_it(tmp_path: Path) -> None:
+    # The verdict is checked, not taken on trust: the mutant's diff applied to today's
+    # spec, the config it names must fail (exit 1: a violation or a failed liveness goal).
+    later = _judged("killed-by-config")
     assert later, "no survivor judged killed-by-config: this test checks nothing"
     for r, v in later:
-        tree = tmp_path / f"line-{r['line']}"
-        shutil.copytree(ROOT / "bkref", tree / "bkref")
-        (tree / PROTOCOL).write_text(_mutated(source, str(r["diff"]), r["line"]))
-        cmd = [sys.executable, "-m", "bkref.impl.cli.main", "spec", "check", "--quiet"]
-        run = subprocess.run(
-            [*cmd, "--config", v["config"]],
-            cwd=tree,
-            env={**os.environ, "PYTHONPATH": str(tree)},
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        tree = _mutated_tree(tmp_path, r, "bkref")
+        cmd = ["-m", "bkref.impl.cli.main", "spec", "check", "--quiet", "--config", v["config"]]
+        run = _run_in(tree, *cmd)
         why = f"{v['config']} did not kill the mutant of line {r['line']}: {run.stdout}"
         assert run.returncode == 1, why
+
+
+@pytest.mark.slow
+def test_a_survivor_judged_killed_by_a_later_test_is_killed_by_it(tmp_path: Path) -> None:
+    # The same for a test: run on the mutated spec, the test the verdict names must fail
+    # (pytest's exit 1: a test failed, not 4 or 5, a test id that names nothing).
+    later = _judged("killed-by-test")
+    assert later, "no survivor judged killed-by-test: this test checks nothing"
+    for r, v in later:
+        tree = _mutated_tree(tmp_path, r, "bkref", "tests", "pyproject.toml")
+        run = _run_in(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", v["test"])
+        why = f"{v['test']} did not kill the mutant of line {r['line']}: {run.stdout[-2000:]}"
+        assert run.returncode == 1, why
+        assert "1 failed" in run.stdout, why  # the named test, not a collection error
 
 
 def test_a_mutant_that_is_not_python_is_incompetent() -> None:
