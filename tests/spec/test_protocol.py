@@ -201,6 +201,17 @@ def test_the_initial_state_is_open_only_when_configured() -> None:
     assert initial_state(cfg).meta_status == (OPEN,)
 
 
+def test_the_writer_starts_with_its_own_ledger_s_segments_beside_closed_ledgers() -> None:
+    for two in (False, True):
+        cfg = replace(CFG, writer_ledger_created=True, two_segments=two, closed_ledgers=1)
+        s = initial_state(cfg)
+        wl = cfg.writer_ledger
+        assert wl == 1
+        assert s.w_segments == s.meta_segments[wl]
+        assert len(s.w_segments) == (2 if two else 1)
+        assert s.meta_segments[0] == ((0, (0, 1, 2)),)  # the closed ledger's
+
+
 def _replay(cfg: Config, labels: list[str]) -> State:
     """The state after the steps named (as ``format_label`` spells them) from Init."""
     s = initial_state(cfg)
