@@ -560,7 +560,11 @@ def test_a_survivor_judged_killed_by_a_later_test_is_killed_by_it(tmp_path: Path
     later = _judged("killed-by-test")
     assert later, "no survivor judged killed-by-test: this test checks nothing"
     for r, v in later:
-        tree = _mutated_tree(tmp_path, r, "bkref", "tests", "pyproject.toml")
+        # The test's own folder of tests/ (and tests/'s package files), not all of tests/.
+        folder = str(Path(v["test"].split("::")[0]).parent)
+        parts = ("bkref", "tests/__init__.py", "tests/conftest.py", folder, "pyproject.toml")
+        (tmp_path / f"line-{r['line']}" / "tests").mkdir(parents=True)
+        tree = _mutated_tree(tmp_path, r, *parts)
         run = _run_in(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", v["test"])
         why = f"{v['test']} did not kill the mutant of line {r['line']}: {run.stdout[-2000:]}"
         assert run.returncode == 1, why
