@@ -235,6 +235,7 @@ def _search(
     bad0 = first_violation(cfg, decode(init), active_invariants(cfg))
     levels: list[RDD[Parents]] = []  # per level >= 1, kept to rebuild a trace
     distinct, explored, depth = 1, 0, 0
+    result.levels.append(1)
     violation: Violation | None = None if bad0 is None else (0, init_fp, bad0)
     home = init_fp % parts
     visited: RDD[Any] = sc.parallelize(range(parts), parts).map(
@@ -264,6 +265,7 @@ def _search(
             depth += 1
             distinct += width
             levels.append(parents)
+            result.levels.append(width)
         if bad:
             violation = min(bad)
         visited = merged.map(lambda m: m[0])

@@ -57,6 +57,9 @@ class Result:
     graph: Graph | None = None
     fingerprints: bool = False  # the visited set held 64-bit fingerprints
     rss: int = 0  # the process's resident memory at the end, bytes
+    # New distinct states per BFS level, Init's first (the last one partial when the
+    # search stopped early): the growth a projection of a config too big to finish reads.
+    levels: list[int] = field(default_factory=list)
 
     @property
     def collision_probability(self) -> float:
@@ -201,6 +204,7 @@ def _bfs(
     last_report = started
     bad = first_violation(cfg, init, invariants)
     bad_index = 0 if bad else -1
+    result.levels.append(1)
     while frontier and bad is None:
         next_start = visited.count
         next_current = Layer(on_disk=fingerprints)
@@ -274,6 +278,15 @@ def _bfs(
             parallel.close()
         current.close()
         frontier, current = range(next_start, visited.count), next_current
+        if frontier:
+            result.levels.append(len(frontier))
+            if progress is not None:
+                print(
+                    f"  level {depth + 1} done: {len(frontier):,} new, {visited.count:,} distinct, "
+                    f"{explored:,} explored, {time.monotonic() - started:,.1f} s",
+                    file=progress,
+                    flush=True,
+                )
         if bad is not None or (max_states is not None and visited.count >= max_states):
             if frontier:
                 depth += 1

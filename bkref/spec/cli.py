@@ -190,6 +190,7 @@ def _summary(r: Result) -> dict[str, Any]:
         "explored": r.explored,
         "distinct": r.distinct,
         "depth": r.depth,
+        "levels": r.levels,  # new distinct states per BFS depth, Init's first
         "seconds": round(r.seconds, 2),
         "states_per_second": round(r.rate),
         "complete": r.complete,

@@ -23,7 +23,7 @@ from bkref.spec.configs import NAMED
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
-FIELDS = ("distinct", "explored", "depth", "complete", "violation")
+FIELDS = ("distinct", "explored", "depth", "complete", "violation", "levels")
 
 
 def _fields(r: Result) -> dict[str, Any]:

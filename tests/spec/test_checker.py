@@ -116,6 +116,23 @@ def test_config_b_reaches_a_striped_ensemble_change_in_the_metadata() -> None:
     assert landed
 
 
+def test_the_levels_count_the_new_states_at_each_bfs_depth() -> None:
+    # Against the graph: a state's depth is its parent's plus one (Init at depth 0).
+    r = check(CONFIGS["c"], keep_graph=True)
+    assert r.graph is not None
+    depth: list[int] = []
+    for p in r.graph.parent:
+        depth.append(0 if p < 0 else depth[p] + 1)
+    assert r.levels == [depth.count(d) for d in range(max(depth) + 1)]
+    assert len(r.levels) == r.depth + 1
+    assert sum(r.levels) == r.distinct
+    # A search stopped early keeps the levels it began, the last one partial.
+    short = check(CONFIGS["c"], max_states=1_000)
+    assert short.levels[:-1] == r.levels[: len(short.levels) - 1]
+    assert 0 < short.levels[-1] <= r.levels[len(short.levels) - 1]
+    assert sum(short.levels) == short.distinct
+
+
 def test_workers_give_the_same_result_as_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
     import bkref.spec.checker
 
@@ -126,6 +143,7 @@ def test_workers_give_the_same_result_as_one_process(monkeypatch: pytest.MonkeyP
         one = check(cfg, keep_graph=True)
         two = check(cfg, keep_graph=True, workers=2)
         assert (two.distinct, two.explored, two.depth) == (one.distinct, one.explored, one.depth)
+        assert two.levels == one.levels
         assert two.violation == one.violation
         assert two.trace == one.trace
         assert one.graph is not None
@@ -153,6 +171,7 @@ def test_fingerprints_and_layers_on_disk_give_the_same_result(
                 whole.depth,
             )
             assert fp.violation == whole.violation
+            assert fp.levels == whole.levels
             assert fp.trace == whole.trace
             assert fp.fingerprints
             assert 0 < fp.collision_probability < 1e-9
