@@ -46,6 +46,7 @@ from bkref.spec.protocol import (
     writer_closes_ledger,
     writer_completes_ensemble_change,
     writer_creates_ledger,
+    writer_resends_add,
     writer_sends_add,
 )
 
@@ -113,9 +114,9 @@ def test_acks_are_held_until_the_ensemble_change_lands() -> None:
     assert s.w_lac == 0
 
 
-def test_a_resend_carries_the_lac_of_the_entrys_first_send() -> None:
-    """The entry is signed once: with two adds in flight its resend after an ensemble
-    change carries the LAC it was first sent with, not the writer's current one."""
+def _resend_ready() -> tuple[Config, State]:
+    """e0 confirmed, e1 (sent before e0's confirmation) lost on its way to b2, b2 replaced
+    by b3: the writer may resend e1 to b3."""
     cfg = replace(CFG, pipeline=2)
     s = _step(writer_creates_ledger(cfg, initial_state(cfg), (0, 1, 2)))
     s = _step(writer_sends_add(cfg, _step(writer_sends_add(cfg, s))))
@@ -125,6 +126,13 @@ def test_a_resend_carries_the_lac_of_the_entrys_first_send() -> None:
         s = _step(bookie_handles_add(cfg, s, m, 0))
     assert s.w_lac == 0
     s = _step(writer_completes_ensemble_change(cfg, _step(writer_changes_ensemble(cfg, s, 2, 3))))
+    return cfg, s
+
+
+def test_a_resend_carries_the_lac_of_the_entrys_first_send() -> None:
+    """The entry is signed once: with two adds in flight its resend after an ensemble
+    change carries the LAC it was first sent with, not the writer's current one."""
+    cfg, s = _resend_ready()
     resend = [t for (name, args), t in next_states(cfg, s) if name == "writer_resends_add"]
     assert len(resend) == 1
     assert (ADD, 3, 1, -1, 0) in resend[0].msgs  # not (ADD, 3, 1, 0, 0)
@@ -399,3 +407,12 @@ def test_only_an_add_is_lost_and_only_while_losses_are_left() -> None:
     t = _step(network_loses_message(CFG, s, (ADD, 2, 0, -1, 0)))
     assert (ADD, 2, 0, -1, 0) not in t.msgs
     assert network_loses_message(CFG, t, (ADD, 1, 0, -1, 0)) is None  # the one loss is spent
+
+
+def test_only_an_open_writer_resends_and_only_entries_still_pending() -> None:
+    # next_states offers a resend only for w_lac < e < w_next while the writer is OPEN;
+    # the trace check calls the action for the resends its trace logs.
+    cfg, s = _resend_ready()
+    assert _step(writer_resends_add(cfg, s, 1, 3)).w_sent[1] & 1 << 3
+    assert writer_resends_add(cfg, s._replace(w_status=W_WITHDRAWN), 1, 3) is None
+    assert writer_resends_add(cfg, s._replace(w_lac=1), 1, 3) is None  # e1 confirmed
