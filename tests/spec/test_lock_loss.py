@@ -4,6 +4,8 @@ config that budgets it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from bkref.spec.checker import check
@@ -12,6 +14,9 @@ from bkref.spec.invariants import AtMostOneWorkerHoldsLedgerLock
 from bkref.spec.protocol import (
     B_LOCK,
     State,
+    initial_state,
+    set_at,
+    shares_task,
     worker_copies_fragment,
     worker_loses_lock,
     worker_releases_lock,
@@ -122,3 +127,19 @@ def test_a_worker_that_lost_its_lock_copies_no_more_but_may_write_its_copied_swa
 def test_the_mutant_that_deletes_any_lock_is_caught_on_c_lock() -> None:
     r = check(CFG.with_mutant("release-deletes-any-lock"))
     assert r.violation == "AtMostOneWorkerHoldsLedgerLock"
+
+
+def test_workers_share_a_task_only_on_the_same_ledger() -> None:
+    # Task versions are numbered per ledger: workers on two ledgers whose tasks happen to
+    # be at the same version share nothing (neither's count can fail the other's delete).
+    cfg = replace(CFG, closed_ledgers=2, workers=2)
+    s = initial_state(cfg)
+    assert cfg.ledgers >= 2
+    tasks = set_at(set_at(s.meta_task, 0, (1, 1)), 1, (1, 1))
+    (b0, _l0, _v0, _p0), (b1, _l1, _v1, _p1) = s.wk[:2]
+    apart = s._replace(meta_task=tasks, wk=((b0, 1, 1, None), (b1, 0, 1, None), *s.wk[2:]))
+    assert not shares_task(apart, 0)
+    assert not shares_task(apart, 1)
+    same = apart._replace(wk=((b0, 1, 1, None), (b1, 1, 1, None), *s.wk[2:]))
+    assert shares_task(same, 0)
+    assert shares_task(same, 1)
