@@ -517,7 +517,9 @@ def _judged(kind: str) -> list[tuple[dict[str, Any], dict[str, str]]]:
 def _mutated_tree(tmp_path: Path, r: dict[str, Any], *parts: str) -> Path:
     """A copy of ``parts`` of the checkout whose spec holds the mutant ``r``, applied to
     today's spec."""
-    tree = tmp_path / f"line-{r['line']}"
+    # Numbered: two mutants may share a line.
+    tree = tmp_path / f"{len(list(tmp_path.iterdir()))}-line-{r['line']}"
+    (tree / "tests").mkdir(parents=True)  # a file of tests/ may come before the folder
     for part in parts:
         if (ROOT / part).is_dir():
             shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
@@ -563,7 +565,6 @@ def test_a_survivor_judged_killed_by_a_later_test_is_killed_by_it(tmp_path: Path
         # The test's own folder of tests/ (and tests/'s package files), not all of tests/.
         folder = str(Path(v["test"].split("::")[0]).parent)
         parts = ("bkref", "tests/__init__.py", "tests/conftest.py", folder, "pyproject.toml")
-        (tmp_path / f"line-{r['line']}" / "tests").mkdir(parents=True)
         tree = _mutated_tree(tmp_path, r, *parts)
         run = _run_in(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", v["test"])
         why = f"{v['test']} did not kill the mutant of line {r['line']}: {run.stdout[-2000:]}"
