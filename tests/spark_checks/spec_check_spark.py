@@ -1,5 +1,5 @@
 """Every named config (what `make spec-check` checks) on Spark and locally: the same
-distinct states, explored transitions, depth and verdict, or exit 1.
+distinct states, explored transitions, depth, new states per level and verdict, or exit 1.
 
     python -m tests.spark_checks.spec_check_spark [--master URL] [--partitions N] [NAME ...]
 
