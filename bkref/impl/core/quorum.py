@@ -14,8 +14,24 @@ them acknowledge. Recovery's decisions follow from those two numbers:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from dataclasses import dataclass
+
+
+@functools.cache
+def _write_sets(ensemble_size: int, write_quorum: int) -> tuple[tuple[int, ...], ...]:
+    """Every write set, by its first ensemble index: an add asks for its own once, and
+    for its ack quorum once per ack (a generator per call cost more than the rest)."""
+    return tuple(
+        tuple((first + i) % ensemble_size for i in range(write_quorum))
+        for first in range(ensemble_size)
+    )
+
+
+@functools.cache
+def _write_set_members(ensemble_size: int, write_quorum: int) -> tuple[frozenset[int], ...]:
+    return tuple(frozenset(ws) for ws in _write_sets(ensemble_size, write_quorum))
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +50,7 @@ class Quorum:
     def write_set(self, entry_id: int) -> tuple[int, ...]:
         """Ensemble indexes that store ``entry_id``."""
         e = self.ensemble_size
-        return tuple((entry_id + i) % e for i in range(self.write_quorum))
+        return _write_sets(e, self.write_quorum)[entry_id % e]
 
     def write_sets(self) -> list[tuple[int, ...]]:
         """Every distinct write set of the ensemble (one per starting index)."""
@@ -46,7 +62,8 @@ class Quorum:
         return self.write_quorum - self.ack_quorum + 1
 
     def is_ack_quorum(self, acked: Collection[int], entry_id: int) -> bool:
-        ws = set(self.write_set(entry_id))
+        e = self.ensemble_size
+        ws = _write_set_members(e, self.write_quorum)[entry_id % e]
         return len(ws.intersection(acked)) >= self.ack_quorum
 
     def is_covered(self, responded: Collection[int]) -> bool:
