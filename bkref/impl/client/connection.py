@@ -25,6 +25,8 @@ class BookieUnavailableError(ConnectionError):
 
 
 ResponseCallback = Callable[[Response | None, BookieUnavailableError | None], None]
+# Makes the request with the id it is given: a request, or its frame already encoded.
+MakeRequest = Callable[[int], Request | bytes]
 
 
 class BookieConnection:
@@ -109,16 +111,16 @@ class BookieConnection:
                 BookieUnavailableError(f"bookie {self.bookie_id}: no response in {self.timeout} s"),
             )
 
-    def send(self, make: Callable[[int], Request], callback: ResponseCallback) -> int:
-        """Send ``make(request_id)``; ``callback(response, None)`` or ``(None, error)`` runs
-        on the event loop. Returns the request id, assigned now even if the connection
-        opens later (a trace names the request by it). No task, future or timer per
-        request: adds take this path."""
+    def send(self, make: MakeRequest, callback: ResponseCallback) -> int:
+        """Send ``make(request_id)`` (a request, or its frame); ``callback(response, None)``
+        or ``(None, error)`` runs on the event loop. Returns the request id, assigned now
+        even if the connection opens later (a trace names the request by it). No task,
+        future or timer per request: adds take this path."""
         rid = next(self._ids)
         self._send(rid, make, callback)
         return rid
 
-    def _send(self, rid: int, make: Callable[[int], Request], callback: ResponseCallback) -> None:
+    def _send(self, rid: int, make: MakeRequest, callback: ResponseCallback) -> None:
         loop = asyncio.get_running_loop()
         writer = self._writer
         if writer is None or writer.is_closing():
@@ -138,7 +140,8 @@ class BookieConnection:
         self._pending[rid] = callback
         if not self._out:
             loop.call_soon(self._flush, writer)
-        self._out.append(encode(make(rid)))
+        frame = make(rid)
+        self._out.append(frame if isinstance(frame, bytes) else encode(frame))
         self._deadlines[rid] = loop.time() + self.timeout
         if self._sweeper is None:
             self._sweeper = loop.call_later(1.0, self._sweep)

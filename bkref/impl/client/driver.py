@@ -43,7 +43,6 @@ from bkref.impl.core.actions import (
 )
 from bkref.impl.core.digest import Digest, master_key, peek_header
 from bkref.impl.core.frames import (
-    AddRequest,
     ReadLacRequest,
     ReadLacResponse,
     ReadRequest,
@@ -51,6 +50,7 @@ from bkref.impl.core.frames import (
     Request,
     Response,
     Status,
+    encode_add,
 )
 from bkref.impl.core.metadata import LedgerMetadata
 from bkref.impl.core.placement import NotEnoughBookiesError, replace_bookie
@@ -148,9 +148,9 @@ class Driver:
 
     def _perform(self, a: Action) -> None:
         if isinstance(a, SendAdd):
-            key = self.key
+            lid, key, body, rec = a.ledger_id, self.key, a.body, a.recovery
             rid = self.bk.conn(a.bookie).send(
-                lambda rid: AddRequest(rid, a.ledger_id, a.entry_id, key, a.body, a.recovery),
+                lambda rid: encode_add(rid, lid, a.entry_id, key, body, recovery=rec),
                 functools.partial(self._add_done, a),
             )
             if self.tracer is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 
-from bkref.impl.core.digest import peek_header
+from bkref.impl.core.digest import peek_fields
 from bkref.impl.core.frames import (
     AddRequest,
     AddResponse,
@@ -130,16 +130,16 @@ class BookieCore:
         if self.read_only:
             return reply(Status.READ_ONLY)
         try:
-            h = peek_header(req.body)
+            ledger_id, entry_id, lac, _length = peek_fields(req.body)
         except ValueError as e:
             return BookieDecision(reply=ErrorResponse(req.request_id, Status.BAD_REQUEST, str(e)))
-        if (h.ledger_id, h.entry_id) != (req.ledger_id, req.entry_id):
+        if ledger_id != req.ledger_id or entry_id != req.entry_id:
             return BookieDecision(
                 reply=ErrorResponse(
                     req.request_id,
                     Status.BAD_REQUEST,
                     f"add for ledger {req.ledger_id} entry {req.entry_id} carries an entry of "
-                    f"ledger {h.ledger_id} entry {h.entry_id}",
+                    f"ledger {ledger_id} entry {entry_id}",
                 )
             )
         records, status = self._check_key(req.ledger_id, req.master_key)
@@ -148,7 +148,7 @@ class BookieCore:
         info = self.ledgers[req.ledger_id]
         if info.fenced and not req.recovery:
             return reply(Status.FENCED)
-        info.lac = max(info.lac, h.lac)
+        info.lac = max(info.lac, lac)
         info.last_entry = max(info.last_entry, req.entry_id)
         records.append(JournalAdd(req.ledger_id, req.entry_id, req.body))
         return BookieDecision(

@@ -26,7 +26,7 @@ from bkref.impl.core.bookie import (
     LedgerInfo,
 )
 from bkref.impl.core.checksum import crc32c
-from bkref.impl.core.digest import peek_header
+from bkref.impl.core.digest import peek_fields
 from bkref.impl.core.planted import active as planted
 from bkref.impl.storage.disk import OS_DISK, Disk
 from bkref.impl.storage.entrylog import EntryLogger, log_ids
@@ -157,7 +157,7 @@ class BookieStorage:
         elif isinstance(r, JournalAdd):
             ix.entries[r.entry_id] = self.entrylog.add(r.ledger_id, r.entry_id, r.body)
             if not (replaying and self._replay_forgets_lac):
-                ix.lac = max(ix.lac, peek_header(r.body).lac)
+                ix.lac = max(ix.lac, peek_fields(r.body)[2])
         self.index.dirty.add(r.ledger_id)
 
     def read_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
