@@ -41,7 +41,8 @@ help:
 	@echo "make spec-build  compile the checker's modules with mypyc (bkref/spec/build.py)"
 	@echo "make spec-build-equal  the compiled build against the source on every config"
 	@echo "make spec-coverage  the same coverage as JSON in out/spec-coverage.json"
-	@echo "make spec-big  the configs too big for spec-check, with fingerprints (see BENCHMARKS.md)"
+	@echo "make spec-big  the configs too big for spec-check, with fingerprints (see BENCHMARKS.md);"
+	@echo "               checkpoints in out/spec-big/: run it again after a stop to go on"
 	@echo "make refine    the spec held against bkref step by step, every config it runs (minutes)"
 	@echo "make docker-setup  install Debian's docker.io and debootstrap (the Docker backend)"
 	@echo "make docker-images  build the node image bkref-node:latest in the private engine"
@@ -177,7 +178,7 @@ spec-build-equal: setup
 
 # The configs too big for spec-check (bkref/spec/configs.py BIG_CONFIGS), with fingerprints.
 spec-big: spec-build
-	for c in a3 a-crash a-recoveries-loss; do $(VENV)/bin/bkref spec check --fingerprints --workers 2 --config $$c || exit 1; done
+	for c in a3 a-crash a-recoveries-loss; do PYTHONHASHSEED=1 $(VENV)/bin/bkref spec check --fingerprints --workers 2 --checkpoint out/spec-big/$$c --config $$c || exit 1; done
 
 # The same as JSON, for tools: out/spec-coverage.json.
 spec-coverage: setup

@@ -34,8 +34,9 @@ from typing import TextIO
 # rest of the package (cli, coverage, liveness, configs, ...) runs as Python and imports
 # these as any module.
 MODULES = ("config", "quorum", "protocol", "symmetry", "invariants", "visited", "checker")
-# Imported by a compiled module, read by mypyc for its types, not compiled: this module.
-TYPES_ONLY = ("build",)
+# Imported by a compiled module, read by mypyc for its types, not compiled: this module
+# and the checker's checkpoints (file I/O, once a level).
+TYPES_ONLY = ("build", "checkpoint")
 PACKAGE_DIR = Path(__file__).resolve().parent
 MODES = ("auto", "pure", "compiled")
 READY = "READY"  # written last: a build without it is incomplete and never used

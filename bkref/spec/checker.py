@@ -23,9 +23,11 @@ import time
 from array import array
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO, cast
 
 from bkref.spec.build import running
+from bkref.spec.checkpoint import Checkpoint
 from bkref.spec.config import Config
 from bkref.spec.invariants import INVARIANTS, Invariant
 from bkref.spec.protocol import State, Step, format_label, initial_state, next_states
@@ -113,6 +115,7 @@ def check(
     progress_every: float = 5.0,
     workers: int = 1,
     expand: Callable[[Config, State], list[Step]] = next_states,
+    checkpoint: Path | None = None,
 ) -> Result:
     """Breadth-first exhaustive check of every invariant; stops at the first violation.
 
@@ -129,7 +132,15 @@ def check(
     estimates the chance of that. A trace is rebuilt by replaying successors
     whose fingerprints follow the recorded path. The graph (liveness) needs
     whole states: not with ``keep_graph``.
+
+    With ``checkpoint`` (a directory; fingerprints only), the end of every level is
+    saved there, and a search of the same config that finds a checkpoint there goes on
+    from it (``bkref.spec.checkpoint``; the result is the uninterrupted run's, seconds
+    summed over the runs). It needs a fixed PYTHONHASHSEED, or CheckpointError.
     """
+    if checkpoint is not None and not fingerprints:
+        raise ValueError("a checkpoint holds fingerprints: use fingerprints=True with it")
+    saver = Checkpoint(checkpoint, cfg, symmetry=symmetry) if checkpoint is not None else None
     if expand is not next_states and workers > 1:
         raise ValueError("a custom expand runs in the checker's own process: use workers=1")
     if fingerprints and keep_graph:
@@ -150,6 +161,7 @@ def check(
             progress_every=progress_every,
             workers=workers if workers > 1 and _can_fork() else 1,
             expand=expand,
+            checkpoint=saver,
         )
     finally:
         if gc_was_enabled:
@@ -180,6 +192,7 @@ def _bfs(
     progress_every: float,
     workers: int,
     expand: Callable[[Config, State], list[Step]],
+    checkpoint: Checkpoint | None,
 ) -> Result:
     invariants = active_invariants(cfg)
     result = Result(
@@ -205,9 +218,22 @@ def _bfs(
     bad = first_violation(cfg, init, invariants)
     bad_index = 0 if bad else -1
     result.levels.append(1)
+    saved = checkpoint.load() if checkpoint is not None and bad is None else None
+    if saved is not None:  # go on from the end of the level it saved
+        visited.restore(saved.fps)
+        parent, depth, explored = saved.parent, saved.depth, saved.explored
+        result.levels = saved.levels
+        current.close()
+        count = 0 if saved.complete else saved.levels[-1]
+        current = Layer.from_file(saved.layer, count)
+        frontier = range(visited.count - count, visited.count)
+        started -= saved.seconds
+        if progress is not None:
+            print(f"  going on from {saved}", file=progress, flush=True)
     while frontier and bad is None:
         next_start = visited.count
-        next_current = Layer(on_disk=fingerprints)
+        saved_at = checkpoint.layer_path(depth + 1) if checkpoint is not None else None
+        next_current = Layer(on_disk=fingerprints, path=saved_at)
         parallel: Generator[_Expanded, None, None] | None = None
         if workers > 1 and len(frontier) >= PARALLEL_MIN_LAYER:
             parallel = _expand(
@@ -293,6 +319,18 @@ def _bfs(
             break
         if frontier:
             depth += 1
+        if checkpoint is not None and current.path is not None:
+            current.sync()
+            checkpoint.save(
+                depth=depth,
+                explored=explored,
+                levels=result.levels,
+                seconds=time.monotonic() - started,
+                fps=visited.fps,
+                parent=parent,
+                layer=current.path,
+                complete=not frontier,
+            )
     current.close()
     result.explored = explored
     result.distinct = visited.count

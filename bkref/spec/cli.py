@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from bkref.spec.build import running
 from bkref.spec.checker import Result, WalkResult, check, print_progress_header, walk
+from bkref.spec.checkpoint import CheckpointError
 from bkref.spec.cli_args import positive_int
 from bkref.spec.config import MUTANTS, Config
 from bkref.spec.configs import BIG_CONFIGS, CHECKABLE, CONFIGS, MUTANT_CONFIGS, NAMED
@@ -75,6 +77,14 @@ def _parser() -> argparse.ArgumentParser:
         help="keep 64-bit fingerprints of visited states, and BFS layers on disk, instead of "
         "whole states: a fraction of the memory, for big configs; prints the estimated "
         "chance that two states collided",
+    )
+    c.add_argument(
+        "--checkpoint",
+        type=Path,
+        metavar="DIR",
+        help="with --fingerprints: save the search in DIR at the end of every BFS level, and "
+        "go on from what DIR holds (run the same command again after a stop or a crash). "
+        "Needs a fixed PYTHONHASHSEED, the same for every run",
     )
     c.add_argument(
         "--spark",
@@ -276,6 +286,8 @@ def _check(args: argparse.Namespace) -> int:
         return _bad("--master and --partitions go with --spark")
     if args.spark and (args.walk is not None or args.workers > 1):
         return _bad("--spark runs the BFS on Spark's executors: not with --walk or --workers")
+    if args.checkpoint is not None and (not args.fingerprints or args.spark or args.walk):
+        return _bad("--checkpoint goes with --fingerprints, and not with --spark or --walk")
     progress = None if args.quiet or args.json else sys.stderr
     if progress is not None:
         print_progress_header(cfg, progress)
@@ -304,6 +316,7 @@ def _check(args: argparse.Namespace) -> int:
             progress=progress,
             workers=args.workers,
             fingerprints=args.fingerprints,
+            checkpoint=args.checkpoint,
         )
     if args.json:
         summary = _summary(r)
@@ -371,5 +384,7 @@ def main(argv: list[str]) -> int:
         if args.command == "build":
             return _build(args.force)
         return _check(args)
+    except CheckpointError as e:
+        return _bad(str(e))
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2

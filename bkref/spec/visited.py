@@ -11,9 +11,11 @@ fingerprint (:func:`collision_probability`).
 from __future__ import annotations
 
 import marshal
+import os
 import tempfile
 from array import array
 from collections.abc import Iterator
+from pathlib import Path
 from typing import BinaryIO, cast
 
 from bkref.spec.protocol import State
@@ -69,6 +71,11 @@ class Visited:
             return 0 if key in self.seen else None
         return self.index.get(cast(State, key))
 
+    def restore(self, fps: array[int]) -> None:
+        """Take a checkpoint's fingerprints, by state index, as if each had been added."""
+        assert self.fingerprints, "a checkpoint holds fingerprints"
+        self.fps, self.seen, self.count = fps, set(fps), len(fps)
+
     def add(self, key: State | int) -> int:
         """The key's index: a new one (== the count before) if it was not seen."""
         n = self.count
@@ -91,10 +98,29 @@ class Layer:
     in a temporary file, marshalled one after another, so that a wide layer costs disk
     and not memory (TLC keeps its queue on disk too)."""
 
-    def __init__(self, on_disk: bool) -> None:
+    def __init__(self, on_disk: bool, path: Path | None = None) -> None:
         self.states: list[State] = []
-        self.file: BinaryIO | None = tempfile.TemporaryFile() if on_disk else None  # noqa: SIM115
+        self.file: BinaryIO | None = None
+        self.path = path
+        if path is not None:  # a checkpoint's (bkref.spec.checkpoint): it outlives the run
+            self.file = path.open("w+b")
+        elif on_disk:
+            self.file = tempfile.TemporaryFile()  # noqa: SIM115
         self.count = 0
+
+    @classmethod
+    def from_file(cls, path: Path, count: int) -> Layer:
+        """The layer of ``count`` states a checkpoint saved in ``path``."""
+        layer = cls(on_disk=False)
+        layer.file, layer.path = path.open("rb"), path
+        layer.count = count
+        return layer
+
+    def sync(self) -> None:
+        """Make the states appended so far durable (before a checkpoint names the file)."""
+        if self.file is not None:
+            self.file.flush()
+            os.fsync(self.file.fileno())
 
     def append(self, s: State | None, blob: bytes | None) -> None:
         """Add a state: in memory the state, on disk its marshal bytes."""
