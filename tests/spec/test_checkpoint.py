@@ -21,11 +21,17 @@ SAME = ("distinct", "explored", "depth", "complete", "levels", "violation", "tra
 
 
 def _spec(*args: str, seed: str | None = "7") -> subprocess.CompletedProcess[str]:
+    """``bkref spec check --fingerprints --no-liveness ARGS``; see :func:`_run`."""
+    return _run("--fingerprints", "--no-liveness", *args, seed=seed)
+
+
+def _run(*args: str, seed: str | None = "7") -> subprocess.CompletedProcess[str]:
+    """``bkref spec check ARGS`` in a process of its own, under PYTHONHASHSEED ``seed``."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
     if seed is not None:
         env["PYTHONHASHSEED"] = seed
     return subprocess.run(
-        [*BKREF, "spec", "check", "--fingerprints", "--no-liveness", *args],
+        [*BKREF, "spec", "check", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -116,14 +122,6 @@ def test_without_a_fixed_hash_seed_there_is_no_checkpoint(tmp_path: Path) -> Non
 
 
 def test_a_checkpoint_needs_fingerprints() -> None:
-    env = os.environ | {"PYTHONHASHSEED": "7"}
-    run = subprocess.run(
-        [*BKREF, "spec", "check", "--config", "a-short", "--checkpoint", "x"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    run = _run("--config", "a-short", "--checkpoint", "x")
     assert run.returncode == 2
     assert "--checkpoint goes with --fingerprints" in run.stderr
