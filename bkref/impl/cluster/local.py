@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,18 @@ def _is_ours(b: BookieProcess) -> bool:
     return b.pid is not None and runs_with(b.pid, b.config_path)
 
 
+def distinct_port(taken: set[int], draw: Callable[[], int] = free_port) -> int:
+    """A free port not in ``taken``. Bookies start without waiting for each other, so a
+    port drawn for one is free again until its process binds it, and the OS may hand it
+    out twice: two bookies with one id, the second refused for the first one's cookie
+    (seen once in a verify run: "directory ... has no cookie but ZooKeeper has one")."""
+    for _ in range(100):
+        port = draw()
+        if port not in taken:
+            return port
+    raise ClusterError(f"no free port outside {len(taken)} taken ones after 100 draws")
+
+
 @dataclass
 class LocalCluster:
     directory: Path
@@ -123,10 +136,10 @@ class LocalCluster:
         i = len(self.bookies)
         d = self.directory / f"bookie-{i}"
         d.mkdir(parents=True, exist_ok=True)
-        b = BookieProcess(i, free_port(), str(d))
+        b = BookieProcess(i, self._new_port(), str(d))
         settings = {**self.bookie_overrides, **overrides}
         if self.metrics:
-            b.http_port = free_port()
+            b.http_port = self._new_port()
             settings |= {"httpServerEnabled": True, "httpServerPort": b.http_port}
         cfg = BookieConfig.from_dict(
             {
@@ -143,6 +156,11 @@ class LocalCluster:
         self.bookies.append(b)
         self.start_bookie(i, wait=wait, timeout=timeout)
         return b
+
+    def _new_port(self) -> int:
+        """A free port that no bookie of this cluster was given (see :func:`distinct_port`)."""
+        taken = {p for b in self.bookies for p in (b.port, b.http_port) if p is not None}
+        return distinct_port(taken)
 
     def write_config(self, index: int, **overrides: object) -> None:
         b = self.bookies[index]
