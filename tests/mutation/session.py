@@ -179,15 +179,25 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Stop each exec and the test it runs, and return only when all are gone. cosmic-ray
+def _stop(procs: list[subprocess.Popen[bytes]]) -> set[int]:
+    """Stop each exec and the test it runs, and return only when all are gone (the pids of
+    the execs it stopped). cosmic-ray
     starts a test in a session of its own, so the exec's process group does not hold it:
-    the process groups of every descendant are signalled too."""
-    groups = {p.pid for p in procs if p.poll() is None}
-    for pid in list(groups):
+    the process groups of every descendant are signalled too. The execs are frozen and
+    killed first: an exec that saw its test die of our signal recorded the mutant as
+    killed (seen once in a verify run, a budget-stopped job counted as done)."""
+    live = [p.pid for p in procs if p.poll() is None]
+    for pid in live:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)  # records nothing more, starts no other test
+    groups = set(live)
+    for pid in live:
         for d in _descendants(pid):
             with suppress(ProcessLookupError):
                 groups.add(os.getpgid(d))
+    for pid in live:
+        with suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for g in groups:
             with suppress(ProcessLookupError):
@@ -196,6 +206,7 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             break
     for p in procs:
         p.wait()
+    return set(live)
 
 
 def _gone(procs: list[subprocess.Popen[bytes]], groups: set[int], *, within: float) -> bool:
@@ -520,11 +531,11 @@ class Session:
                     last = now
                     log(f"{self.target.name}: {self.progress()} after {now - started:.0f} s")
         finally:
-            _stop(procs)
+            stopped = _stop(procs)
             meta = self.meta()
             meta["seconds"] = meta.get("seconds", 0.0) + time.monotonic() - started
             self.meta_path.write_text(json.dumps(meta, indent=1))
-        failed = [p.returncode for p in procs if p.returncode not in (0, -signal.SIGTERM)]
+        failed = [p.returncode for p in procs if p.returncode != 0 and p.pid not in stopped]
         if failed:
             raise SystemExit(f"cosmic-ray exec failed ({failed}): see {self.work}/shard-*/exec.log")
         return self.pending() == 0
