@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Protocol, cast
+
 import crc32c as _crc32c
 
 
-def crc32c(data: bytes, value: int = 0) -> int:
-    """CRC32C of ``data``, continuing from ``value``."""
-    return int(_crc32c.crc32c(data, value))
+class _Crc32c(Protocol):
+    def __call__(self, data: bytes | bytearray | memoryview, value: int = 0, /) -> int:
+        """CRC32C of ``data``, continuing from ``value``."""
+        ...
+
+
+# The package's C function itself, typed: frames and journal records call it several
+# times per add, and a Python wrapper around it cost a call each.
+crc32c = cast(_Crc32c, _crc32c.crc32c)

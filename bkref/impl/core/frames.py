@@ -21,16 +21,10 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-import crc32c as _crc32c
-
 from bkref.impl.core.checksum import crc32c
-
-# The C function itself on the hot paths (``checksum.crc32c`` wraps it for its type).
-_crc = cast(Callable[..., int], _crc32c.crc32c)
 
 PROTOCOL_VERSION = 1
 MAGIC = b"BK"
@@ -233,7 +227,7 @@ def encode(msg: Message) -> bytes:
             _ADD_RESP_FRAME.size, MAGIC, PROTOCOL_VERSION, Op.ADD_RESPONSE, r.request_id,
             r.status, r.ledger_id, r.entry_id,
         )  # fmt: skip
-        return head + _CRC.pack(_crc(head[_LEN.size :]))
+        return head + _CRC.pack(crc32c(head[_LEN.size :]))
     return _encode_any(msg)
 
 
@@ -263,7 +257,7 @@ def encode_add(
     )  # fmt: skip
     # Copying a KiB costs less than a checksum call per part (measured).
     frame = b"".join((head, master_key, _U32.pack(len(body)), body))
-    return frame + _CRC.pack(_crc(frame[_LEN.size :]))
+    return frame + _CRC.pack(crc32c(frame[_LEN.size :]))
 
 
 # ---------------------------------------------------------------- decoding
@@ -375,7 +369,7 @@ def _decode(data: memoryview, start: int, end: int) -> Message:
     if magic != MAGIC:
         raise FrameError(f"bad magic {magic!r} (expected {MAGIC!r}): not a bkref peer?", fatal=True)
     (want,) = _CRC.unpack_from(data, end - _CRC.size)
-    got = _crc(data[start : end - _CRC.size])
+    got = crc32c(data[start : end - _CRC.size])
     if want != got:
         raise FrameError(
             f"frame checksum mismatch (sent {want:#010x}, computed {got:#010x}): "
