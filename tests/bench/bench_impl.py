@@ -18,6 +18,7 @@ from bkref.impl import eventloop
 from bkref.impl.client.client import BookKeeper
 from bkref.impl.cluster.local import LocalCluster
 from bkref.impl.cluster.zookeeper import free_port
+from tests.bench import fanout
 
 TITLE = "Bookies and client (impl): adds, reads, and raw baselines"
 
@@ -234,6 +235,35 @@ def measure_adds(
             cluster.down()
 
 
+def measure_fanout(d: Path, n: int, *, loop: str = "asyncio") -> Adds:
+    """``n`` adds at 32 in flight over the no-protocol fan-out (tests/bench/fanout.py),
+    client and servers on ``loop``; CPU per add as for the cluster's adds."""
+    with _loop(loop), fanout.servers(d, loop) as procs:
+
+        async def go() -> tuple[float, list[float]]:
+            add, close = await fanout.connect([port for port, _ in procs], ENTRY)
+            try:
+                return await _closed_loop(n, 32, add)
+            finally:
+                close()
+
+        pids = [os.getpid()] + [pid for _, pid in procs]
+        before = [_cpu_split(p) for p in pids]
+        rate, lat = eventloop.run(go())
+        used = [
+            (u1 - u0, s1 - s0)
+            for (u0, s0), (u1, s1) in zip(before, map(_cpu_split, pids), strict=True)
+        ]
+    us = 1e6 / n
+    (cu, cs), servers = used[0], used[1:]
+    su, ss = (sum(x[i] for x in servers) / len(servers) for i in (0, 1))
+    return Adds(rate, lat, (cu + cs) * us, (su + ss) * us, cs * us, ss * us, {})
+
+
+def _median(runs: list[Adds]) -> Adds:
+    return sorted(runs, key=lambda a: a.rate)[len(runs) // 2]
+
+
 def run(quick: bool) -> str:
     n1, n32, nraw = (200, 2000, 5000) if quick else (2000, 20000, 50000)
     rows = ["| what | ops | rate (ops/s) | p50 (ms) | p99 (ms) |", "|---|---:|---:|---:|---:|"]
@@ -253,10 +283,12 @@ def run(quick: bool) -> str:
         # The same adds on each loop (client and bookies), in turns: the loops' rows are
         # each one's median round (by rate) of ROUNDS, taken alternately.
         rounds: dict[str, list[Adds]] = {"asyncio": [], "uvloop": []}
+        bare: dict[str, list[Adds]] = {"asyncio": [], "uvloop": []}
         for i in range(1 if quick else ROUNDS):
             for loop, runs in rounds.items():
                 runs.append(measure_adds(Path(d), f"{loop}-{i}", n32, loop=loop))
-        asy, uv = (sorted(r, key=lambda a: a.rate)[len(r) // 2] for r in rounds.values())
+                bare[loop].append(measure_fanout(Path(d), n32, loop=loop))
+        asy, uv = (_median(r) for r in rounds.values())
         res["add32uv"] = (uv.rate, uv.lat)
         # The same adds without the group-commit wait: how much of the cycle it is.
         eager = measure_adds(Path(d), "eager", n32, config={"journalFlushWhenQueueEmpty": True})
@@ -286,7 +318,13 @@ def run(quick: bool) -> str:
         "| bookie CPU us/add (each) | CPU us/add, all | of which system |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, a in (("asyncio", asy), ("uvloop", uv)):
+    ceiling = {loop: _median(r) for loop, r in bare.items()}
+    for name, a in (
+        ("asyncio", asy),
+        ("uvloop", uv),
+        ("asyncio, no protocol (tests/bench/fanout.py)", ceiling["asyncio"]),
+        ("uvloop, no protocol", ceiling["uvloop"]),
+    ):
         loops.append(
             f"| {name} | {a.rate:,.0f} | {a.rate / lb32[0]:.1%} | {a.client_us:.0f} | "
             f"{a.bookie_us:.0f} | {a.client_us + 3 * a.bookie_us:.0f} | "
@@ -322,4 +360,29 @@ def run(quick: bool) -> str:
             f"25% would need a cycle of {32000 / (0.25 * lb32[0]):.1f} ms for the fsync and the "
             "CPU of 32 adds together.\n"
         )
+        + _ceiling_text(ceiling, uv, lb32[0])
+    )
+
+
+def _ceiling_text(ceiling: dict[str, Adds], bkref_uv: Adds, baseline: float) -> str:
+    """What the no-protocol fan-out says about the goal, from the same run's figures."""
+    a, u = ceiling["asyncio"], ceiling["uvloop"]
+
+    def total(x: Adds) -> float:
+        return x.client_us + 3 * x.bookie_us
+
+    return (
+        f"\nThe ceiling: the same fan-out with no protocol at all (tests/bench/fanout.py: "
+        "three servers, each its own process, append what they read to a file, fdatasync "
+        "it and answer; an add is done at two answers) reaches "
+        f"{a.rate / baseline:.0%} of the baseline on asyncio and {u.rate / baseline:.0%} on "
+        f"uvloop, at {total(a):.0f} and {total(u):.0f} us of CPU per add (client "
+        f"{a.client_us:.0f} and {u.client_us:.0f} us): no Python implementation of this "
+        "shape goes further on this machine. 25% of the baseline is "
+        f"{0.25 * baseline / u.rate:.0%} of the fan-out's own rate on uvloop, so the "
+        "protocol (digests, entry ids and the LAC, the client's and the bookies' decisions, "
+        "the journal thread and its group wait, ledger storage) may cost at most "
+        f"{u.rate / (0.25 * baseline) - 1:.0%} on top of the bare fan-out; bkref's adds run at "
+        f"{bkref_uv.rate / u.rate:.0%} of its rate, with {total(bkref_uv):.0f} us of CPU per "
+        f"add against its {total(u):.0f}.\n"
     )
