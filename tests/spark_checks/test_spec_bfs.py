@@ -36,10 +36,20 @@ CONFIGS = [pytest.param("m-4651", marks=pytest.mark.full), "m-two-workers"]
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_the_spark_bfs_finds_what_the_local_checker_finds(spark: SparkSession, name: str) -> None:
+def test_the_spark_bfs_finds_what_the_local_checker_finds(
+    spark: SparkSession, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
     cfg = NAMED[name]
     local = check(cfg)
+    caplog.set_level(logging.DEBUG, logger="bkref.spark_checks.spec_bfs")
     on_spark = check_on_spark(cfg, sc=spark.sparkContext, partitions=3)
+    # Each level merges each partition once, never an earlier level's again (``parents``
+    # derived from an uncached ``merged`` ran the merge itself and left ``merged``, with
+    # its lineage back to the first level, to the next level's job: a-reply took 355 s
+    # on Spark, 66 s once fixed).
+    merges = [r.getMessage() for r in caplog.records if "merge tasks" in r.getMessage()]
+    assert len(merges) == on_spark.depth + 1  # the last level finds nothing new
+    assert all(m.endswith(": 3 merge tasks for 3 partitions") for m in merges), merges
     assert local.complete
     assert on_spark.complete
     assert (on_spark.distinct, on_spark.explored, on_spark.depth) == (
@@ -49,21 +59,6 @@ def test_the_spark_bfs_finds_what_the_local_checker_finds(spark: SparkSession, n
     )
     assert on_spark.violation is None
     assert on_spark.fingerprints
-
-
-def test_each_level_merges_each_partition_once(
-    spark: SparkSession, caplog: pytest.LogCaptureFixture
-) -> None:
-    """No level computes an earlier level's merge again: ``parents`` derived from an
-    uncached ``merged`` ran the merge itself and left ``merged``, with its lineage
-    back to the first level, to the next level's job (a-reply: 355 s on Spark against
-    66 s once fixed)."""
-    caplog.set_level(logging.DEBUG, logger="bkref.spark_checks.spec_bfs")
-    result = check_on_spark(NAMED["m-two-workers"], sc=spark.sparkContext, partitions=3)
-    runs = [r.getMessage() for r in caplog.records if "merge tasks" in r.getMessage()]
-    assert result.complete
-    assert len(runs) == result.depth + 1  # the last level finds nothing new
-    assert all(m.endswith(": 3 merge tasks for 3 partitions") for m in runs), runs
 
 
 def test_a_mutant_is_caught_at_the_same_depth_with_a_shortest_trace(spark: SparkSession) -> None:
