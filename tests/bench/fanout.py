@@ -87,7 +87,7 @@ def servers(directory: Path, loop: str, count: int = 3) -> Iterator[list[tuple[i
         yield out
     finally:
         for p in procs:
-            p.terminate()
+            p.kill()  # nothing to flush; and SIGTERM would wait on a server left stopped
         for p in procs:
             p.wait()
             if p.stdout is not None:
