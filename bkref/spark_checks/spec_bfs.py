@@ -264,7 +264,7 @@ def _search(
         # it: PySpark fuses a map into an uncached parent's, and ``parents`` built first
         # ran the merge itself, leaving ``merged`` to be computed (with every earlier
         # level's merge, whose cache was gone) by the next level's job: quadratic in the
-        # depth (a-reply, 20 levels: 355 s on Spark against 7 s here).
+        # depth (a-reply, 20 levels: 355 s on Spark, 66 s once fixed, 7 s locally).
         merged.persist(StorageLevel.MEMORY_AND_DISK)
         merged.localCheckpoint()
         # Only ``merged`` is marked: Spark checkpoints the last marked RDD of a job's

@@ -225,18 +225,15 @@ def measure_adds(
             cluster.up(3)
 
             async def go() -> Adds:
-                more: dict[str, tuple[float, list[float] | None]] = {}
                 async with BookKeeper(cluster.zk_hosts) as bk:
-                    if n1:
-                        r1, l1, _ = await _adds(bk, n1, 1)
-                        more["add1"] = (r1, l1)
+                    first = await _adds(bk, n1, 1) if n1 else None
                     pids = [os.getpid()] + [b.pid for b in cluster.bookies if b.pid is not None]
                     before = [_cpu_split(p) for p in pids]
                     rate, lat, ledger = await _adds(bk, n, 32)
                     adds = _per_add(rate, lat, n, pids, before)
-                    if n1:
+                    if first is not None:
+                        adds.more["add1"] = first[:2]
                         adds.more["read"] = (await _reads(bk, ledger, n), None)
-                adds.more.update(more)
                 return adds
 
             return eventloop.run(go())

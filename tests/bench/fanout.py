@@ -7,7 +7,7 @@ three answered (E = Wq = 3, Aq = 2, fsync on, as the cluster's adds). No digest,
 ledger, no entry ids, no journal thread, no metadata: asyncio ``Protocol`` callbacks,
 the cheapest way the event loop offers. Whatever bkref's client and bookies do beyond
 this is the protocol's cost; what this reaches, in the same run as the loopback
-baseline, is as far as any Python implementation of this shape could go on the machine.
+baseline, is about as far as a Python implementation of this shape goes on the machine.
 """
 
 from __future__ import annotations
@@ -109,10 +109,10 @@ class _Client(asyncio.Protocol):
     def __init__(self, quorum: int) -> None:
         self.quorum = quorum
         self.waiting: collections.deque[_Add] = collections.deque()
-        self.buf = 0  # bytes of answers read but not yet whole
+        self.partial = 0  # bytes of an answer read but not yet whole
 
     def data_received(self, data: bytes) -> None:
-        whole, self.buf = divmod(self.buf + len(data), REPLY)
+        whole, self.partial = divmod(self.partial + len(data), REPLY)
         for _ in range(whole):
             add = self.waiting.popleft()
             add.acks += 1
