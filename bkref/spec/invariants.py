@@ -88,7 +88,9 @@ def _metadata_and_bookies_ok(cfg: Config, s: State) -> bool:
         and all(-1 <= x < max(k, cfg.closed_entries) for x in s.meta_last)
         and all(len(per) == n_l for per in s.b_ledgers)
         and all(
-            0 <= sy < 1 << (k + 1) and f in (0, 1) for per in s.b_ledgers for sy, _u, f, _l in per
+            0 <= sy < 1 << (k + 1) and f in (0, 1) and -1 <= lac < max(k, cfg.closed_entries)
+            for per in s.b_ledgers
+            for sy, _u, f, lac in per
         )
     )
 

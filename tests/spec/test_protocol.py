@@ -397,6 +397,24 @@ def test_a_reader_reads_an_entry_only_from_a_bookie_that_stores_it() -> None:
     assert reader_reads_entry(cfg, s, 0, 1, 2) is None  # e1 is past the handle's LAC
 
 
+def test_a_reader_reads_any_entry_up_to_its_lac_not_only_the_last() -> None:
+    # LedgerHandle.readEntries takes any range up to the handle's LAC: an entry below it
+    # is as readable as the LAC's own.
+    cfg = replace(CFG, readers=1, entries=3)
+    s = _step(writer_creates_ledger(cfg, initial_state(cfg), (0, 1, 2)))
+    for e in (0, 1):
+        s = _step(writer_sends_add(cfg, s))
+        for b in (0, 1):
+            s = _step(bookie_handles_add(cfg, s, (ADD, b, e, e - 1, 0), 0))
+    assert s.w_lac == 1
+    s = _step(writer_sends_add(cfg, s))
+    s = _step(bookie_handles_add(cfg, s, (ADD, 0, 2, 1, 0), 0))  # e2 carries LAC 1 to b0
+    s = _step(reader_receives_lac(cfg, _step(reader_opens_ledger(cfg, s, 0)), 0, 0))
+    assert s.rd[0][1] == 1
+    for e in (0, 1):
+        assert _step(reader_reads_entry(cfg, s, 0, e, 1)).rd[0][3] == 1 << e
+
+
 def test_only_an_add_is_lost_and_only_while_losses_are_left() -> None:
     # A lost fencing or recovery read is a delayed one (the recovery client retries):
     # next_states offers only adds, and the action itself refuses the rest.
