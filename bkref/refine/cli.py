@@ -157,7 +157,10 @@ def _run(args: argparse.Namespace, names: list[str], plants: frozenset[str]) -> 
             # No fsync per transaction: the machine never crashes this server, and its
             # examples write hundreds of znodes each (a third of the time with fsync).
             settings = ZooKeeperSettings(force_sync=False)
-            ensemble = ZooKeeperEnsemble(directory=Path(tmp), size=1, settings=settings)
+            # A refine killed by SIGKILL (a mutation run's timeout) takes its server with it.
+            ensemble = ZooKeeperEnsemble(
+                directory=Path(tmp), size=1, settings=settings, die_with_owner=True
+            )
             ensemble.start()
             hosts = ensemble.connection_string
         zk = KazooClient(hosts=hosts)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from bkref.impl.cluster.process import wait_until
+from bkref.impl.cluster.process import pid_alive, wait_until
 from bkref.impl.cluster.zookeeper import ZooKeeperEnsemble, ZooKeeperError, server_mode
 
 pytestmark = pytest.mark.zookeeper
@@ -149,3 +149,41 @@ def test_missing_zookeeper_jar_is_a_clear_error(
     with pytest.raises(ZooKeeperError, match="make setup"):
         ensemble.start()
     ensemble.stop()
+
+
+# An owner that starts a server dying with it, prints its PID, then waits to be killed.
+OWNER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from bkref.impl.cluster.zookeeper import ZooKeeperEnsemble
+    ensemble = ZooKeeperEnsemble(directory=Path(sys.argv[1]), size=1, die_with_owner=True)
+    ensemble.start()
+    print(ensemble.servers[1].pid, ensemble.connection_string, flush=True)
+    while True:
+        time.sleep(0.1)
+    """
+)
+
+
+def test_a_server_that_dies_with_its_owner_leaves_no_orphan(tmp_path: Path) -> None:
+    # SIGKILL gives the owner no chance to call stop(): the parent-death signal must.
+    pid = 0
+    with subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(tmp_path / "zk")], stdout=subprocess.PIPE, text=True
+    ) as owner:
+        try:
+            assert owner.stdout is not None
+            pid_text, hosts = owner.stdout.readline().split()
+            pid = int(pid_text)
+            assert "java" in Path(f"/proc/{pid}/cmdline").read_text()  # the server's PID
+            zk = _client(hosts)  # and it serves
+            zk.stop()
+            zk.close()
+            owner.kill()
+            owner.wait(timeout=30)
+            assert wait_until(lambda: not pid_alive(pid), timeout=30.0), f"{pid} outlived it"
+        finally:
+            owner.kill()
+            if pid and pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -28,7 +28,10 @@ TEST_SETTINGS = ZooKeeperSettings(force_sync=False)
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperEnsemble]:
     ensemble = ZooKeeperEnsemble(
-        directory=tmp_path_factory.mktemp("zookeeper"), size=1, settings=TEST_SETTINGS
+        directory=tmp_path_factory.mktemp("zookeeper"),
+        size=1,
+        settings=TEST_SETTINGS,
+        die_with_owner=True,  # a test run killed (a timeout's os._exit) leaves no server
     )
     try:
         ensemble.start()
@@ -57,7 +60,9 @@ def zk_connect(zookeeper: ZooKeeperEnsemble) -> str:
 
 @pytest.fixture
 def zookeeper_ensemble(tmp_path: Path) -> Iterator[ZooKeeperEnsemble]:
-    ensemble = ZooKeeperEnsemble(directory=tmp_path / "zk-ensemble", size=3, settings=TEST_SETTINGS)
+    ensemble = ZooKeeperEnsemble(
+        directory=tmp_path / "zk-ensemble", size=3, settings=TEST_SETTINGS, die_with_owner=True
+    )
     try:
         ensemble.start()
         yield ensemble

@@ -144,6 +144,16 @@ def _classpath(conf_dir: Path) -> str:
     return ":".join([str(conf_dir), *jars])
 
 
+def _setpriv() -> str:
+    found = shutil.which("setpriv")
+    if found is None:
+        raise ZooKeeperError(
+            "setpriv was not found: a server that dies with its owner needs it. Install "
+            "Debian's `util-linux` package, or start the ensemble without die_with_owner."
+        )
+    return found
+
+
 @dataclass
 class ZooKeeperEnsemble:
     """A standalone server (size 1) or an ensemble of ``size`` servers.
@@ -155,6 +165,12 @@ class ZooKeeperEnsemble:
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`. Servers
     are addressed by their ``server_id`` (1-based, the ``myid`` of zoo.cfg).
+
+    With ``die_with_owner`` each server gets SIGKILL when the thread that
+    started it ends (Linux's parent-death signal, set by util-linux's
+    ``setpriv``), so an owner killed before its ``stop()`` leaves no orphan
+    server behind. For owners that start servers on their main thread only: a
+    server started from a worker thread would die with that thread.
     """
 
     directory: Path
@@ -162,6 +178,7 @@ class ZooKeeperEnsemble:
     host: str = "127.0.0.1"
     placement: list[tuple[str, str]] | None = None
     settings: ZooKeeperSettings = field(default_factory=ZooKeeperSettings)
+    die_with_owner: bool = False
     servers: dict[int, ZooKeeperServer] = field(default_factory=dict)
     _children: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
@@ -258,8 +275,10 @@ class ZooKeeperEnsemble:
                 f"ZooKeeper server {server_id} is already running (pid {server.pid})"
             )
         prefix = ["ip", "netns", "exec", server.netns] if server.netns else []
+        if self.die_with_owner:
+            prefix = [_setpriv(), "--pdeathsig", "KILL", "--", *prefix]
         argv = [
-            *prefix,  # `ip netns exec` execs java: the PID we record is java's
+            *prefix,  # setpriv and `ip netns exec` exec java: the PID we record is java's
             _find_java(),
             f"-Xmx{self.settings.heap_mb}m",
             "-XX:+UseSerialGC",
