@@ -1,0 +1,49 @@
+"""TypeOK refuses a malformed state: a value a variable may not hold, not only a violation
+of the protocol. The checker reads TypeOK like any invariant; a spec mutant that writes a
+value out of its range (tests/mutation/verdicts.toml, a bookie's LAC of -2) must fail it."""
+
+from __future__ import annotations
+
+import pytest
+
+from bkref.spec.configs import NAMED
+from bkref.spec.invariants import TypeOK
+from bkref.spec.protocol import State, initial_state, ledger_on, set_ledger_on
+
+
+@pytest.mark.parametrize("name", sorted(NAMED))
+def test_every_named_config_starts_in_a_well_typed_state(name: str) -> None:
+    cfg = NAMED[name]
+    assert TypeOK(cfg, initial_state(cfg))
+
+
+def _with_bookie_lac(s: State, lac: int) -> State:
+    synced, unsynced, fenced, _lac = ledger_on(s, 0, 0)
+    return s._replace(b_ledgers=set_ledger_on(s, 0, 0, (synced, unsynced, fenced, lac)))
+
+
+def test_a_bookie_lac_outside_the_entry_ids_is_refused() -> None:
+    # An LAC is an entry id or -1 (none): -2 is no LAC, nor is an id past every ledger's
+    # entries (config c: one entry in the writer's ledger and one in its closed ledger).
+    cfg = NAMED["c"]
+    s = initial_state(cfg)
+    top = max(cfg.entries, cfg.closed_entries)
+    assert top == 1
+    assert TypeOK(cfg, _with_bookie_lac(s, -1))
+    assert TypeOK(cfg, _with_bookie_lac(s, top - 1))
+    assert not TypeOK(cfg, _with_bookie_lac(s, -2))
+    assert not TypeOK(cfg, _with_bookie_lac(s, top))
+
+
+def test_a_fence_flag_other_than_0_or_1_is_refused() -> None:
+    cfg = NAMED["c"]
+    s = initial_state(cfg)
+    synced, unsynced, _f, lac = ledger_on(s, 0, 0)
+    assert not TypeOK(cfg, s._replace(b_ledgers=set_ledger_on(s, 0, 0, (synced, unsynced, 2, lac))))
+
+
+def test_a_writer_lac_below_minus_one_or_a_negative_budget_is_refused() -> None:
+    cfg = NAMED["a"]
+    s = initial_state(cfg)
+    assert not TypeOK(cfg, s._replace(w_lac=-2))
+    assert not TypeOK(cfg, s._replace(budget=(-1, *s.budget[1:])))
