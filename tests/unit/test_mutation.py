@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import tests.mutation.session as session_module
 from tests.mutation.score import (
     Score,
     diff_lines,
@@ -406,7 +407,9 @@ def _raise_at(source: str, line: int) -> str:
 
 
 @pytest.mark.slow
-def test_a_sampled_session_runs_on_copies_and_is_scored(tmp_path: Path) -> None:
+def test_a_sampled_session_runs_on_copies_and_is_scored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text(
         "[tool.bkref.mutation.smoke]\n"
@@ -443,6 +446,19 @@ def test_a_sampled_session_runs_on_copies_and_is_scored(tmp_path: Path) -> None:
     score = Score("smoke", results, keys, {})
     assert score.judged == 3
     assert 0.0 <= score.interval[0] <= score.score <= score.interval[1] <= 1.0
+    # What ran is kept with its baseline: a session of the same sources on a new machine
+    # (a new work folder) takes the baseline instead of measuring it; other sources do not.
+    monkeypatch.setattr(session_module, "STORED", tmp_path / "stored")
+    session.store()
+    measured = json.loads((session.work / "baseline.json").read_text())
+    elsewhere = Session(target, tmp_path / "elsewhere")
+    elsewhere.create(sample=3, seed=7, workers=2, log=lambda _m: None)
+    assert json.loads((elsewhere.work / "baseline.json").read_text()) == measured
+    kept = json.loads(session.stored_baseline.read_text())
+    session.stored_baseline.write_text(json.dumps({**kept, "digest": "other sources"}))
+    other = Session(target, tmp_path / "other")
+    other.create(sample=3, seed=7, workers=2, log=lambda _m: None)
+    assert not (other.work / "baseline.json").exists()
     # `--again`: a job runs again (with today's tests and a new baseline); the rest stand.
     again = results[0]["job"]
     session.again({again}, log=lambda _m: None)
