@@ -220,6 +220,22 @@ def test_the_writer_starts_with_its_own_ledger_s_segments_beside_closed_ledgers(
         assert s.meta_segments[0] == ((0, (0, 1, 2)),)  # the closed ledger's
 
 
+def test_two_segments_start_with_e0_confirmed_and_e1_next_to_the_new_ensemble() -> None:
+    # The initial state the configs with two_segments describe: e0 confirmed on b0..b2
+    # (carrying LAC -1), then b2 replaced by b3 from e1 on, e1 not yet sent.
+    cfg = replace(CFG, writer_ledger_created=True, two_segments=True)
+    s = initial_state(cfg)
+    wl = cfg.writer_ledger
+    assert s.w_segments == s.meta_segments[wl] == ((0, (0, 1, 2)), (1, (0, 1, 3)))
+    assert (s.w_lac, s.w_next) == (0, 1)
+    assert not s.msgs
+    for b in (0, 1, 2):
+        assert s.b_ledgers[b][wl] == (0b1, 0, 0, -1)
+    t = _step(writer_sends_add(cfg, s))  # the writer's next add is e1, to b0, b1 and b3
+    assert sorted(m[1] for m in t.msgs if m[:1] == (ADD,) and m[2] == 1) == [0, 1, 3]
+    assert t.w_piggy[1] == 0  # carrying LAC 0
+
+
 def _replay(cfg: Config, labels: list[str]) -> State:
     """The state after the steps named (as ``format_label`` spells them) from Init."""
     s = initial_state(cfg)
