@@ -18,6 +18,7 @@ from bkref.spec.protocol import (
     IN_RECOVERY,
     OPEN,
     RC_CLOSED,
+    RC_WRITING,
     REFUSED,
     UNREGISTERED,
     UP,
@@ -338,6 +339,47 @@ def test_two_recoveries_a_resend_keeps_its_first_lac_the_loser_adopts_the_close(
     assert recovery_of(t, 0).last == -1
     assert t.meta_version == s.meta_version
     assert t.meta_last == s.meta_last
+
+
+def test_a_recovery_still_writing_back_keeps_its_adds_once_another_closed_the_ledger() -> None:
+    # drop_dead_requests drops every request once the writer is done, the ledger CLOSED
+    # and no recovery client still at work; one writing back is at work: its adds land.
+    cfg = replace(Config(name="t", description="", entries=1, losses=1), recovery_clients=2)
+    late = "bookie_handles_add(add e0 to b2 from recovery client (lac -1), 0)"
+    s = _replay(
+        cfg,
+        [
+            "writer_creates_ledger((0, 1, 2))",
+            "writer_sends_add",
+            "recovery_client_starts_recovery(0)",
+            "recovery_client_starts_recovery(1)",
+            "bookie_handles_add(add e0 to b0 from writer (lac -1), 0)",
+            *(
+                f"bookie_handles_fencing_lac_read(fencing LAC read to b{b}{by}, 0)"
+                for b in (0, 1)
+                for by in ("", " by recovery client 1")
+            ),
+            "recovery_client_completes_fencing(0)",
+            "recovery_client_completes_fencing(1)",
+            "bookie_handles_add(add e0 to b1 from writer (lac -1), 0)",  # refused: fenced
+            "bookie_handles_recovery_read(recovery read e0 to b0 (fencing), 0)",
+            *(
+                f"bookie_handles_recovery_read(recovery read e0 to b{b} (fencing) by recovery "
+                "client 1, 0)"
+                for b in (1, 2)
+            ),
+            "recovery_client_closes_ledger(1)",
+            *(
+                f"bookie_handles_recovery_read(recovery read e1 to b{b} (fencing), 0)"
+                for b in (0, 2)
+            ),
+        ],
+    )
+    assert s.meta_status[0] == CLOSED
+    assert s.w_status == W_WITHDRAWN  # so that no open writer keeps the requests
+    assert recovery_of(s, 0).phase == RC_WRITING
+    assert (ADD, 2, 0, -1, 1) in s.msgs
+    assert late in {format_label(lb) for lb, _t in next_states(cfg, s)}
 
 
 def test_a_close_or_a_worker_swap_undone_is_a_lost_metadata_update() -> None:

@@ -9,12 +9,16 @@ import pytest
 from bkref.spec.checker import check
 from bkref.spec.configs import CONFIGS, mutant_config
 from bkref.spec.protocol import (
+    FENCE,
+    ORPHAN,
+    READ,
     bookie_handles_add,
     bookie_handles_fencing_lac_read,
     bookie_handles_recovery_read,
     dead_request,
     initial_state,
     next_states,
+    set_ledger_on,
 )
 
 HANDLERS = (bookie_handles_add, bookie_handles_fencing_lac_read, bookie_handles_recovery_read)
@@ -64,3 +68,26 @@ def test_delivering_a_dead_request_changes_nothing_but_the_messages() -> None:
             nxt += [t for _l, t in next_states(cfg, s)]
         frontier = list(dict.fromkeys(nxt))[:300]
     assert seen > 0
+
+
+def test_an_orphan_request_is_dead_only_when_it_can_fence_nothing() -> None:
+    # An orphan (a request of a recovery that gave up) is answered to no one: only the fence
+    # its delivery may bring matters. No config reaches this branch with the reduction on.
+    cfg = CONFIGS["a-short"]
+    wl = cfg.writer_ledger
+    fence, read, fencing_read = (
+        (FENCE, 0, -1, 0, ORPHAN),
+        (READ, 0, 0, 0, ORPHAN),
+        (READ, 0, 0, 1, ORPHAN),
+    )
+    s = initial_state(cfg)
+    assert s.b_ledgers[0][wl][2] == 0  # b0 has not fenced the ledger
+    for m in (fence, fencing_read):
+        assert not dead_request(cfg, s, m)
+        delivered = HANDLERS[m[0]](cfg, s._replace(msgs=(m,)), m, 0)
+        assert delivered is not None
+        assert delivered.b_ledgers[0][wl][2] == 1  # its delivery fences b0
+    assert dead_request(cfg, s, read)
+    synced, unsynced, _f, lac = s.b_ledgers[0][wl]
+    fenced = s._replace(b_ledgers=set_ledger_on(s, 0, wl, (synced, unsynced, 1, lac)))
+    assert all(dead_request(cfg, fenced, m) for m in (fence, read, fencing_read))
