@@ -287,21 +287,33 @@ def test_the_periodic_bookie_check_marks_a_bookie_that_went_down_before_its_cas(
     assert auditor_runs_periodic_bookie_check(cfg, t) is None
 
 
+# Two recovery clients over a writer's one entry, which reaches b0 alone: client 0 will
+# find e0 on b0, client 1 will find it on neither b1 nor b2 and close the ledger at -1.
+TWO_RECOVERIES = replace(Config(name="t", description="", entries=1, losses=1), recovery_clients=2)
+BOTH_START = [
+    "writer_creates_ledger((0, 1, 2))",
+    "writer_sends_add",
+    "recovery_client_starts_recovery(0)",
+    "recovery_client_starts_recovery(1)",
+    "bookie_handles_add(add e0 to b0 from writer (lac -1), 0)",
+]
+CLIENT_1_FINDS_NO_E0 = [
+    f"bookie_handles_recovery_read(recovery read e0 to b{b} (fencing) by recovery client 1, 0)"
+    for b in (1, 2)
+]
+
+
 def test_two_recoveries_a_resend_keeps_its_first_lac_the_loser_adopts_the_close() -> None:
     # Found with two recovery clients: client 1 closes the ledger at -1 (two negatives for
     # e0) while client 0, which found e0 on b0, writes it back. Client 0 re-sent e0 to its
     # replacement b3 signed with its LAC by then (0, e0 at Aq): b3's LAC passed the last
     # entry (NoDirtyReads). BookKeeper re-sends a pending add's first buffer, LAC -1; so
     # does the spec now, and so does bkref's LedgerRecovery.
-    cfg = replace(Config(name="t", description="", entries=1, losses=1), recovery_clients=2)
+    cfg = TWO_RECOVERIES
     s = _replay(
         cfg,
         [
-            "writer_creates_ledger((0, 1, 2))",
-            "writer_sends_add",
-            "recovery_client_starts_recovery(0)",
-            "recovery_client_starts_recovery(1)",
-            "bookie_handles_add(add e0 to b0 from writer (lac -1), 0)",
+            *BOTH_START,
             "bookie_handles_fencing_lac_read(fencing LAC read to b0, 0)",
             "bookie_handles_fencing_lac_read(fencing LAC read to b0 by recovery client 1, 0)",
             "bookie_handles_fencing_lac_read(fencing LAC read to b1, 0)",
@@ -312,11 +324,7 @@ def test_two_recoveries_a_resend_keeps_its_first_lac_the_loser_adopts_the_close(
             "bookie_handles_add(add e0 to b0 from recovery client (lac -1), 0)",
             "network_loses_message(add e0 to b1 from recovery client (lac -1))",
             "recovery_client_changes_ensemble(0, 1, 3)",
-            *(
-                f"bookie_handles_recovery_read(recovery read e0 to b{b} (fencing) by recovery "
-                "client 1, 0)"
-                for b in (1, 2)
-            ),
+            *CLIENT_1_FINDS_NO_E0,
             "recovery_client_closes_ledger(1)",
             "bookie_handles_add(add e0 to b2 from recovery client (lac -1), 0)",
             "recovery_client_resends_add(0, 0, 3)",
@@ -344,16 +352,12 @@ def test_two_recoveries_a_resend_keeps_its_first_lac_the_loser_adopts_the_close(
 def test_a_recovery_still_writing_back_keeps_its_adds_once_another_closed_the_ledger() -> None:
     # drop_dead_requests drops every request once the writer is done, the ledger CLOSED
     # and no recovery client still at work; one writing back is at work: its adds land.
-    cfg = replace(Config(name="t", description="", entries=1, losses=1), recovery_clients=2)
+    cfg = TWO_RECOVERIES
     late = "bookie_handles_add(add e0 to b2 from recovery client (lac -1), 0)"
     s = _replay(
         cfg,
         [
-            "writer_creates_ledger((0, 1, 2))",
-            "writer_sends_add",
-            "recovery_client_starts_recovery(0)",
-            "recovery_client_starts_recovery(1)",
-            "bookie_handles_add(add e0 to b0 from writer (lac -1), 0)",
+            *BOTH_START,
             *(
                 f"bookie_handles_fencing_lac_read(fencing LAC read to b{b}{by}, 0)"
                 for b in (0, 1)
@@ -363,11 +367,7 @@ def test_a_recovery_still_writing_back_keeps_its_adds_once_another_closed_the_le
             "recovery_client_completes_fencing(1)",
             "bookie_handles_add(add e0 to b1 from writer (lac -1), 0)",  # refused: fenced
             "bookie_handles_recovery_read(recovery read e0 to b0 (fencing), 0)",
-            *(
-                f"bookie_handles_recovery_read(recovery read e0 to b{b} (fencing) by recovery "
-                "client 1, 0)"
-                for b in (1, 2)
-            ),
+            *CLIENT_1_FINDS_NO_E0,
             "recovery_client_closes_ledger(1)",
             *(
                 f"bookie_handles_recovery_read(recovery read e1 to b{b} (fencing), 0)"
