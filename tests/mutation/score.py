@@ -4,9 +4,10 @@ A sampled mutant that ran is one of:
 
 - **killed**: its test failed (the spec: a verdict of `make spec-check` changed, see
   ``spec_kill``; the core: a test or the refinement machine failed);
-- **timeout**: cosmic-ray stopped it after the target's timeout. cosmic-ray records
-  that as killed; here it is counted apart, in neither the kills nor the score's
-  numerator, since nothing said the mutant was wrong;
+- **timeout**: cosmic-ray stopped it after the target's timeout (cosmic-ray records
+  that as killed), or a test passed pytest-timeout's limit (``spec_kill``'s verdict
+  ``timeout``); counted apart, in neither the kills nor the score's numerator, since
+  nothing said the mutant was wrong;
 - **survived**: every test passed. A survivor counts for the score only when
   ``verdicts.toml`` judges it *equivalent* (it cannot change a behaviour, and says
   why), *killed-by-config* (a config added since it ran fails with it: the verdict
@@ -98,7 +99,7 @@ def load_verdicts(path: Path = VERDICTS) -> dict[str, dict[str, str]]:
 def outcome(r: dict[str, Any]) -> str:
     if r.get("syntax_error"):  # set by ``mark_syntax_errors``
         return "incompetent"
-    if r["output"].strip() == "timeout":
+    if r["output"].strip() == "timeout" or last_json(r["output"]).get("verdict") == "timeout":
         return "timeout"
     if last_json(r["output"]).get("verdict") == "error":
         return "error"

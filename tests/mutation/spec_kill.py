@@ -20,7 +20,9 @@ config per process. The verdicts, in order:
    with an effect. A mutant that only takes behaviour away (a guard that refuses more)
    breaks no invariant; spec-check fails on the branch or race it leaves unreached;
 3. every hand-written mutant (``bkref.spec.config.MUTANTS``) is still caught by its
-   config, by the invariant tests/spec/test_mutants.py expects;
+   config, by the invariant tests/spec/test_mutants.py expects, with the trace its
+   example (``bkref/spec/examples/``) documents: a mutant that changes a trace's
+   steps, or how a trace names them, fails that test;
 4. what else `make verify` holds the spec to: the spec's own tests (``SUITE``: each
    step's meaning, shown on the reachable states of a config), the traces of real runs
    that it must explain (tests/tracecheck/test_soak_ledgers.py), and the refinement
@@ -38,7 +40,10 @@ How the exceptional outcomes count (docs/mutation.md):
   states): not killed. Nothing the checker says fails, so the mutant survives, marked
   ``exploded``; its reachable states differ, so it cannot be judged equivalent;
 - the whole run exceeding cosmic-ray's timeout: cosmic-ray records it as killed with
-  the output ``timeout``; the report counts those apart and never as kills.
+  the output ``timeout``; the report counts those apart and never as kills;
+- a spec test passing pytest-timeout's limit (300 s of wall time): ``timeout`` as
+  well, not a kill. The test would fail `make verify`, but so would a busy machine's,
+  and a kill must say the mutant was wrong.
 
 The last line of the output is one JSON object: the verdict, what killed the mutant,
 and for a survivor every config whose distinct-state count differs from the baseline's
@@ -83,6 +88,8 @@ SUITE = [
     "tests/spec/test_give_up.py",
     "tests/spec/test_lock_loss.py",
     "tests/spec/test_session_loss.py",
+    "tests/spec/test_labels.py",
+    "tests/spec/test_typeok.py",
     "tests/tracecheck/test_soak_ledgers.py",
 ]
 NOT_BEHAVIOUR = [
@@ -244,6 +251,7 @@ def _verdict(base: dict[str, Any]) -> dict[str, Any]:
     from bkref.spec.checker import check
     from bkref.spec.configs import NAMED, mutant_config
     from bkref.spec.coverage import ViolationError, measure
+    from bkref.spec.examples import EXAMPLES, example_text
     from bkref.spec.liveness import check_liveness
     from tests.spec.test_mutants import CAUGHT_BY
 
@@ -292,6 +300,8 @@ def _verdict(base: dict[str, Any]) -> dict[str, Any]:
                 "verdict": "killed",
                 "by": f"hand-written mutant {mutant} caught by {r.violation}, not {expected}",
             }
+        if example_text(mutant, r) != (EXAMPLES / f"{mutant}.txt").read_text():
+            return {"verdict": "killed", "by": f"hand-written mutant {mutant}: its trace differs"}
 
     def runs(stage: dict[str, Any]) -> bool:
         return selection.runs(stage["lines"], at_import, module, stmts)
@@ -309,6 +319,9 @@ def _verdict(base: dict[str, Any]) -> dict[str, Any]:
         )
         if done.returncode in (1, 2):  # failed, or a module did not even collect
             failed = [ln for ln in done.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+            if "from pytest-timeout" in done.stdout:  # slow, or a slow machine: not a kill
+                why = "; ".join(failed[:1])[:250]
+                return {"verdict": "timeout", "by": f"spec tests: {why}: past pytest-timeout"}
             return {"verdict": "killed", "by": "spec tests: " + "; ".join(failed[:2])[:300]}
         if done.returncode != 0:  # pytest's own error, a usage error, no tests
             tail = " ".join(done.stdout.strip().splitlines()[-1:])[:300]

@@ -156,7 +156,9 @@ def test_the_wilson_interval_has_its_textbook_values() -> None:
     assert wilson(0, 0) == (0.0, 1.0)
 
 
-def _kill(tree: Path, baseline: Path) -> tuple[int, dict[str, object]]:
+def _kill(
+    tree: Path, baseline: Path, env: dict[str, str] | None = None, codes: tuple[int, ...] = (0, 1)
+) -> tuple[int, dict[str, object]]:
     done = subprocess.run(
         [sys.executable, "-m", "tests.mutation.spec_kill", str(baseline)],
         cwd=tree,
@@ -164,8 +166,9 @@ def _kill(tree: Path, baseline: Path) -> tuple[int, dict[str, object]]:
         text=True,
         timeout=600,
         check=False,
+        env=None if env is None else {**os.environ, **env},
     )
-    assert done.returncode in (0, 1), done.stderr
+    assert done.returncode in codes, done.stderr
     return done.returncode, json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -214,14 +217,22 @@ def test_the_spec_kill_passes_the_spec_and_kills_a_broken_quorum(tmp_path: Path)
     assert verdict["verdict"] == "killed"
     assert verdict["by"] == "a-short violates NoDivergenceBetweenClientAndMetaData"
     quorum.write_text(source)
+    protocol = tree / PROTOCOL
+    text = protocol.read_text()
+    # A mutant that changes only how a trace names a step breaks no invariant: the trace
+    # a hand-written mutant's example documents shows it.
+    names = 'W_NAMES = ("NONE", "OPEN", "CLOSED", "WITHDRAWN")'
+    assert text.count(names) == 1
+    protocol.write_text(text.replace(names, names.replace('"OPEN"', '"OPENED"')))
+    status, verdict = _kill(tree, baseline)
+    assert status == 1, verdict
+    assert verdict["by"] == "hand-written mutant acks-from-replaced-bookie-count: its trace differs"
     # Selection: a statement no measured config executes is never run, one a-short
     # executes is. Each is made to raise, which kills the mutant wherever it runs.
     runs = {c: set(v["lines"][PROTOCOL]) for c, v in base["configs"].items()}
     runs |= {m: set(v["lines"][PROTOCOL]) for m, v in base["mutants"].items()}
     runs["import"] = set(base["import"][PROTOCOL])
     assert runs["import"], "importing the spec runs some of its functions' bodies"
-    protocol = tree / PROTOCOL
-    text = protocol.read_text()
     unrun = _simple_statement(text, lambda n: all(n not in r for r in runs.values()))
     protocol.write_text(_raise_at(text, unrun))
     status, verdict = _kill(tree, baseline)
@@ -271,6 +282,12 @@ def test_the_spec_s_own_tests_kill_what_its_configs_do_not_see(tmp_path: Path) -
     status, verdict = _kill(tree, baseline)
     assert status == 1, verdict
     assert str(verdict["by"]).startswith(f"spec tests: FAILED {suite}::"), verdict
+    # The same statement made slow: the test passes pytest-timeout's limit (made 2 s
+    # here), which says nothing of the mutant's behaviour. Not a kill: a timeout (exit 2).
+    (tree / PROTOCOL).write_text(_raise_at(text, line, "__import__('time').sleep(60)"))
+    status, verdict = _kill(tree, baseline, {"PYTEST_ADDOPTS": "--timeout=2"}, codes=(2,))
+    assert verdict["verdict"] == "timeout", verdict
+    assert str(verdict["by"]).endswith(": past pytest-timeout"), verdict
 
 
 def test_a_budget_no_config_spends_any_more_kills_the_mutant() -> None:
@@ -399,10 +416,12 @@ def _simple_statement(source: str, want: Callable[[int], bool]) -> int:
     raise AssertionError("no such statement")
 
 
-def _raise_at(source: str, line: int) -> str:
+def _raise_at(source: str, line: int, statement: str = "") -> str:
+    """The source with the statement at ``line`` replaced: by a raise, or ``statement``."""
     lines = source.splitlines(keepends=True)
     indent = lines[line - 1][: len(lines[line - 1]) - len(lines[line - 1].lstrip())]
-    lines[line - 1] = f"{indent}raise RuntimeError('planted at line {line}')\n"
+    planted = statement or f"raise RuntimeError('planted at line {line}')"
+    lines[line - 1] = f"{indent}{planted}\n"
     return "".join(lines)
 
 
@@ -616,3 +635,15 @@ def test_a_mutant_that_is_not_python_is_incompetent() -> None:
         assert code is not None
         marker = re.search(r"\n +-,\n", code) is not None  # a `*,` line, at any indent
         assert (outcome(r) == "incompetent") == marker
+
+
+def test_a_timeout_counts_apart_from_the_kills_however_it_came() -> None:
+    """cosmic-ray's own timeout, and a spec test past pytest-timeout's limit (the kill
+    script's exit 2, which cosmic-ray records as a kill), are timeouts: nothing said the
+    mutant was wrong. A test that failed is a kill."""
+    ran = {"test": "killed", "worker": "normal"}
+    past = '{"verdict": "timeout", "by": "spec tests: FAILED t.py::x: past pytest-timeout"}\n'
+    failed = '{"verdict": "killed", "by": "spec tests: FAILED t.py::x - AssertionError"}\n'
+    assert outcome(ran | {"output": "timeout"}) == "timeout"
+    assert outcome(ran | {"output": "x: 1 states\n" + past}) == "timeout"
+    assert outcome(ran | {"output": failed}) == "killed"
