@@ -13,6 +13,7 @@ from bkref.spec.checker import check
 from bkref.spec.config import Config
 from bkref.spec.configs import NAMED, mutant_config
 from bkref.spec.protocol import (
+    CLOSED,
     IN_RECOVERY,
     OPEN,
     RC_WRITING,
@@ -24,6 +25,8 @@ from bkref.spec.protocol import (
     next_states,
     recovery_of,
     set_at,
+    worker_fences_open_ledger,
+    worker_releases_lock,
     worker_verifies_ledger_replicated,
 )
 
@@ -225,3 +228,27 @@ def test_a_worker_whose_task_moved_on_verifies_as_if_its_task_listed_nothing() -
             if got is not None and want is not None:
                 assert got.wk == want.wk
     assert moved_on  # the config reaches such workers
+
+
+def test_a_worker_with_a_verdict_to_act_on_keeps_its_lock(open_check: list[Step]) -> None:
+    # A worker lets the lock go when it cannot repair the ledger, or waits for its open
+    # last segment to close: a live bookie its task lists there still takes the writer's
+    # adds (worker_releases_lock). A worker that can fence the ledger, or verify it
+    # replicated under the task it read, does that instead of letting go.
+    cfg = NAMED["c-open-check"]
+    acts = 0
+    for s in {s for s, _label, _t in open_check}:
+        for w, (_b, ledger, tv, _pending) in enumerate(s.wk):
+            if ledger < 0 or s.wk_unlocked >> w & 1:
+                continue  # no lock, or one ZooKeeper dropped: it may let go at any point
+            listed = s.meta_task[ledger][1]
+            last = s.meta_segments[ledger][-1][1]
+            if s.meta_status[ledger] != CLOSED and any(
+                listed >> b & 1 and s.b_up[b] == UP for b in last
+            ):
+                continue  # it may wait for the close
+            verifies = s.meta_task[ledger][0] == tv and worker_verifies_ledger_replicated(cfg, s, w)
+            if worker_fences_open_ledger(cfg, s, w) or verifies:
+                acts += 1
+                assert worker_releases_lock(cfg, s, w) is None, s
+    assert acts  # the config reaches such workers
