@@ -26,6 +26,7 @@ from bkref.spec.protocol import (
     auditor_node,
     bit,
     bookies_of,
+    budget_bounds,
     segment_index_of,
     write_set,
 )
@@ -63,7 +64,7 @@ def TypeOK(cfg: Config, s: State) -> bool:
         and len(s.b_up) == n
         and -1 <= s.w_lac <= s.w_next - 1
         and 0 <= s.w_next <= k
-        and all(c >= 0 for c in s.budget)
+        and all(0 <= c <= bound for c, bound in zip(s.budget, budget_bounds(cfg), strict=True))
         and all(-1 <= lk < len(s.wk) for lk in s.meta_lock)
         and all(s.wk[w][1] >= 0 for w in range(len(s.wk)) if s.wk_unlocked >> w & 1)
         and s.wk_unlocked >> len(s.wk) == 0

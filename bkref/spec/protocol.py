@@ -523,18 +523,23 @@ def initial_state(cfg: Config) -> State:
         au_missed=0,
         au_back=0,
         msgs=(),
-        budget=(
-            cfg.losses,
-            cfg.duplicates,
-            cfg.crashes,
-            cfg.wipes,
-            cfg.elections,
-            cfg.toggles,
-            cfg.give_ups,
-            cfg.repair_failures,
-            cfg.session_losses,
-            cfg.lock_losses,
-        ),
+        budget=budget_bounds(cfg),
+    )
+
+
+def budget_bounds(cfg: Config) -> tuple[int, ...]:
+    """Each environment budget as the config bounds it, in ``B_*`` order: where it starts."""
+    return (
+        cfg.losses,
+        cfg.duplicates,
+        cfg.crashes,
+        cfg.wipes,
+        cfg.elections,
+        cfg.toggles,
+        cfg.give_ups,
+        cfg.repair_failures,
+        cfg.session_losses,
+        cfg.lock_losses,
     )
 
 

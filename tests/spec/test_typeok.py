@@ -8,7 +8,15 @@ import pytest
 
 from bkref.spec.configs import NAMED
 from bkref.spec.invariants import TypeOK
-from bkref.spec.protocol import State, initial_state, ledger_on, set_ledger_on
+from bkref.spec.protocol import (
+    B_REPAIR_FAIL,
+    State,
+    budget_bounds,
+    initial_state,
+    ledger_on,
+    set_at,
+    set_ledger_on,
+)
 
 
 @pytest.mark.parametrize("name", sorted(NAMED))
@@ -47,3 +55,19 @@ def test_a_writer_lac_below_minus_one_or_a_negative_budget_is_refused() -> None:
     s = initial_state(cfg)
     assert not TypeOK(cfg, s._replace(w_lac=-2))
     assert not TypeOK(cfg, s._replace(budget=(-1, *s.budget[1:])))
+
+
+def test_a_budget_above_its_config_s_bound_is_refused() -> None:
+    # An environment step spends its budget; none gives one back. A budget above the
+    # config's bound is a step that counted the wrong way (a repair failure adding one:
+    # tests/mutation/verdicts.toml), and the bound would no longer bound anything.
+    cfg = NAMED["c-lock"]
+    s = initial_state(cfg)
+    bounds = budget_bounds(cfg)
+    assert s.budget == bounds
+    assert bounds[B_REPAIR_FAIL] >= 1
+    spent = s._replace(budget=set_at(bounds, B_REPAIR_FAIL, 0))
+    assert TypeOK(cfg, spent)
+    assert not TypeOK(
+        cfg, s._replace(budget=set_at(bounds, B_REPAIR_FAIL, bounds[B_REPAIR_FAIL] + 1))
+    )
