@@ -275,18 +275,7 @@ def abstract(d: BkrefDriver) -> State:
         )
         s = s._replace(rc=sp.with_recovery(s, c, r))
 
-    budget = (
-        cfg.losses - d.used[sp.B_LOSS],
-        cfg.duplicates - d.used[sp.B_DUP],
-        cfg.crashes - d.used[sp.B_CRASH],
-        cfg.wipes - d.used[sp.B_WIPE],
-        cfg.elections - d.used[sp.B_ELECT],
-        cfg.toggles - d.used[sp.B_TOGGLE],
-        cfg.give_ups - d.used[sp.B_GIVE_UP],
-        cfg.repair_failures - d.used[sp.B_REPAIR_FAIL],
-        cfg.session_losses - d.used[sp.B_SESSION],
-        cfg.lock_losses - d.used[sp.B_LOCK],
-    )
+    budget = tuple(b - u for b, u in zip(sp.budget_bounds(cfg), d.used, strict=True))
     if d.autorecovery is not None:
         s = _autorecovery(d, lids, mask, s)
     return s._replace(

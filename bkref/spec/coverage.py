@@ -53,6 +53,7 @@ from bkref.spec.checker import check
 from bkref.spec.config import Config
 from bkref.spec.protocol import (
     ACTIONS,
+    BUDGETS,
     IN_RECOVERY,
     OPEN,
     RC_FENCING,
@@ -174,21 +175,6 @@ def instrumented() -> tuple[dict[str, Any], dict[int, int]]:
 ACTORS = ("writer", "recovery_client", "worker", "auditor")
 RACES: tuple[tuple[str, str], ...] = tuple(
     (a, b) for i, a in enumerate(ACTORS) for b in ACTORS[i + 1 :]
-)
-
-
-# The budget slots of ``State.budget``, by the Config field that bounds each.
-BUDGETS = (
-    "losses",
-    "duplicates",
-    "crashes",
-    "wipes",
-    "elections",
-    "toggles",
-    "give_ups",
-    "repair_failures",
-    "session_losses",
-    "lock_losses",
 )
 
 
@@ -323,7 +309,7 @@ class ConfigCoverage:
     reached: frozenset[int] = frozenset()  # lines of the branches reached
     races: Counter[tuple[str, str]] = field(default_factory=Counter)  # (writer, holder) steps
     effects: Counter[tuple[str, str]] = field(default_factory=Counter)  # (winner, loser) steps
-    bounded: frozenset[str] = frozenset()  # budgets (BUDGETS) the config sets above 0
+    bounded: frozenset[str] = frozenset()  # budgets (protocol.BUDGETS) the config sets above 0
     spent: frozenset[str] = frozenset()  # those of them some reachable state has at 0
 
 

@@ -107,6 +107,19 @@ ORPHAN = -1
 # Budget slots.
 B_LOSS, B_DUP, B_CRASH, B_WIPE, B_ELECT, B_TOGGLE, B_GIVE_UP, B_REPAIR_FAIL = range(8)
 B_SESSION, B_LOCK = 8, 9
+# The Config field that bounds each slot of ``State.budget``, in ``B_*`` order.
+BUDGETS = (
+    "losses",
+    "duplicates",
+    "crashes",
+    "wipes",
+    "elections",
+    "toggles",
+    "give_ups",
+    "repair_failures",
+    "session_losses",
+    "lock_losses",
+)
 
 Segment = tuple[int, tuple[int, ...]]  # (first entry id, ensemble of bookie indices)
 Segments = tuple[Segment, ...]
@@ -529,18 +542,7 @@ def initial_state(cfg: Config) -> State:
 
 def budget_bounds(cfg: Config) -> tuple[int, ...]:
     """Each environment budget as the config bounds it, in ``B_*`` order: where it starts."""
-    return (
-        cfg.losses,
-        cfg.duplicates,
-        cfg.crashes,
-        cfg.wipes,
-        cfg.elections,
-        cfg.toggles,
-        cfg.give_ups,
-        cfg.repair_failures,
-        cfg.session_losses,
-        cfg.lock_losses,
-    )
+    return tuple(getattr(cfg, name) for name in BUDGETS)
 
 
 # ================================================================== WRITER ACTIONS
