@@ -56,6 +56,21 @@ def _interrupt(_signum: int, _frame: object) -> None:
     raise TerminatedError
 
 
+def again_jobs(sc: Score) -> set[str]:
+    """What ``--again`` runs: every mutant without a judgement of its own. The errors and
+    the timeouts (nothing judged them), and the survivors without a credited verdict."""
+    unjudged = {r["job"] for r in sc.results if outcome(r) in ("error", "timeout")}
+    return unjudged | {
+        r["job"] for r in sc.survivors if sc.verdict(r).get("verdict") not in CREDITED
+    }
+
+
+def set_timeout(s: Session, seconds: float) -> None:
+    """The seconds each mutant of the session may take from now on (its cosmic-ray config)."""
+    config = s.work / "mutation.toml"
+    config.write_text(re.sub(r"(?m)^timeout = .*$", f"timeout = {seconds}", config.read_text()))
+
+
 def run(args: argparse.Namespace) -> int:
     s = _session(args)
     if args.fresh or not s.matches(args.sample, args.seed, args.workers):
@@ -63,12 +78,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         _log(f"{args.target}: resuming {s.work} ({s.progress()})")
     if args.again:
-        sc = _score(s)
-        errors = {r["job"] for r in sc.results if outcome(r) == "error"}
-        s.again(
-            errors
-            | {r["job"] for r in sc.survivors if sc.verdict(r).get("verdict") not in CREDITED}
-        )
+        s.again(again_jobs(_score(s)))
+    if args.timeout is not None:
+        set_timeout(s, args.timeout)
     baseline = s.target.baseline_command
     if baseline and not (s.work / "baseline.json").exists():
         _log(f"{args.target}: measuring the unmutated baseline")
@@ -234,8 +246,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--again",
         action="store_true",
-        help="run the session's survivors without a credited verdict, and its errors, "
-        "again with today's tests (after adding tests that kill them)",
+        help="run the session's survivors without a credited verdict, its errors and its "
+        "timeouts again with today's tests (after adding tests that kill them)",
+    )
+    r.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds a mutant may take from now on (default: the target's, in "
+        "pyproject.toml); a longer one for timeouts run --again on a loaded machine",
     )
     r.add_argument(
         "--scratch",
@@ -257,8 +275,15 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.command == "run":
-        if args.sample < 1 or args.workers < 1 or args.budget <= 0:
-            print("--sample and --workers must be >= 1, --budget > 0", file=sys.stderr)
+        if (
+            args.sample < 1
+            or args.workers < 1
+            or args.budget <= 0
+            or (args.timeout is not None and args.timeout <= 0)
+        ):
+            print(
+                "--sample and --workers must be >= 1, --budget and --timeout > 0", file=sys.stderr
+            )
             return 2
         # A SIGTERM (or a Ctrl-C) unwinds: the execs and their tests are stopped and what
         # ran is kept and reported; the next run resumes the rest.

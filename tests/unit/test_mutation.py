@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import tests.mutation.session as session_module
+from tests.mutation.__main__ import again_jobs, set_timeout
 from tests.mutation.score import (
     Score,
     diff_lines,
@@ -507,6 +508,31 @@ def test_a_spent_budget_stops_every_test_and_returns_when_they_are_gone(tmp_path
     assert left == [], f"tests still running after run() returned: {left}"
     # Each copy holds its unmutated source again at the next run's start.
     assert session.pending() == 2
+
+
+@pytest.mark.slow
+def test_a_timeout_runs_again_with_a_longer_timeout(tmp_path: Path) -> None:
+    # A test that takes 3 s under a timeout of 1 s: cosmic-ray stops each and records a
+    # timeout, which nothing judged. `--again` takes it up with the errors and survivors
+    # without a credited verdict; `--timeout` gives it the time it needs, and it survives.
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        "[tool.bkref.mutation.slow]\n"
+        'modules = ["bkref/spec/quorum.py"]\n'
+        "test-command = \"{python} -c 'import time; time.sleep(3)'\"\n"
+        "timeout = 1\n"
+    )
+    session = Session(Target.load("slow", pyproject), tmp_path / "work")
+    session.create(sample=2, seed=7, workers=1, log=lambda _m: None)
+    assert session.run(budget=300, log=lambda _m: None)
+    first = session.results()
+    assert [outcome(r) for r in first] == ["timeout", "timeout"]
+    jobs = again_jobs(Score("slow", first, {r["job"]: r["job"] for r in first}, {}))
+    assert jobs == {r["job"] for r in first}
+    session.again(jobs, log=lambda _m: None)
+    set_timeout(session, 60)
+    assert session.run(budget=300, log=lambda _m: None)
+    assert [outcome(r) for r in session.results()] == ["survived", "survived"]
 
 
 def _read(path: Path) -> bytes:
