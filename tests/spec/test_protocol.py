@@ -34,6 +34,7 @@ from bkref.spec.protocol import (
     bookie_restarts_with_wiped_disk,
     format_label,
     initial_state,
+    network_duplicates_message,
     network_loses_message,
     next_states,
     node_wins_auditor_election,
@@ -483,6 +484,25 @@ def test_only_an_add_is_lost_and_only_while_losses_are_left() -> None:
     t = _step(network_loses_message(CFG, s, (ADD, 2, 0, -1, 0)))
     assert (ADD, 2, 0, -1, 0) not in t.msgs
     assert network_loses_message(CFG, t, (ADD, 1, 0, -1, 0)) is None  # the one loss is spent
+
+
+def test_each_distinct_message_is_offered_once_and_a_duplicate_holds_none_back() -> None:
+    # The network delivers in any order: a duplicated add is offered once, whatever its
+    # copies, and the adds to the other bookies, sorted after it, are offered too.
+    cfg = replace(CFG, duplicates=1)
+    s = _step(
+        writer_sends_add(cfg, _step(writer_creates_ledger(cfg, initial_state(cfg), (0, 1, 2))))
+    )
+    to_b0 = next(m for m in s.msgs if m[1] == 0)
+    s = _step(network_duplicates_message(cfg, s, to_b0))
+    assert s.msgs.count(to_b0) == 2
+    delivered = [
+        args[0]
+        for (name, args), _t in next_states(cfg, s)
+        if name == "bookie_handles_add" and args[1] == 0
+    ]
+    assert delivered == sorted(set(s.msgs))
+    assert len(delivered) == 3  # to b0, b1 and b2
 
 
 def test_only_an_open_writer_resends_and_only_entries_still_pending() -> None:
