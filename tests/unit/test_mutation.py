@@ -673,3 +673,16 @@ def test_a_timeout_counts_apart_from_the_kills_however_it_came() -> None:
     assert outcome(ran | {"output": "timeout"}) == "timeout"
     assert outcome(ran | {"output": "x: 1 states\n" + past}) == "timeout"
     assert outcome(ran | {"output": failed}) == "killed"
+
+
+def test_a_documented_trace_is_compared_without_the_count_of_states_searched() -> None:
+    """Verdict 3 of the spec's kill: a reduction that merges fewer states changes how many
+    states the search took to find a hand-written mutant, not its trace."""
+    from tests.mutation.spec_kill import _trace_of
+
+    text = (ROOT / "bkref/spec/examples/ack-before-fsync.txt").read_text()
+    assert "found after 590 distinct states" in text
+    more = text.replace("found after 590 distinct", "found after 1,590 distinct")
+    assert _trace_of(more) == _trace_of(text)
+    assert _trace_of(text.replace("6 steps", "7 steps")) != _trace_of(text)
+    assert _trace_of(text.replace("OPEN -> CLOSED", "OPENED -> CLOSED")) != _trace_of(text)
