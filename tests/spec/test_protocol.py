@@ -505,6 +505,24 @@ def test_each_distinct_message_is_offered_once_and_a_duplicate_holds_none_back()
     assert len(delivered) == 3  # to b0, b1 and b2
 
 
+def test_a_new_ledger_s_ensembles_name_only_registered_live_bookies() -> None:
+    # BookKeeper places a new ledger on the bookies registered as available: not one its
+    # cookie refused (a wiped disk), nor one whose ZooKeeper session expired.
+    s = initial_state(CFG)
+    assert (CFG.bookies, CFG.ensemble) == (4, 3)
+
+    def ensembles(*up: int) -> list[object]:
+        t = s._replace(b_up=up)
+        return [
+            args[0] for (name, args), _t in next_states(CFG, t) if name == "writer_creates_ledger"
+        ]
+
+    assert ensembles(UP, UP, UP, UP) == [(0, 1, 2), (0, 1, 3), (0, 2, 3), (1, 2, 3)]
+    assert ensembles(UP, UP, UP, REFUSED) == [(0, 1, 2)]
+    assert ensembles(UP, UP, UNREGISTERED, UP) == [(0, 1, 3)]
+    assert ensembles(UP, DOWN, REFUSED, UNREGISTERED) == []
+
+
 def test_only_an_open_writer_resends_and_only_entries_still_pending() -> None:
     # next_states offers a resend only for w_lac < e < w_next while the writer is OPEN;
     # the trace check calls the action for the resends its trace logs.
