@@ -65,7 +65,7 @@ def TypeOK(cfg: Config, s: State) -> bool:
     """
     n, k = cfg.bookies, cfg.entries
     memo = _memo(cfg)
-    key = (TypeOK, s.meta_status, s.meta_segments, s.meta_last, s.b_ledgers)
+    key = (TypeOK, s.meta_status, s.meta_segments, s.meta_last, s.b_ledgers, s.b_signed)
     ok = memo.get(key)
     if ok is None:
         ok = memo[key] = _metadata_and_bookies_ok(cfg, s)
@@ -103,6 +103,18 @@ def _metadata_and_bookies_ok(cfg: Config, s: State) -> bool:
             for per in s.b_ledgers
             for sy, _u, f, lac in per
         )
+        and (not cfg.writer or all(_signed_ok(cfg, s, b) for b in range(n)))
+    )
+
+
+def _signed_ok(cfg: Config, s: State, b: int) -> bool:
+    """Bookie ``b`` holds a signed LAC (an LAC, -1 up) for each entry of the writer's
+    ledger it stores, and -2 (none stored) for each it does not (``State.b_signed``;
+    without a writer, no ledger's entries are signed)."""
+    synced, unsynced, _f, _lac = s.b_ledgers[b][cfg.writer_ledger]
+    signed = s.b_signed[b]
+    return len(signed) == cfg.entries and all(
+        (x >= -1 if (synced | unsynced) >> e & 1 else x == -2) for e, x in enumerate(signed)
     )
 
 

@@ -71,3 +71,21 @@ def test_a_budget_above_its_config_s_bound_is_refused() -> None:
     assert not TypeOK(
         cfg, s._replace(budget=set_at(bounds, B_REPAIR_FAIL, bounds[B_REPAIR_FAIL] + 1))
     )
+
+
+def test_a_signed_lac_is_held_for_the_entries_a_bookie_stores_and_only_those() -> None:
+    # b_signed: per bookie, per entry of the writer's ledger, the LAC its stored copy is
+    # signed with; -2 for none stored. m-2615 starts with e0 on its write set, signed -1.
+    cfg = NAMED["m-2615"]
+    s = initial_state(cfg)
+    wl = cfg.writer_ledger
+    stores = [bool(ledger_on(s, b, wl)[0] & 1) for b in range(cfg.bookies)]
+    assert [s.b_signed[b][0] for b in range(cfg.bookies)] == [-1 if x else -2 for x in stores]
+    assert TypeOK(cfg, s)
+    b_in, b_out = stores.index(True), stores.index(False)
+
+    def signed(b: int, lac: int) -> State:
+        return s._replace(b_signed=set_at(s.b_signed, b, set_at(s.b_signed[b], 0, lac)))
+
+    assert not TypeOK(cfg, signed(b_in, -2))  # e0 stored there, signed with nothing
+    assert not TypeOK(cfg, signed(b_out, -1))  # e0 not stored there, signed all the same
