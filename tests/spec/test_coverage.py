@@ -12,7 +12,6 @@ from bkref.spec.checker import check
 from bkref.spec.cli import main
 from bkref.spec.configs import NAMED, mutant_config
 from bkref.spec.coverage import (
-    BUDGETS,
     RACES,
     ConfigCoverage,
     Report,
@@ -25,6 +24,7 @@ from bkref.spec.coverage import (
 )
 from bkref.spec.protocol import (
     ACTIONS,
+    BUDGETS,
     initial_state,
     next_states,
     recovery_client_starts_recovery,
