@@ -80,6 +80,7 @@ LONGEST = [
     "tests/spec/test_session_loss.py",
     "tests/spec/test_checker.py",
     "tests/unit/test_mutation.py",
+    "tests/unit/test_mutation_verdicts.py",
     "tests/spark_checks/test_equivalence.py",
     "tests/impl/test_autorecovery.py",
 ]

@@ -11,9 +11,9 @@ A sampled mutant that ran is one of:
 - **survived**: every test passed. A survivor counts for the score only when
   ``verdicts.toml`` judges it *equivalent* (it cannot change a behaviour, and says
   why), *killed-by-config* (a config added since it ran fails with it: the verdict
-  names the config, and tests/unit/test_mutation.py applies the mutant's diff and runs
+  names the config, and tests/unit/test_mutation_verdicts.py applies the mutant's diff and runs
   that config again) or *killed-by-test* (a test added since fails with it: the verdict
-  names the test, which tests/unit/test_mutation.py runs on the mutated spec). Any other
+  names the test, which tests/unit/test_mutation_verdicts.py runs on the mutated spec). Any other
   verdict (*needs-config*, *finding*, or none yet) leaves
   it against the score until a new config or test kills it or the fix lands;
 - **incompetent**: the mutated module did not even import (cosmic-ray's own
@@ -40,7 +40,7 @@ from typing import Any
 
 VERDICTS = Path(__file__).with_name("verdicts.toml")
 KINDS = ("equivalent", "killed-by-config", "killed-by-test", "needs-config", "finding")
-# Survivors the score counts for the checks: a kill since is checked by test_mutation.
+# Survivors the score counts for the checks: a kill since is checked by test_mutation_verdicts.
 CREDITED = ("equivalent", "killed-by-config", "killed-by-test")
 
 

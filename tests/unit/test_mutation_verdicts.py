@@ -1,0 +1,166 @@
+"""Survivors' verdicts held to what they claim (tests/mutation/verdicts.toml), and how a
+mutant's outcome is counted: a verdict's kill is run, not taken on trust."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.mutation.score import diff_lines, load_verdicts, mark_syntax_errors, mutant_key, outcome
+from tests.mutation.session import ROOT
+
+PROTOCOL = "bkref/spec/protocol.py"
+
+
+def _mutated(source: str, diff: str, near: int) -> str:
+    """``source`` with a one-line mutant's diff applied to the matching line nearest
+    ``near`` (its line when it ran; the file may have changed around it since)."""
+    old, new = diff_lines(diff)
+    assert len(old) == len(new) == 1, f"not a one-line mutant:\n{diff}"
+    lines = source.splitlines(keepends=True)
+    at = [i for i, ln in enumerate(lines) if ln.rstrip("\n") == old[0]]
+    assert at, f"the mutated line is no longer in the source: {old[0].strip()}"
+    i = min(at, key=lambda i: abs(i + 1 - near))
+    lines[i] = new[0] + "\n"
+    return "".join(lines)
+
+
+KILLED_BY_CONFIG = "tests/data/mutation/spec-killed-by-config.json"
+
+
+def _judged(kind: str) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """The stored spec results judged ``kind``, with their verdicts: the stored run's,
+    and those of earlier runs whose survivors a config or a test added since kills (kept
+    in tests/data/mutation when a new run replaced their results)."""
+    results = [
+        r
+        for path in ("tests/mutation/results/spec.json", KILLED_BY_CONFIG)
+        for r in json.loads((ROOT / path).read_text())["results"]
+    ]
+    source = (ROOT / PROTOCOL).read_text()
+    verdicts = load_verdicts()
+    return [
+        (r, verdicts[k])
+        for r in results
+        if (k := mutant_key(r, source)) in verdicts and verdicts[k]["verdict"] == kind
+    ]
+
+
+def _mutated_tree(tmp_path: Path, r: dict[str, Any], *parts: str) -> Path:
+    """A copy of ``parts`` of the checkout whose spec holds the mutant ``r``, applied to
+    today's spec."""
+    # Numbered: two mutants may share a line.
+    tree = tmp_path / f"{len(list(tmp_path.iterdir()))}-line-{r['line']}"
+    (tree / "tests").mkdir(parents=True)  # a file of tests/ may come before the folder
+    for part in parts:
+        if (ROOT / part).is_dir():
+            shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / part, tree / part)
+    (tree / PROTOCOL).write_text(_mutated((ROOT / PROTOCOL).read_text(), str(r["diff"]), r["line"]))
+    return tree
+
+
+def _run_in(tree: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *argv],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree), "BKREF_SPEC": "pure"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_a_survivor_judged_killed_by_a_later_config_is_killed_by_it(tmp_path: Path) -> None:
+    # The verdict is checked, not taken on trust: the mutant's diff applied to today's
+    # spec, the config it names must fail (exit 1: a violation or a failed liveness goal).
+    later = _judged("killed-by-config")
+    assert later, "no survivor judged killed-by-config: this test checks nothing"
+    for r, v in later:
+        tree = _mutated_tree(tmp_path, r, "bkref")
+        cmd = ["-m", "bkref.impl.cli.main", "spec", "check", "--quiet", "--config", v["config"]]
+        run = _run_in(tree, *cmd)
+        why = f"{v['config']} did not kill the mutant of line {r['line']}: {run.stdout}"
+        assert run.returncode == 1, why
+
+
+@pytest.mark.slow
+def test_a_survivor_judged_killed_by_a_later_test_is_killed_by_it(tmp_path: Path) -> None:
+    # The same for a test: run on the mutated spec, the test the verdict names must fail
+    # (pytest's exit 1: a test failed, not 4 or 5, a test id that names nothing).
+    later = _judged("killed-by-test")
+    assert later, "no survivor judged killed-by-test: this test checks nothing"
+    for r, v in later:
+        # The test's own folder of tests/ (and tests/'s package files), not all of tests/.
+        folder = str(Path(v["test"].split("::")[0]).parent)
+        parts = ("bkref", "tests/__init__.py", "tests/conftest.py", folder, "pyproject.toml")
+        tree = _mutated_tree(tmp_path, r, *parts)
+        run = _run_in(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", v["test"])
+        why = f"{v['test']} did not kill the mutant of line {r['line']}: {run.stdout[-2000:]}"
+        assert run.returncode == 1, why
+        assert "1 failed" in run.stdout, why  # the named test, not a collection error
+
+
+def test_a_mutant_that_is_not_python_is_incompetent() -> None:
+    """cosmic-ray's parso-based `*` -> `-` also hits a keyword-only marker (`*,` becomes
+    `-,`): such a mutant's tests cannot even load (pytest exit 4), and it is counted
+    apart from kills and survivors, while a real product mutated stays as it ran."""
+    from cosmic_ray.mutating import mutate_code
+    from cosmic_ray.plugins import get_operator
+
+    module, operator = "bkref/impl/core/frames.py", "core/ReplaceBinaryOperator_Mul_Sub"
+    source = (ROOT / module).read_text()
+    op = get_operator(operator)()
+    count = 0
+    while mutate_code(source, op, count) is not None:
+        count += 1
+    out = '{"verdict": "error", "by": "pytest exit 4: "}\n'
+    results = [
+        {"module": module, "operator": operator, "occurrence": n, "output": out}
+        | {"test": "killed", "worker": "normal"}
+        for n in range(count)
+    ]
+    mark_syntax_errors(results, {module: source})
+    kinds = {outcome(r) for r in results}
+    assert kinds == {"incompetent", "error"}, kinds
+    for r in results:
+        code = mutate_code(source, op, r["occurrence"])
+        assert code is not None
+        marker = re.search(r"\n +-,\n", code) is not None  # a `*,` line, at any indent
+        assert (outcome(r) == "incompetent") == marker
+
+
+def test_a_timeout_counts_apart_from_the_kills_however_it_came() -> None:
+    """cosmic-ray's own timeout, and a spec test past pytest-timeout's limit (the kill
+    script's exit 2, which cosmic-ray records as a kill), are timeouts: nothing said the
+    mutant was wrong. A test that failed is a kill."""
+    ran = {"test": "killed", "worker": "normal"}
+    past = '{"verdict": "timeout", "by": "spec tests: FAILED t.py::x: past pytest-timeout"}\n'
+    failed = '{"verdict": "killed", "by": "spec tests: FAILED t.py::x - AssertionError"}\n'
+    assert outcome(ran | {"output": "timeout"}) == "timeout"
+    assert outcome(ran | {"output": "x: 1 states\n" + past}) == "timeout"
+    assert outcome(ran | {"output": failed}) == "killed"
+
+
+def test_a_documented_trace_is_compared_without_the_count_of_states_searched() -> None:
+    """Verdict 3 of the spec's kill: a reduction that merges fewer states changes how many
+    states the search took to find a hand-written mutant, not its trace."""
+    from tests.mutation.spec_kill import _trace_of
+
+    text = (ROOT / "bkref/spec/examples/ack-before-fsync.txt").read_text()
+    assert "found after 590 distinct states" in text
+    more = text.replace("found after 590 distinct", "found after 1,590 distinct")
+    assert _trace_of(more) == _trace_of(text)
+    assert _trace_of(text.replace("6 steps", "7 steps")) != _trace_of(text)
+    assert _trace_of(text.replace("OPEN -> CLOSED", "OPENED -> CLOSED")) != _trace_of(text)
