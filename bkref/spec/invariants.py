@@ -48,16 +48,6 @@ def _memo(cfg: Config) -> dict[tuple[object, ...], bool]:
     return _MEMO
 
 
-_BOUNDS: list[tuple[Config, tuple[int, ...]]] = []  # the last config's budget bounds
-
-
-def _bounds(cfg: Config) -> tuple[int, ...]:
-    """``budget_bounds(cfg)``, built once per config: TypeOK reads them in every state."""
-    if not _BOUNDS or _BOUNDS[0][0] is not cfg:
-        _BOUNDS[:] = [(cfg, budget_bounds(cfg))]
-    return _BOUNDS[0][1]
-
-
 def TypeOK(cfg: Config, s: State) -> bool:
     """Every variable holds a value of its type and range.
 
@@ -69,12 +59,18 @@ def TypeOK(cfg: Config, s: State) -> bool:
     ok = memo.get(key)
     if ok is None:
         ok = memo[key] = _metadata_and_bookies_ok(cfg, s)
+    # Each budget within its config's bound: a few budget tuples per config, memoized too.
+    budgets_ok = memo.get((budget_bounds, s.budget))
+    if budgets_ok is None:
+        budgets_ok = memo[(budget_bounds, s.budget)] = all(
+            0 <= c <= bound for c, bound in zip(s.budget, budget_bounds(cfg), strict=True)
+        )
     return (
         ok
         and len(s.b_up) == n
         and -1 <= s.w_lac <= s.w_next - 1
         and 0 <= s.w_next <= k
-        and all(0 <= c <= bound for c, bound in zip(s.budget, _bounds(cfg), strict=True))
+        and budgets_ok
         and all(-1 <= lk < len(s.wk) for lk in s.meta_lock)
         and all(s.wk[w][1] >= 0 for w in range(len(s.wk)) if s.wk_unlocked >> w & 1)
         and s.wk_unlocked >> len(s.wk) == 0

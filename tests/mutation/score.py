@@ -99,9 +99,10 @@ def load_verdicts(path: Path = VERDICTS) -> dict[str, dict[str, str]]:
 def outcome(r: dict[str, Any]) -> str:
     if r.get("syntax_error"):  # set by ``mark_syntax_errors``
         return "incompetent"
-    if r["output"].strip() == "timeout" or last_json(r["output"]).get("verdict") == "timeout":
+    verdict = last_json(r["output"]).get("verdict")
+    if r["output"].strip() == "timeout" or verdict == "timeout":
         return "timeout"
-    if last_json(r["output"]).get("verdict") == "error":
+    if verdict == "error":
         return "error"
     if r["test"] == "incompetent" or r["worker"] == "exception":
         return "incompetent"
