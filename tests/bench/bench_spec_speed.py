@@ -46,21 +46,21 @@ print(json.dumps({"distinct": r.distinct, "explored": r.explored, "cpu": cpu() -
 
 def _one(variant: str, old: Path, config: str, max_states: int) -> dict[str, Any]:
     env = dict(os.environ)
+    command = [sys.executable, "-c", _CHILD, "bkref.spec", config, str(max_states)]
+    cwd = tempfile.gettempdir()  # not the checkout: `spec` must come from the export
     if variant == "then":
-        pkg, env["PYTHONPATH"], env["BKREF_SPEC"] = "spec", str(old), "pure"
+        command[3], env["PYTHONPATH"], env["BKREF_SPEC"] = "spec", str(old), "pure"
+    elif variant == "floor":  # the bookkeeping alone, fed by the compiled spec (untimed)
+        command = [sys.executable, "-m", "tests.bench.spec_floor", config, str(max_states)]
+        env["BKREF_SPEC"], cwd = "compiled", str(ROOT)
     else:
-        pkg, env["BKREF_SPEC"] = "bkref.spec", "pure" if variant == "now, pure" else "compiled"
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, pkg, config, str(max_states)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tempfile.gettempdir(),  # not the checkout: `spec` must come from the export
-    )
+        env["BKREF_SPEC"] = "pure" if variant == "now, pure" else "compiled"
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=cwd)
     if done.returncode != 0:
         raise RuntimeError(f"{variant} {config}: {done.stderr[-1500:]}")
     out: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    if variant == "floor":
+        return out
     where = str(out["file"])
     if (variant == "then") != where.startswith(str(old)):
         raise RuntimeError(f"{variant} {config} ran the spec at {where}")
@@ -76,11 +76,17 @@ def run(quick: bool) -> str:
     build(progress=sys.stderr)
     # quick: a few thousand states of small configs, to prove the machinery works.
     plan = [("c-race", 3000), ("a-short", 3000)] if quick else [("a", 0), ("b", 0)]
-    variants = ("then", "now, pure", "now, compiled")
+    variants = ("then", "now, pure", "now, compiled", "floor")
     rows = [
         "| config | spec | distinct states | explored | CPU s | states / CPU s | vs then |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
+    budget = [
+        "| config | representation | floor: us per state | left for the protocol at 4x "
+        "| the protocol today, compiled | cut it needs |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    budget_head: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bkref-bench-base-") as tmp:
         old = Path(tmp)
         archive = subprocess.run(
@@ -90,16 +96,36 @@ def run(quick: bool) -> str:
         for k, (config, max_states) in enumerate(plan):
             order = variants if k % 2 == 0 else variants[::-1]  # take turns
             got = {v: _one(v, old, config, max_states) for v in order}
+            floor = got.pop("floor")
+            if floor["distinct"] != got["now, compiled"]["distinct"]:
+                raise RuntimeError(f"{config}: the floor's BFS saw {floor['distinct']:,} states")
+            for kind, name in (("tuple", "nested tuples"), ("bytes", "packed bytes")):
+                got[f"floor, {name}"] = {**floor, "cpu": floor["floors"][kind]}
             then = got["then"]["distinct"] / got["then"]["cpu"]
-            for v in variants:
-                g = got[v]
+            for v, g in got.items():
                 rate = g["distinct"] / g["cpu"]
-                label = f"{BASE}, pure Python" if v == "then" else g["spec"].split(" (")[0]
+                if v == "then":
+                    label = f"{BASE}, pure Python"
+                elif v.startswith("floor"):
+                    label = f"{v}: bookkeeping only"
+                else:
+                    label = g["spec"].split(" (")[0]
                 rows.append(
                     f"| `{config}` | {label} | {g['distinct']:,} "
                     f"| {g['explored']:,} | {g['cpu']:.1f} "
                     f"| {rate:,.0f} | {rate / then:.2f}x |"
                 )
+            per_state = {v: 1e6 * g["cpu"] / g["distinct"] for v, g in got.items()}
+            target = 1e6 / (4 * then)
+            today = per_state["now, compiled"] - per_state["floor, nested tuples"]
+            for name in ("nested tuples", "packed bytes"):
+                floor_us = per_state[f"floor, {name}"]
+                left = target - floor_us
+                cut = f"{today / left:.1f}x" if left > 0 else "more than all of it"
+                budget.append(
+                    f"| `{config}` | {name} | {floor_us:.1f} | {left:.1f} | {today:.1f} | {cut} |"
+                )
+            budget_head.append(f"`{config}` {4 * then:,.0f} ({target:.1f} us per state)")
     return (
         "\n".join(rows)
         + f"\n\nOne process each (`workers=1`), in turns (then, now pure, now compiled; the "
@@ -108,5 +134,14 @@ def run(quick: bool) -> str:
         "`bkref spec build`'s mypyc build of today's source (bkref/spec/build.py). The spec "
         "has grown since (new actions, faults and reductions), so distinct counts differ "
         "between then and now; pure and compiled today must agree (tests/spec/test_build.py). "
-        "CPU s: the child's user + system time around the check.\n"
+        "CPU s: the child's user + system time around the check. The floor rows are "
+        "tests/bench/spec_floor.py: the same BFS (untimed, compiled), timing only what no "
+        "explicit-state BFS escapes, per transition: building the successor from its parent "
+        "and looking it up in the visited set; with today's nested tuples, and with each "
+        "state packed into bytes (its marshal encoding: hashed once, compared by memcmp).\n\n"
+        "4x then is, in distinct states per CPU second: " + ", ".join(budget_head) + ". "
+        "What it leaves for the protocol (guards, actions, reductions, the canonical "
+        "renaming, invariants) once a representation's bookkeeping is paid, against what "
+        "the protocol takes today (the compiled check less its bookkeeping), in "
+        "microseconds of CPU per distinct state:\n\n" + "\n".join(budget) + "\n"
     )
