@@ -47,12 +47,17 @@ def test_a_lost_lock_frees_the_ledger_and_keeps_the_worker_at_work(steps: list[S
         assert t.wk_seen == s.wk_seen
         assert _unlocked(t, w)
         assert t.budget[B_LOCK] == s.budget[B_LOCK] - 1
-    # Only a holder loses a lock, and only while the budget lasts.
+    # Only a holder loses a lock, and only while the budget lasts. c-lock's one loss is
+    # spent by the time another worker holds the lock the first one still works on, so
+    # each non-holder is asked again with a loss left: its guard must refuse it alone.
     for s, _label, _t in steps:
         for w in range(len(s.wk)):
             holds = s.wk[w][1] >= 0 and s.meta_lock[s.wk[w][1]] == w
             if not holds or not s.budget[B_LOCK]:
                 assert worker_loses_lock(CFG, s, w) is None
+            if not holds:
+                left = s._replace(budget=set_at(s.budget, B_LOCK, 1))
+                assert worker_loses_lock(CFG, left, w) is None
 
 
 def test_another_worker_takes_the_ledger_and_the_first_release_leaves_its_lock(
