@@ -53,7 +53,10 @@ def _splice(parent: bytes, child: bytes) -> Splice:
     n = min(len(parent), len(child))
     head = _longest(lambda k: parent[:k] == child[:k], n)
     tail = _longest(lambda k: parent[len(parent) - k :] == child[len(child) - k :], n - head)
-    return head, child[head : len(child) - tail], len(parent) - tail
+    middle, end = child[head : len(child) - tail], len(parent) - tail
+    if parent[:head] + middle + parent[end:] != child:
+        raise AssertionError(f"the splice ({head}, {len(middle)} bytes, {end}) is not the child")
+    return head, middle, end
 
 
 def _longest(same: Any, n: int) -> int:
