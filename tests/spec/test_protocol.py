@@ -15,9 +15,12 @@ from bkref.spec.protocol import (
     ADD,
     CLOSED,
     DOWN,
+    FENCE,
     IN_RECOVERY,
     OPEN,
     RC_CLOSED,
+    RC_FENCING,
+    RC_IDLE,
     RC_WRITING,
     REFUSED,
     UNREGISTERED,
@@ -42,8 +45,10 @@ from bkref.spec.protocol import (
     reader_reads_entry,
     reader_receives_lac,
     recovery_client_closes_ledger,
+    recovery_client_retries_request,
     recovery_client_starts_recovery,
     recovery_of,
+    with_recovery,
     writer_changes_ensemble,
     writer_closes_ledger,
     writer_completes_ensemble_change,
@@ -530,3 +535,22 @@ def test_only_an_open_writer_resends_and_only_entries_still_pending() -> None:
     assert _step(writer_resends_add(cfg, s, 1, 3)).w_sent[1] & 1 << 3
     assert writer_resends_add(cfg, s._replace(w_status=W_WITHDRAWN), 1, 3) is None
     assert writer_resends_add(cfg, s._replace(w_lac=1), 1, 3) is None  # e1 confirmed
+
+
+def test_only_a_fencing_or_reading_recovery_retries_a_request() -> None:
+    # next_states offers a retry only to a client FENCING or READING; the refinement
+    # machine applies the step by name, so the guard must refuse the other phases.
+    s = _created()
+    assert recovery_of(s, 0).phase == RC_IDLE
+    assert recovery_client_retries_request(CFG, s, 0, 0) is None  # nothing to retry yet
+    fencing = _step(recovery_client_starts_recovery(CFG, s, 0))
+    assert recovery_of(fencing, 0).phase == RC_FENCING
+    assert recovery_client_retries_request(CFG, fencing, 0, 0) is None  # its fence is in flight
+    # A crash drops the requests to b0; once it is back, the fence goes again.
+    lost = _step(bookie_restarts(CFG, _step(bookie_crashes(CFG, fencing, 0)), 0))
+    assert not any(m[0] == FENCE and m[1] == 0 for m in lost.msgs)
+    assert (FENCE, 0, -1, 0, 0) in _step(recovery_client_retries_request(CFG, lost, 0, 0)).msgs
+    for phase in (RC_WRITING, RC_CLOSED):
+        r = recovery_of(lost, 0)._replace(phase=phase)
+        past = lost._replace(rc=with_recovery(lost, 0, r))
+        assert recovery_client_retries_request(CFG, past, 0, 0) is None
