@@ -128,7 +128,7 @@ def run(quick: bool) -> str:
             budget_head.append(f"`{config}` {4 * then:,.0f} ({target:.1f} us per state)")
     return (
         "\n".join(rows)
-        + f"\n\nOne process each (`workers=1`), in turns (then, now pure, now compiled; the "
+        + f"\n\nOne process each (`workers=1`), in turns (then, now pure, now compiled, floor; the "
         f"next config in the reverse order). `then` is the spec at {BASE} (main when the "
         "scale issue was filed), exported by `git archive`; `now, compiled` is "
         "`bkref spec build`'s mypyc build of today's source (bkref/spec/build.py). The spec "
