@@ -24,7 +24,9 @@ from bkref.spec.protocol import (
     missing_entries,
     next_states,
     recovery_of,
+    segment_is_closed,
     set_at,
+    worker_copies_fragment,
     worker_fences_open_ledger,
     worker_releases_lock,
     worker_verifies_ledger_replicated,
@@ -252,3 +254,29 @@ def test_a_worker_with_a_verdict_to_act_on_keeps_its_lock(open_check: list[Step]
                 acts += 1
                 assert worker_releases_lock(cfg, s, w) is None, s
     assert acts  # the config reaches such workers
+
+
+def test_a_worker_repairs_a_live_replica_only_if_its_task_lists_it(
+    open_check: list[Step],
+) -> None:
+    # The worker checks the live replicas its task lists (bkref's WorkerCore probes only
+    # those, replication.py), and those it saw lost when it took the lock; a live replica
+    # missing entries that neither names waits for an audit to list it. The check must
+    # reach such replicas, or the rule is not shown.
+    cfg = NAMED["c-open-check"]
+    unlisted = 0
+    for s in {s for s, _label, _t in open_check}:
+        for w, (_b, ledger, _tv, _pending) in enumerate(s.wk):
+            if ledger < 0:
+                continue
+            named = s.meta_task[ledger][1] | s.wk_seen[w]
+            for idx, (_first, ens) in enumerate(s.meta_segments[ledger]):
+                if not segment_is_closed(s, ledger, idx):
+                    continue
+                for b in ens:
+                    if s.b_up[b] != UP or named >> b & 1:
+                        continue
+                    if missing_entries(cfg, s, ledger, idx, b):
+                        unlisted += 1
+                        assert worker_copies_fragment(cfg, s, w, idx, lost=b) is None, s
+    assert unlisted
