@@ -11,14 +11,23 @@ from bkref.spec.configs import CONFIGS, mutant_config
 from bkref.spec.protocol import (
     FENCE,
     ORPHAN,
+    RC_FENCING,
+    RC_READING,
     READ,
+    W_WITHDRAWN,
     bookie_handles_add,
     bookie_handles_fencing_lac_read,
     bookie_handles_recovery_read,
     dead_request,
+    drop_dead_requests,
     initial_state,
     next_states,
+    recovery_client_starts_recovery,
+    recovery_of,
+    send,
     set_ledger_on,
+    with_recovery,
+    writer_creates_ledger,
 )
 
 HANDLERS = (bookie_handles_add, bookie_handles_fencing_lac_read, bookie_handles_recovery_read)
@@ -91,3 +100,35 @@ def test_an_orphan_request_is_dead_only_when_it_can_fence_nothing() -> None:
     synced, unsynced, _f, lac = s.b_ledgers[0][wl]
     fenced = s._replace(b_ledgers=set_ledger_on(s, 0, wl, (synced, unsynced, 1, lac)))
     assert all(dead_request(cfg, fenced, m) for m in (fence, read, fencing_read))
+
+
+def test_once_the_writer_is_done_only_a_client_still_fencing_keeps_its_fences() -> None:
+    # The writer sends and hears nothing more, so a fence matters only to the recovery
+    # client that counts its answer: the reduction keeps the fences of a client still
+    # FENCING and drops the others, an orphan's or those of a client reading on, though
+    # their bookies have not fenced yet (no request of theirs is dead).
+    cfg = CONFIGS["a-short"]
+    created = writer_creates_ledger(cfg, initial_state(cfg), (0, 1, 2))
+    assert created is not None
+    fencing = recovery_client_starts_recovery(cfg, created, 0)
+    assert fencing is not None
+    assert recovery_of(fencing, 0).phase == RC_FENCING
+    orphan = (FENCE, 2, -1, 0, ORPHAN)
+    done = fencing._replace(w_status=W_WITHDRAWN, msgs=send(fencing.msgs, orphan))
+    own = [m for m in done.msgs if m[0] == FENCE and m[4] == 0]
+    assert [m[1] for m in own] == [0, 1, 2]
+    assert not any(dead_request(cfg, done, m) for m in (*own, orphan))
+    assert drop_dead_requests(cfg, done).msgs == tuple(own)  # the orphan's goes
+    # b0 and b1 fenced and answered, which covers the ensemble: the client reads on while
+    # its fence to b2 is still in flight.
+    wl = cfg.writer_ledger
+    ledgers = done
+    for b in (0, 1):
+        synced, unsynced, _fenced, lac = ledgers.b_ledgers[b][wl]
+        ledgers = ledgers._replace(
+            b_ledgers=set_ledger_on(ledgers, b, wl, (synced, unsynced, 1, lac))
+        )
+    r = recovery_of(done, 0)._replace(phase=RC_READING, fenced=0b011)
+    reading = ledgers._replace(rc=with_recovery(done, 0, r), msgs=(own[2], orphan))
+    assert not any(dead_request(cfg, reading, m) for m in reading.msgs)
+    assert drop_dead_requests(cfg, reading).msgs == ()
