@@ -238,6 +238,15 @@ def test_the_spec_kill_passes_the_spec_and_kills_a_broken_quorum(tmp_path: Path)
     status, verdict = _kill(tree, baseline)
     assert status == 1, verdict
     assert str(verdict["by"]).startswith("crashed: RuntimeError: planted"), verdict
+    # A recovery that counts its write-backs' acks only when it is neither reading nor
+    # writing never closes: a-short grows past three times its states, but not past the
+    # floor, so it is searched whole and its liveness goal fails.
+    acks = "    if r.phase not in (RC_READING, RC_WRITING):\n        return s\n    if not last_"
+    assert text.count(acks) == 1
+    protocol.write_text(text.replace(acks, acks.replace("if r.phase", "if not r.phase")))
+    status, verdict = _kill(tree, baseline)
+    assert status == 1, verdict
+    assert verdict["by"] == "a-short: liveness <>ledger-closed fails", verdict
     # A guard that refuses more breaks no invariant and no liveness goal: the auditor
     # never loses its session. spec-check's coverage fails on the branch no config
     # reaches any more (live-check reached it).
