@@ -259,7 +259,7 @@ def test_the_periodic_bookie_check_marks_a_bookie_that_went_down_before_its_cas(
     # the old metadata, so nothing marks the ledger; only BookKeeper's periodic bookie
     # check does. Before the ghost ``au_missed``, the invariant deemed repair quiescent here.
     cfg = replace(
-        Config(name="t", description="", autorecovery=True),
+        Config(name="t", description="", autorecovery=True, workers=2),
         writer_ledger_created=True,
         entries=1,
         recovery_client=False,
@@ -291,6 +291,15 @@ def test_the_periodic_bookie_check_marks_a_bookie_that_went_down_before_its_cas(
     assert t.meta_task[0][1] == 1 << 3
     assert t.au_missed == 0
     assert auditor_runs_periodic_bookie_check(cfg, t) is None
+    # The auditor runs it, whichever node that is; with no auditor, nobody does.
+    epoch = s.meta_auditor[0]
+    assert auditor_node(s) == 0
+    assert auditor_runs_periodic_bookie_check(cfg, s._replace(meta_auditor=(epoch, -1))) is None
+    node1 = s._replace(meta_auditor=(epoch, 1), au_leads=(0, epoch))
+    assert auditor_node(node1) == 1
+    by_node1 = auditor_runs_periodic_bookie_check(cfg, node1)
+    assert by_node1 is not None
+    assert by_node1.meta_task == t.meta_task
 
 
 # Two recovery clients over a writer's one entry, which reaches b0 alone: client 0 will
