@@ -45,6 +45,7 @@ from bkref.spec.protocol import (
     reader_reads_entry,
     reader_receives_lac,
     recovery_client_closes_ledger,
+    recovery_client_resends_add,
     recovery_client_retries_request,
     recovery_client_starts_recovery,
     recovery_of,
@@ -362,6 +363,30 @@ def test_two_recoveries_a_resend_keeps_its_first_lac_the_loser_adopts_the_close(
     assert recovery_of(t, 0).last == -1
     assert t.meta_version == s.meta_version
     assert t.meta_last == s.meta_last
+
+
+def test_a_recovery_resends_an_entry_only_to_a_bookie_that_joined_its_write_set() -> None:
+    # next_states offers a resend only to write-set bookies the entry was not sent to; the
+    # trace check calls the action for the resends its trace logs.
+    cfg = TWO_RECOVERIES
+    lost = [
+        *BOTH_START,
+        "bookie_handles_fencing_lac_read(fencing LAC read to b0, 0)",
+        "bookie_handles_fencing_lac_read(fencing LAC read to b1, 0)",
+        "recovery_client_completes_fencing(0)",
+        "bookie_handles_recovery_read(recovery read e0 to b0 (fencing), 0)",
+        "network_loses_message(add e0 to b1 from recovery client (lac -1))",
+    ]
+    before = _replay(cfg, lost)
+    assert recovery_client_resends_add(cfg, before, 0, 0, 3) is None  # b3 not in it yet
+    s = _replay(cfg, [*lost, "recovery_client_changes_ensemble(0, 1, 3)"])
+    assert recovery_of(s, 0).segments[-1][1] == (0, 3, 2)  # b3 replaced b1
+    assert recovery_of(s, 0).sent[0] == 0b0111  # e0 went to b0, b1 and b2
+    resent = _step(recovery_client_resends_add(cfg, s, 0, 0, 3))
+    assert recovery_of(resent, 0).sent[0] == 0b1111
+    for b in (0, 1, 2):  # sent already (b1 left the write set besides)
+        assert recovery_client_resends_add(cfg, s, 0, 0, b) is None
+    assert recovery_client_resends_add(cfg, resent, 0, 0, 3) is None  # sent already
 
 
 def test_a_recovery_still_writing_back_keeps_its_adds_once_another_closed_the_ledger() -> None:
