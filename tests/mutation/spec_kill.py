@@ -89,6 +89,7 @@ MEASURED = "bkref/spec/protocol.py"  # the modules whose lines the baseline reco
 # time up to the first step the mutant changes).
 SUITE = [
     "tests/spec/test_protocol.py",
+    "tests/spec/test_guards.py",
     "tests/spec/test_quorum.py",
     "tests/spec/test_checker.py",
     "tests/spec/test_reduction.py",

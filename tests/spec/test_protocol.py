@@ -15,12 +15,9 @@ from bkref.spec.protocol import (
     ADD,
     CLOSED,
     DOWN,
-    FENCE,
     IN_RECOVERY,
     OPEN,
     RC_CLOSED,
-    RC_FENCING,
-    RC_IDLE,
     RC_WRITING,
     REFUSED,
     UNREGISTERED,
@@ -32,8 +29,6 @@ from bkref.spec.protocol import (
     auditor_runs_periodic_bookie_check,
     bookie_crashes,
     bookie_handles_add,
-    bookie_loses_session,
-    bookie_restarts,
     bookie_restarts_with_wiped_disk,
     format_label,
     initial_state,
@@ -45,16 +40,12 @@ from bkref.spec.protocol import (
     reader_reads_entry,
     reader_receives_lac,
     recovery_client_closes_ledger,
-    recovery_client_resends_add,
-    recovery_client_retries_request,
     recovery_client_starts_recovery,
     recovery_of,
-    with_recovery,
     writer_changes_ensemble,
     writer_closes_ledger,
     writer_completes_ensemble_change,
     writer_creates_ledger,
-    writer_resends_add,
     writer_sends_add,
 )
 
@@ -180,18 +171,6 @@ def test_a_wiped_bookie_is_refused_by_its_cookie_unless_the_mutant_is_on() -> No
     assert _step(bookie_restarts_with_wiped_disk(CFG, s, 0)).b_up[0] == REFUSED
     cfg = CFG.with_mutant("wiped-bookie-rejoins")
     assert _step(bookie_restarts_with_wiped_disk(cfg, s, 0)).b_up[0] == UP
-
-
-def test_only_a_down_bookie_restarts_a_refused_one_stays_out() -> None:
-    # next_states offers a restart only for a DOWN bookie; the trace check calls the
-    # action for any bookie its trace restarts, so the guard itself must refuse the rest.
-    s = _step(bookie_crashes(CFG, _created(), 0))
-    assert _step(bookie_restarts(CFG, s, 0)).b_up[0] == UP
-    refused = _step(bookie_restarts_with_wiped_disk(CFG, s, 0))
-    assert refused.b_up[0] == REFUSED
-    assert bookie_restarts(CFG, refused, 0) is None  # its cookie is still refused
-    assert bookie_restarts(CFG, s, 1) is None  # bookie 1 is up
-    assert bookie_restarts(replace(CFG, restarts=False), s, 0) is None
 
 
 def test_any_auditor_may_lose_its_session_not_only_the_first() -> None:
@@ -365,30 +344,6 @@ def test_two_recoveries_a_resend_keeps_its_first_lac_the_loser_adopts_the_close(
     assert t.meta_last == s.meta_last
 
 
-def test_a_recovery_resends_an_entry_only_to_a_bookie_that_joined_its_write_set() -> None:
-    # next_states offers a resend only to write-set bookies the entry was not sent to; the
-    # trace check calls the action for the resends its trace logs.
-    cfg = TWO_RECOVERIES
-    lost = [
-        *BOTH_START,
-        "bookie_handles_fencing_lac_read(fencing LAC read to b0, 0)",
-        "bookie_handles_fencing_lac_read(fencing LAC read to b1, 0)",
-        "recovery_client_completes_fencing(0)",
-        "bookie_handles_recovery_read(recovery read e0 to b0 (fencing), 0)",
-        "network_loses_message(add e0 to b1 from recovery client (lac -1))",
-    ]
-    before = _replay(cfg, lost)
-    assert recovery_client_resends_add(cfg, before, 0, 0, 3) is None  # b3 not in it yet
-    s = _replay(cfg, [*lost, "recovery_client_changes_ensemble(0, 1, 3)"])
-    assert recovery_of(s, 0).segments[-1][1] == (0, 3, 2)  # b3 replaced b1
-    assert recovery_of(s, 0).sent[0] == 0b0111  # e0 went to b0, b1 and b2
-    resent = _step(recovery_client_resends_add(cfg, s, 0, 0, 3))
-    assert recovery_of(resent, 0).sent[0] == 0b1111
-    for b in (0, 1, 2):  # sent already (b1 left the write set besides)
-        assert recovery_client_resends_add(cfg, s, 0, 0, b) is None
-    assert recovery_client_resends_add(cfg, resent, 0, 0, 3) is None  # sent already
-
-
 def test_a_recovery_still_writing_back_keeps_its_adds_once_another_closed_the_ledger() -> None:
     # drop_dead_requests drops every request once the writer is done, the ledger CLOSED
     # and no recovery client still at work; one writing back is at work: its adds land.
@@ -447,19 +402,6 @@ def test_a_close_or_a_worker_swap_undone_is_a_lost_metadata_update() -> None:
     assert NoLostMetadataUpdate(cfg, undone._replace(meta_rereplicated=(((0, 3, -1),),)))
 
 
-def test_only_a_registered_bookie_loses_its_session_and_only_while_losses_are_left() -> None:
-    # The trace check calls this action for the bookies its trace expires; next_states
-    # offers it only for a registered one, so the guard itself must refuse the rest.
-    cfg = replace(CFG, session_losses=1)
-    s = _step(writer_creates_ledger(cfg, initial_state(cfg), (0, 1, 2)))
-    t = _step(bookie_loses_session(cfg, s, 0))
-    assert t.b_up[0] == UNREGISTERED
-    assert bookie_loses_session(cfg, t, 0) is None  # no session left to lose
-    assert bookie_loses_session(cfg, t, 1) is None  # the one loss is spent
-    down = _step(bookie_crashes(cfg, s, 1))
-    assert bookie_loses_session(cfg, down, 1) is None  # a crashed bookie has no session
-
-
 def _read_setup() -> tuple[Config, State]:
     """e0 stored on b0 and b1 (confirmed), e1 on b2 alone, carrying LAC 0: b2 knows LAC 0
     but lacks e0. A reader opened the ledger, its LAC read in flight."""
@@ -513,18 +455,6 @@ def test_a_reader_reads_any_entry_up_to_its_lac_not_only_the_last() -> None:
         assert _step(reader_reads_entry(cfg, s, 0, e, 1)).rd[0][3] == 1 << e
 
 
-def test_only_an_add_is_lost_and_only_while_losses_are_left() -> None:
-    # A lost fencing or recovery read is a delayed one (the recovery client retries):
-    # next_states offers only adds, and the action itself refuses the rest.
-    s = _step(writer_sends_add(CFG, _created()))
-    s = _step(recovery_client_starts_recovery(CFG, s, 0))
-    fence = next(m for m in s.msgs if m[0] != ADD)
-    assert network_loses_message(CFG, s, fence) is None
-    t = _step(network_loses_message(CFG, s, (ADD, 2, 0, -1, 0)))
-    assert (ADD, 2, 0, -1, 0) not in t.msgs
-    assert network_loses_message(CFG, t, (ADD, 1, 0, -1, 0)) is None  # the one loss is spent
-
-
 def test_each_distinct_message_is_offered_once_and_a_duplicate_holds_none_back() -> None:
     # The network delivers in any order: a duplicated add is offered once, whatever its
     # copies, and the adds to the other bookies, sorted after it, are offered too.
@@ -560,31 +490,3 @@ def test_a_new_ledger_s_ensembles_name_only_registered_live_bookies() -> None:
     assert ensembles(UP, UP, UP, REFUSED) == [(0, 1, 2)]
     assert ensembles(UP, UP, UNREGISTERED, UP) == [(0, 1, 3)]
     assert ensembles(UP, DOWN, REFUSED, UNREGISTERED) == []
-
-
-def test_only_an_open_writer_resends_and_only_entries_still_pending() -> None:
-    # next_states offers a resend only for w_lac < e < w_next while the writer is OPEN;
-    # the trace check calls the action for the resends its trace logs.
-    cfg, s = _resend_ready()
-    assert _step(writer_resends_add(cfg, s, 1, 3)).w_sent[1] & 1 << 3
-    assert writer_resends_add(cfg, s._replace(w_status=W_WITHDRAWN), 1, 3) is None
-    assert writer_resends_add(cfg, s._replace(w_lac=1), 1, 3) is None  # e1 confirmed
-
-
-def test_only_a_fencing_or_reading_recovery_retries_a_request() -> None:
-    # next_states offers a retry only to a client FENCING or READING; the refinement
-    # machine applies the step by name, so the guard must refuse the other phases.
-    s = _created()
-    assert recovery_of(s, 0).phase == RC_IDLE
-    assert recovery_client_retries_request(CFG, s, 0, 0) is None  # nothing to retry yet
-    fencing = _step(recovery_client_starts_recovery(CFG, s, 0))
-    assert recovery_of(fencing, 0).phase == RC_FENCING
-    assert recovery_client_retries_request(CFG, fencing, 0, 0) is None  # its fence is in flight
-    # A crash drops the requests to b0; once it is back, the fence goes again.
-    lost = _step(bookie_restarts(CFG, _step(bookie_crashes(CFG, fencing, 0)), 0))
-    assert not any(m[0] == FENCE and m[1] == 0 for m in lost.msgs)
-    assert (FENCE, 0, -1, 0, 0) in _step(recovery_client_retries_request(CFG, lost, 0, 0)).msgs
-    for phase in (RC_WRITING, RC_CLOSED):
-        r = recovery_of(lost, 0)._replace(phase=phase)
-        past = lost._replace(rc=with_recovery(lost, 0, r))
-        assert recovery_client_retries_request(CFG, past, 0, 0) is None
