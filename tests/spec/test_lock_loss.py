@@ -13,6 +13,8 @@ from bkref.spec.configs import NAMED
 from bkref.spec.invariants import AtMostOneWorkerHoldsLedgerLock
 from bkref.spec.protocol import (
     B_LOCK,
+    RECOVERING,
+    VERIFIED,
     State,
     initial_state,
     set_at,
@@ -148,3 +150,21 @@ def test_workers_share_a_task_only_on_the_same_ledger() -> None:
     same = apart._replace(wk=((b0, 1, 1, None), (b1, 1, 1, None), *s.wk[2:]))
     assert shares_task(same, 0)
     assert shares_task(same, 1)
+
+
+def test_a_worker_s_pending_step_is_a_marker_or_a_copy(steps: list[Step]) -> None:
+    # What a worker holds besides its lock: nothing, one of two markers (VERIFIED,
+    # RECOVERING: no bookie in them, so the symmetry reduction renames none), or a copy
+    # of a segment from a lost bookie at a metadata version.
+    kinds: set[object] = set()
+    for s, _label, _t in steps:
+        for _b, _ledger, _tv, pending in s.wk:
+            if pending is None or pending in (VERIFIED, RECOVERING):
+                kinds.add(pending)
+                continue
+            idx, lost, version = pending
+            assert idx >= 0, pending
+            assert 0 <= lost < len(s.b_up), pending
+            assert version >= 0, pending
+            kinds.add("copy")
+    assert {None, VERIFIED, "copy"} <= kinds  # c-lock recovers no open ledger

@@ -215,6 +215,8 @@ def test_two_segments_start_with_e0_confirmed_and_e1_next_to_the_new_ensemble() 
     wl = cfg.writer_ledger
     assert s.w_segments == s.meta_segments[wl] == ((0, (0, 1, 2)), (1, (0, 1, 3)))
     assert (s.w_lac, s.w_next) == (0, 1)
+    assert s.w_acks == (0b0111, 0)  # e0 acknowledged by b0..b2; one slot per entry
+    assert len(s.w_sent) == len(s.w_piggy) == cfg.entries
     assert not s.msgs
     for b in (0, 1, 2):
         assert s.b_ledgers[b][wl] == (0b1, 0, 0, -1)
