@@ -3,6 +3,7 @@ mutant's outcome is counted: a verdict's kill is run, not taken on trust."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -20,15 +21,30 @@ from tests.mutation.session import ROOT
 PROTOCOL = "bkref/spec/protocol.py"
 
 
-def _mutated(source: str, diff: str, near: int) -> str:
-    """``source`` with a one-line mutant's diff applied to the matching line nearest
-    ``near`` (its line when it ran; the file may have changed around it since)."""
+def _function_at(source: str) -> dict[int, str]:
+    """The top-level function each line of ``source`` is in (1-based; none: module level)."""
+    return {
+        line: node.name
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef)
+        for line in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+    }
+
+
+def _mutated(source: str, diff: str, near: int, definition: str) -> str:
+    """``source`` with a one-line mutant's diff applied to the matching line in the
+    function it was found in (``definition``, "None" at module level; two functions may
+    share a line, a signature), nearest ``near``: its line when it ran, since the file may
+    have changed around it."""
     old, new = diff_lines(diff)
     assert len(old) == len(new) == 1, f"not a one-line mutant:\n{diff}"
     lines = source.splitlines(keepends=True)
     at = [i for i, ln in enumerate(lines) if ln.rstrip("\n") == old[0]]
     assert at, f"the mutated line is no longer in the source: {old[0].strip()}"
-    i = min(at, key=lambda i: abs(i + 1 - near))
+    where = _function_at(source)
+    inside = [i for i in at if where.get(i + 1, "None") == definition]
+    assert inside, f"the mutated line is no longer in {definition}: {old[0].strip()}"
+    i = min(inside, key=lambda i: abs(i + 1 - near))
     lines[i] = new[0] + "\n"
     return "".join(lines)
 
@@ -65,7 +81,9 @@ def _mutated_tree(tmp_path: Path, r: dict[str, Any], *parts: str) -> Path:
             shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(ROOT / part, tree / part)
-    (tree / PROTOCOL).write_text(_mutated((ROOT / PROTOCOL).read_text(), str(r["diff"]), r["line"]))
+    source = (ROOT / PROTOCOL).read_text()
+    mutated = _mutated(source, str(r["diff"]), r["line"], str(r["definition"]))
+    (tree / PROTOCOL).write_text(mutated)
     return tree
 
 
