@@ -28,6 +28,7 @@ import json
 import marshal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bkref.spec.build import running
@@ -41,6 +42,11 @@ BATCH = 2_000
 
 Change = tuple[tuple[int, object], ...]
 Splice = tuple[int, bytes, int]
+
+
+def _packed(s: State) -> bytes:
+    """A state's bytes, as the checker's fingerprints marshal it (``bkref.spec.visited``)."""
+    return marshal.dumps(tuple(s), 2)
 
 
 def _changes(parent: State, child: State) -> Change:
@@ -59,7 +65,7 @@ def _splice(parent: bytes, child: bytes) -> Splice:
     return head, middle, end
 
 
-def _longest(same: Any, n: int) -> int:
+def _longest(same: Callable[[int], bool], n: int) -> int:
     """The largest ``k <= n`` with ``same(k)``, for a ``same`` true up to some k (bisection:
     each probe one slice comparison in C, not a Python loop over ~900 bytes)."""
     lo, hi = 0, n
@@ -95,7 +101,7 @@ def measure(config: str, max_states: int | None) -> dict[str, Any]:
     visited: dict[State, int] = {init: 0}
     floors: dict[str, float] = {"tuple": 0.0, "bytes": 0.0}
     seen_t: dict[State, int] = {init: 0}
-    seen_b: dict[bytes, int] = {marshal.dumps(tuple(init), 2): 0}
+    seen_b: dict[bytes, int] = {_packed(init): 0}
     layer, explored, full = [init], 0, False
     while layer and not full:
         following: list[State] = []
@@ -104,9 +110,9 @@ def measure(config: str, max_states: int | None) -> dict[str, Any]:
             packed: list[tuple[bytes, list[Splice]]] = []
             for s in layer[start : start + BATCH]:
                 succ = [canonical(t) for _label, t in next_states(cfg, s)]
-                blob = marshal.dumps(tuple(s), 2)
+                blob = _packed(s)
                 tuples.append((s, [_changes(s, t) for t in succ]))
-                packed.append((blob, [_splice(blob, marshal.dumps(tuple(t), 2)) for t in succ]))
+                packed.append((blob, [_splice(blob, _packed(t)) for t in succ]))
                 explored += len(succ)
                 for t in succ:
                     n = len(visited)

@@ -39,8 +39,8 @@ How the exceptional outcomes count (docs/mutation.md):
   next-state relation, with the state it happened in;
 - a config exploding past its bound (``EXPLOSION`` times its baseline's distinct
   states, at least ``EXPLOSION_FLOOR``): not killed. Nothing the checker says fails,
-  so the mutant survives, marked
-  ``exploded``; its reachable states differ, so it cannot be judged equivalent;
+  so the mutant survives, marked ``exploded``; its reachable states differ, so it
+  cannot be judged equivalent;
 - the whole run exceeding cosmic-ray's timeout: cosmic-ray records it as killed with
   the output ``timeout``; the report counts those apart and never as kills;
 - a spec test passing pytest-timeout's limit (300 s of wall time): ``timeout`` as
