@@ -371,14 +371,18 @@ def NoLostMetadataUpdate(cfg: Config, s: State) -> bool:
 
 
 def AtMostOneWorkerHoldsLedgerLock(cfg: Config, s: State) -> bool:
-    """No two workers work on the same ledger under its lock, and a worker at work holds
-    its lock unless ZooKeeper dropped it (``worker_loses_lock``).
+    """No two workers work on the same ledger under its lock, a worker at work holds
+    its lock unless ZooKeeper dropped it (``worker_loses_lock``), and a lock is held by
+    the worker at work on its ledger.
 
     A violation means a worker took a lock another held (two then copy and swap
-    the same segment at once with no session lost), or a release deleted a lock
-    its worker no longer held, letting a third worker in beside the holder.
+    the same segment at once with no session lost), a release deleted a lock
+    its worker no longer held, letting a third worker in beside the holder, or a
+    worker let its ledger go and kept the lock (no worker repairs that ledger again).
     """
     for ledger, holder in enumerate(s.meta_lock):
+        if holder >= 0 and s.wk[holder][1] != ledger:
+            return False
         working = [
             w
             for w, (_b, lg, _v, _p) in enumerate(s.wk)

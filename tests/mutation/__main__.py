@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.mutation.score import (
     CREDITED,
@@ -57,9 +58,9 @@ def _interrupt(_signum: int, _frame: object) -> None:
 
 
 def again_jobs(sc: Score) -> set[str]:
-    """What ``--again`` runs: every mutant without a judgement of its own. The errors and
-    the timeouts (nothing judged them), and the survivors without a credited verdict."""
-    unjudged = {r["job"] for r in sc.results if outcome(r) in ("error", "timeout")}
+    """What ``--again`` runs: every mutant without a judgement of its own. The errors
+    (nothing judged them), and the survivors and timeouts without a credited verdict."""
+    unjudged = {r["job"] for r in sc.results if outcome(r) == "error"}
     return unjudged | {
         r["job"] for r in sc.survivors if sc.verdict(r).get("verdict") not in CREDITED
     }
@@ -131,12 +132,12 @@ def section(s: Session) -> str:
         f"filter, of which {meta.get('annotations', 0):,} in annotations (left out), "
         f"{meta['sampled']} sampled uniformly from the rest, **{ran} ran**"
         + ("" if ran == meta["sampled"] else f" ({meta['sampled'] - ran} still pending)"),
-        f"- killed {c.get('killed', 0)}, survived {c.get('survived', 0)} "
-        f"({sc.equivalent} judged equivalent, {sc.killed_later} killed by a config or a "
-        f"test added since), timeout {c.get('timeout', 0)}, "
+        f"- killed {c.get('killed', 0)}, survived {c.get('survived', 0)}, timeout "
+        f"{c.get('timeout', 0)} (of those {len(sc.survivors)}, {sc.equivalent} judged "
+        f"equivalent, {sc.killed_later} killed by a config or a test added since), "
         f"incompetent {c.get('incompetent', 0)}, error {c.get('error', 0)}",
-        f"- **score {sc.score:.1%}** (killed, equivalent or killed since, of killed and "
-        f"survived), 95% Wilson interval {lo:.1%} to {hi:.1%}",
+        f"- **score {sc.score:.1%}** (killed, equivalent or killed since, of killed, "
+        f"survived and timed out), 95% Wilson interval {lo:.1%} to {hi:.1%}",
         "",
     ]
     kills: dict[str, int] = {}
@@ -150,7 +151,7 @@ def section(s: Session) -> str:
         lines.append("")
     if sc.survivors:
         lines += [
-            "Survivors (verdicts in tests/mutation/verdicts.toml):",
+            "Survivors and timeouts (verdicts in tests/mutation/verdicts.toml):",
             "",
             "| where | operator | line | verdict | reason |",
             "|---|---|---|---|---|",
@@ -158,7 +159,9 @@ def section(s: Session) -> str:
         for r in sc.survivors:
             v = sc.verdict(r)
             text = sc.keys[r["job"]].split(":", 3)[3].replace("|", "\\|")
-            where = f"{r['module']}:{r['line']} `{r['definition']}`"
+            where = f"{r['module']}:{r['line']} `{r['definition']}`" + (
+                " (timed out)" if outcome(r) == "timeout" else ""
+            )
             op = r["operator"].removeprefix("core/")
             lines.append(
                 f"| {where} | {op} | `{text}` | {v.get('verdict', '**none yet**')}"
@@ -190,7 +193,9 @@ def _kill_kind(output: str) -> str:
     return by or "a test failed"
 
 
-def _survivor_clue(r: dict[str, object]) -> str:
+def _survivor_clue(r: dict[str, Any]) -> str:
+    if outcome(r) == "timeout":
+        return "timed out: no verdict yet"
     v = last_json(str(r["output"]))
     if "ran" in v and not v["ran"]:
         return "no test or config executes it"

@@ -6,8 +6,9 @@ A sampled mutant that ran is one of:
   ``spec_kill``; the core: a test or the refinement machine failed);
 - **timeout**: cosmic-ray stopped it after the target's timeout (cosmic-ray records
   that as killed), or a test passed pytest-timeout's limit (``spec_kill``'s verdict
-  ``timeout``); counted apart, in neither the kills nor the score's numerator, since
-  nothing said the mutant was wrong;
+  ``timeout``). Never a kill, since nothing said the mutant was wrong: it counts as a
+  survivor does, against the score until a verdict judges it (leaving it out would
+  assume the checks kill the slow mutants as often as the rest);
 - **survived**: every test passed. A survivor counts for the score only when
   ``verdicts.toml`` judges it *equivalent* (it cannot change a behaviour, and says
   why), *killed-by-config* (a config added since it ran fails with it: the verdict
@@ -24,7 +25,7 @@ A sampled mutant that ran is one of:
   again by a fresh session.
 
 The score is (killed + equivalent + killed-by-config + killed-by-test) / (killed +
-survived), with a
+survived + timeout), with a
 95% Wilson score interval for the sampled proportion: the sample is uniform over the
 population the operator filter leaves, so the interval is the population's.
 """
@@ -42,6 +43,8 @@ VERDICTS = Path(__file__).with_name("verdicts.toml")
 KINDS = ("equivalent", "killed-by-config", "killed-by-test", "needs-config", "finding")
 # Survivors the score counts for the checks: a kill since is checked by test_mutation_verdicts.
 CREDITED = ("equivalent", "killed-by-config", "killed-by-test")
+# Outcomes that are no kill and still count for the score, each until its verdict.
+UNKILLED = ("survived", "timeout")
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -161,7 +164,8 @@ class Score:
 
     @property
     def survivors(self) -> list[dict[str, Any]]:
-        return [r for r in self.results if outcome(r) == "survived"]
+        """The mutants no check killed, each to be judged: survived or timed out."""
+        return [r for r in self.results if outcome(r) in UNKILLED]
 
     def verdict(self, r: dict[str, Any]) -> dict[str, str]:
         return self.verdicts.get(self.keys[r["job"]], {})
@@ -181,8 +185,8 @@ class Score:
 
     @property
     def judged(self) -> int:
-        """Mutants that count for the score: killed or survived."""
-        return self.counts.get("killed", 0) + self.counts.get("survived", 0)
+        """Mutants that count for the score: killed, survived or timed out."""
+        return self.counts.get("killed", 0) + len(self.survivors)
 
     @property
     def credited(self) -> int:

@@ -23,6 +23,7 @@ from bkref.spec.protocol import (
     bookie_restarts,
     bookie_restarts_with_wiped_disk,
     initial_state,
+    network_duplicates_message,
     network_loses_message,
     recovery_client_resends_add,
     recovery_client_retries_request,
@@ -103,6 +104,20 @@ def test_only_an_add_is_lost_and_only_while_losses_are_left() -> None:
     t = _step(network_loses_message(CFG, s, (ADD, 2, 0, -1, 0)))
     assert (ADD, 2, 0, -1, 0) not in t.msgs
     assert network_loses_message(CFG, t, (ADD, 1, 0, -1, 0)) is None  # the one loss is spent
+
+
+def test_a_message_is_duplicated_only_while_duplicates_are_left() -> None:
+    # The refinement machine calls this action for each duplicate its network injects;
+    # next_states offers it only while the budget lasts, so the guard must refuse the rest.
+    cfg = replace(CFG, duplicates=1)
+    s = _step(writer_creates_ledger(cfg, initial_state(cfg), (0, 1, 2)))
+    s = _step(writer_sends_add(cfg, s))
+    add = s.msgs[0]
+    t = _step(network_duplicates_message(cfg, s, add))
+    assert t.msgs.count(add) == 2
+    assert network_duplicates_message(cfg, t, add) is None  # the one duplicate is spent
+    none_left = _step(writer_sends_add(CFG, _created()))  # a config with none to spend
+    assert network_duplicates_message(CFG, none_left, add) is None
 
 
 def test_only_an_open_writer_resends_and_only_entries_still_pending() -> None:

@@ -89,6 +89,25 @@ def test_another_worker_takes_the_ledger_and_the_first_release_leaves_its_lock(
     assert all(AtMostOneWorkerHoldsLedgerLock(CFG, t) for _s, _label, t in steps)
 
 
+def test_a_lock_kept_by_a_worker_that_let_its_ledger_go_is_a_violation(
+    steps: list[Step],
+) -> None:
+    # A lock is held by the worker at work on its ledger: a release that kept the znode
+    # would leave the ledger locked for good, and no worker would repair it again.
+    held = [
+        (s, w)
+        for s, _label, _t in steps
+        for w, (_b, ledger, _v, _p) in enumerate(s.wk)
+        if ledger >= 0 and s.meta_lock[ledger] == w
+    ]
+    assert held
+    for s, w in held:
+        idle = set_at(s.wk, w, (s.wk[w][0], -1, 0, None))
+        kept = s._replace(wk=idle, wk_seen=set_at(s.wk_seen, w, 0))
+        assert AtMostOneWorkerHoldsLedgerLock(CFG, s)
+        assert not AtMostOneWorkerHoldsLedgerLock(CFG, kept)
+
+
 def test_a_failure_counted_beside_another_worker_on_the_task_fails_the_other_s_delete(
     steps: list[Step],
 ) -> None:

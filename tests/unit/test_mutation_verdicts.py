@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from tests.mutation.score import diff_lines, load_verdicts, mark_syntax_errors, mutant_key, outcome
+from tests.mutation.score import (
+    Score,
+    diff_lines,
+    load_verdicts,
+    mark_syntax_errors,
+    mutant_key,
+    outcome,
+)
 from tests.mutation.session import ROOT
 
 PROTOCOL = "bkref/spec/protocol.py"
@@ -169,6 +176,23 @@ def test_a_timeout_counts_apart_from_the_kills_however_it_came() -> None:
     assert outcome(ran | {"output": "timeout"}) == "timeout"
     assert outcome(ran | {"output": "x: 1 states\n" + past}) == "timeout"
     assert outcome(ran | {"output": failed}) == "killed"
+
+
+def test_a_timeout_counts_against_the_score_until_a_verdict_judges_it() -> None:
+    """A timeout is no kill, and is not left out either (that would assume the slow
+    mutants are killed as often as the rest): it counts as a survivor does, credited
+    only once a verdict judges it."""
+    ran = {"test": "killed", "worker": "normal", "module": PROTOCOL}
+    killed = '{"verdict": "killed", "by": "a-short violates TypeOK"}\n'
+    results = [ran | {"job": "k", "output": killed}, ran | {"job": "t", "output": "timeout"}]
+    keys = {"k": "key-k", "t": "key-t"}
+    unjudged = Score("spec", results, keys, {})
+    assert [r["job"] for r in unjudged.survivors] == ["t"]
+    assert (unjudged.credited, unjudged.judged) == (1, 2)
+    equivalent = {"key-t": {"verdict": "equivalent", "reason": "why"}}
+    assert Score("spec", results, keys, equivalent).score == 1.0
+    finding = {"key-t": {"verdict": "finding", "reason": "why"}}
+    assert Score("spec", results, keys, finding).score == 0.5
 
 
 def test_a_documented_trace_is_compared_without_the_count_of_states_searched() -> None:
