@@ -17,6 +17,7 @@ from bkref.spec.protocol import (
     REFUSED,
     UNREGISTERED,
     UP,
+    W_CLOSED,
     W_WITHDRAWN,
     bookie_crashes,
     bookie_loses_session,
@@ -30,6 +31,8 @@ from bkref.spec.protocol import (
     recovery_client_starts_recovery,
     recovery_of,
     with_recovery,
+    writer_changes_ensemble,
+    writer_closes_ledger,
     writer_creates_ledger,
     writer_resends_add,
     writer_sends_add,
@@ -127,6 +130,22 @@ def test_only_an_open_writer_resends_and_only_entries_still_pending() -> None:
     assert _step(writer_resends_add(cfg, s, 1, 3)).w_sent[1] & 1 << 3
     assert writer_resends_add(cfg, s._replace(w_status=W_WITHDRAWN), 1, 3) is None
     assert writer_resends_add(cfg, s._replace(w_lac=1), 1, 3) is None  # e1 confirmed
+
+
+def test_only_an_open_writer_with_no_change_in_flight_closes() -> None:
+    # next_states offers a close only then; the trace check calls the action for the
+    # close its trace logs, so the guard must refuse a writer that has no ledger yet (its
+    # close would otherwise withdraw it), one done, and one whose change is in flight.
+    assert writer_closes_ledger(CFG, initial_state(CFG)) is None  # NONE: no ledger yet
+    closed = _step(writer_closes_ledger(CFG, _created()))
+    assert closed.w_status == W_CLOSED
+    assert writer_closes_ledger(CFG, closed) is None
+    assert writer_closes_ledger(CFG, _created()._replace(w_status=W_WITHDRAWN)) is None
+    s = _step(writer_sends_add(CFG, _created()))
+    s = _step(network_loses_message(CFG, s, (ADD, 2, 0, -1, 0)))
+    s = _step(writer_changes_ensemble(CFG, s, 2, 3))
+    assert s.w_change is not None
+    assert writer_closes_ledger(CFG, s) is None
 
 
 def test_only_a_fencing_or_reading_recovery_retries_a_request() -> None:
