@@ -251,8 +251,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--again",
         action="store_true",
-        help="run the session's survivors without a credited verdict, its errors and its "
-        "timeouts again with today's tests (after adding tests that kill them)",
+        help="run the session's errors, and its survivors and timeouts without a credited "
+        "verdict, again with today's tests (after adding tests that kill them)",
     )
     r.add_argument(
         "--timeout",

@@ -491,11 +491,11 @@ class Session:
             self.stored_baseline.write_text(json.dumps(kept, separators=(",", ":")) + "\n")
 
     def again(self, jobs: set[str], *, log: Any = print) -> None:
-        """Run ``jobs`` (survivors, errors) again with today's tests. The digest is the session's,
-        so only tests changed: each shard gets a fresh copy of the tree, the baseline is
-        measured again (its test selection reads each test file's coverage), and the
-        jobs' results are cleared. A kill of the first pass stands: a test added since
-        can only add kills, as long as no test was weakened (the commits say)."""
+        """Run ``jobs`` (survivors, timeouts, errors) again with today's tests. The digest is
+        the session's, so only tests changed: each shard gets a fresh copy of the tree, the
+        baseline is measured again (its test selection reads each test file's coverage),
+        and the jobs' results are cleared. A kill of the first pass stands: a test added
+        since can only add kills, as long as no test was weakened (the commits say)."""
         if self.meta().get("digest") != self.target.digest():
             raise SystemExit(f"{self.work}: its sources or kill scripts changed; run it afresh")
         for shard in self.shards():
