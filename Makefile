@@ -15,8 +15,8 @@ PY := $(VENV)/bin/python
 # end; after cuts, 25.1 and 23.7 min quiet, 38.4 beside two busy loops, all green; after
 # more, 22.5 min quiet and 26.6 beside two busy loops at 8065862, green (2026-12-01;
 # BENCHMARKS.md, 'make verify'). A test module runs whole on one worker
-# (--dist loadfile; the Spark session's modules together, tests/conftest.py), so module
-# fixtures are shared as before.
+# (--dist loadfile; the Spark session's modules together, tests/xdist_scheduling.py), so
+# module fixtures are shared as before.
 TEST_WORKERS ?= 4
 STAMP := $(VENV)/.bkref-installed
 # Debian packages the project runs for real: ZooKeeper (metadata), iptables,

@@ -91,25 +91,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONGEST)))
 
 
-# The Spark tests that share the worker's one Spark session (tests/spark_checks/conftest.py:
-# starting one costs about 20 CPU s): `--dist loadfile` would spread their modules over the
-# workers, each starting a JVM of its own. They run as one unit, on one worker. The
-# standalone cluster's tests start JVMs of their own and run apart.
-SPARK_SESSION_SCOPE = "tests/spark_checks (one Spark session)"
-OWN_JVMS = {"tests/spark_checks/test_cluster.py"}
-
-
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """``--dist loadfile`` with the Spark session's modules as one scope."""
+    """``--dist loadfile`` as tests/xdist_scheduling.py changes it."""
     if config.getoption("dist", None) != "loadfile":
         return None
-    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
-
-    class SparkTogether(LoadFileScheduling):  # type: ignore[misc]
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            if path.startswith("tests/spark_checks/") and path not in OWN_JVMS:
-                return SPARK_SESSION_SCOPE
-            return str(super()._split_scope(nodeid))
+    from tests.xdist_scheduling import SparkTogether
 
     return SparkTogether(config, log)
