@@ -106,35 +106,51 @@ def _run_in(tree: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _where(r: dict[str, Any]) -> str:
+    return "module" if r["definition"] == "None" else str(r["definition"])
+
+
+def _cases(kind: str) -> list[Any]:
+    """One test case per verdict of ``kind``: each has its own time limit, and a wrong
+    verdict fails alone, named by its mutant's function and line."""
+    return [pytest.param(r, v, id=f"{_where(r)}-line-{r['line']}") for r, v in _judged(kind)]
+
+
+def test_each_kind_of_later_kill_has_verdicts_to_check() -> None:
+    # Without one, the two tests below would check nothing.
+    assert _cases("killed-by-config"), "no survivor judged killed-by-config"
+    assert _cases("killed-by-test"), "no survivor judged killed-by-test"
+
+
 @pytest.mark.slow
-def test_a_survivor_judged_killed_by_a_later_config_is_killed_by_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("r", "v"), _cases("killed-by-config"))
+def test_a_survivor_judged_killed_by_a_later_config_is_killed_by_it(
+    tmp_path: Path, r: dict[str, Any], v: dict[str, str]
+) -> None:
     # The verdict is checked, not taken on trust: the mutant's diff applied to today's
     # spec, the config it names must fail (exit 1: a violation or a failed liveness goal).
-    later = _judged("killed-by-config")
-    assert later, "no survivor judged killed-by-config: this test checks nothing"
-    for r, v in later:
-        tree = _mutated_tree(tmp_path, r, "bkref")
-        cmd = ["-m", "bkref.impl.cli.main", "spec", "check", "--quiet", "--config", v["config"]]
-        run = _run_in(tree, *cmd)
-        why = f"{v['config']} did not kill the mutant of line {r['line']}: {run.stdout}"
-        assert run.returncode == 1, why
+    tree = _mutated_tree(tmp_path, r, "bkref")
+    cmd = ["-m", "bkref.impl.cli.main", "spec", "check", "--quiet", "--config", v["config"]]
+    run = _run_in(tree, *cmd)
+    why = f"{v['config']} did not kill the mutant of line {r['line']}: {run.stdout}"
+    assert run.returncode == 1, why
 
 
 @pytest.mark.slow
-def test_a_survivor_judged_killed_by_a_later_test_is_killed_by_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("r", "v"), _cases("killed-by-test"))
+def test_a_survivor_judged_killed_by_a_later_test_is_killed_by_it(
+    tmp_path: Path, r: dict[str, Any], v: dict[str, str]
+) -> None:
     # The same for a test: run on the mutated spec, the test the verdict names must fail
     # (pytest's exit 1: a test failed, not 4 or 5, a test id that names nothing).
-    later = _judged("killed-by-test")
-    assert later, "no survivor judged killed-by-test: this test checks nothing"
-    for r, v in later:
-        # The test's own folder of tests/ (and tests/'s package files), not all of tests/.
-        folder = str(Path(v["test"].split("::")[0]).parent)
-        parts = ("bkref", "tests/__init__.py", "tests/conftest.py", folder, "pyproject.toml")
-        tree = _mutated_tree(tmp_path, r, *parts)
-        run = _run_in(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", v["test"])
-        why = f"{v['test']} did not kill the mutant of line {r['line']}: {run.stdout[-2000:]}"
-        assert run.returncode == 1, why
-        assert "1 failed" in run.stdout, why  # the named test, not a collection error
+    # The test's own folder of tests/ (and tests/'s package files), not all of tests/.
+    folder = str(Path(v["test"].split("::")[0]).parent)
+    parts = ("bkref", "tests/__init__.py", "tests/conftest.py", folder, "pyproject.toml")
+    tree = _mutated_tree(tmp_path, r, *parts)
+    run = _run_in(tree, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", v["test"])
+    why = f"{v['test']} did not kill the mutant of line {r['line']}: {run.stdout[-2000:]}"
+    assert run.returncode == 1, why
+    assert "1 failed" in run.stdout, why  # the named test, not a collection error
 
 
 def test_a_mutant_that_is_not_python_is_incompetent() -> None:
