@@ -153,6 +153,30 @@ def test_a_survivor_judged_killed_by_a_later_test_is_killed_by_it(
     assert "1 failed" in run.stdout, why  # the named test, not a collection error
 
 
+def test_an_equivalent_verdict_judges_every_line_its_key_names() -> None:
+    """A key names a line by its text in its function, so two equal lines share one
+    verdict. A kill is run on each mutant it is matched with (the tests above); an
+    equivalence is not run, so its reason must judge every such line, and says how many
+    with ``occurrences``. A new equal line fails this until someone judges it too."""
+    source = (ROOT / PROTOCOL).read_text()
+    lines = source.splitlines()
+    where = _function_at(source)
+    wrong = []
+    for key, v in load_verdicts().items():
+        module, definition, _operator, rest = key.split(":", 3)
+        if module != PROTOCOL or v["verdict"] != "equivalent":
+            continue
+        text = rest.split(" => ", 1)[0]
+        named = [
+            i + 1
+            for i, ln in enumerate(lines)
+            if ln.strip() == text and where.get(i + 1, "None") == definition
+        ]
+        if len(named) != int(v.get("occurrences", 1)) and len(named) > 1:
+            wrong.append(f"{definition} lines {named}: occurrences = {v.get('occurrences', 1)}")
+    assert not wrong, wrong
+
+
 def test_a_mutant_that_is_not_python_is_incompetent() -> None:
     """cosmic-ray's parso-based `*` -> `-` also hits a keyword-only marker (`*,` becomes
     `-,`): such a mutant's tests cannot even load (pytest exit 4), and it is counted
