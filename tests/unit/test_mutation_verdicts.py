@@ -80,8 +80,7 @@ def _judged(kind: str) -> list[tuple[dict[str, Any], dict[str, str]]]:
 def _mutated_tree(tmp_path: Path, r: dict[str, Any], *parts: str) -> Path:
     """A copy of ``parts`` of the checkout whose spec holds the mutant ``r``, applied to
     today's spec."""
-    # Numbered: two mutants may share a line.
-    tree = tmp_path / f"{len(list(tmp_path.iterdir()))}-line-{r['line']}"
+    tree = tmp_path / f"line-{r['line']}"  # one mutant a test case, so one tree a tmp_path
     (tree / "tests").mkdir(parents=True)  # a file of tests/ may come before the folder
     for part in parts:
         if (ROOT / part).is_dir():
