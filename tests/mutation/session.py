@@ -13,14 +13,9 @@ runs and where:
   swapped for each of ``**``, ``<<``, ``|``, ...) are filtered out by the target's
   ``exclude-operators``; of the rest, ``sample`` mutants are drawn uniformly with the
   seed, from the mutants sorted by (module, operator, occurrence), so a seed names
-  the same sample whatever order cosmic-ray listed them in. The others are marked
-  skipped, as cosmic-ray's own filters do.
-- **No annotations.** cosmic-ray also mutates the ``|`` of ``-> State | None``; under
-  ``from __future__ import annotations`` no annotation is evaluated, so such a mutant
-  is equivalent by construction (and mypy rejects it). Those drawn are replaced by
-  draws from the rest of the filtered mutants (``_draw``), so the sample stays
-  uniform over the mutants that can change a behaviour, and a seed's sample keeps
-  every other mutant it had before this filter.
+  the same sample whatever order cosmic-ray listed them in, none in an annotation
+  (tests/mutation/sampling.py). The others are marked skipped, as cosmic-ray's own
+  filters do.
 - **Shards.** One exec per worker, each in its own copy with its own copy of the
   session, every job in exactly one shard (cosmic-ray's local distributor runs one
   job at a time; its HTTP one gives up on a request after aiohttp's 5 minutes, which a
@@ -36,26 +31,25 @@ import ast
 import hashlib
 import json
 import os
-import random
 import re
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
 import time
 import tomllib
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.mutation.sampling import DRAW, draw
+from tests.mutation.stopping import stop
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SAMPLED_OUT = "not in the sample"
-# How the sample is drawn (``_draw``); a session drawn another way is not resumed.
-DRAW = "annotations replaced"
 OTHER_SHARD = "in another shard"
 # What ran, kept in the repository: a session on a new machine (same sources, sample and
 # seed) takes these results instead of running their mutants again.
@@ -162,74 +156,6 @@ def _imports_its_own(tree: Path) -> None:
         raise SystemExit(f"a test run in {tree} would import {where}, not the copy's code")
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc), children first."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def _stop(procs: list[subprocess.Popen[bytes]]) -> set[int]:
-    """Stop each exec and the test it runs, and return only when all are gone (the pids of
-    the execs it stopped). cosmic-ray
-    starts a test in a session of its own, so the exec's process group does not hold it:
-    the process groups of every descendant are signalled too. The execs are frozen and
-    killed first: an exec that saw its test die of our signal recorded the mutant as
-    killed (seen once in a verify run, a budget-stopped job counted as done)."""
-    live = [p.pid for p in procs if p.poll() is None]
-    for pid in live:
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGSTOP)  # records nothing more, starts no other test
-    groups = set(live)
-    for pid in live:
-        for d in _descendants(pid):
-            with suppress(ProcessLookupError):
-                groups.add(os.getpgid(d))
-    for pid in live:
-        with suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for g in groups:
-            with suppress(ProcessLookupError):
-                os.killpg(g, sig)
-        if _gone(procs, groups, within=30.0):
-            break
-    for p in procs:
-        p.wait()
-    return set(live)
-
-
-def _gone(procs: list[subprocess.Popen[bytes]], groups: set[int], *, within: float) -> bool:
-    """Whether every process of ``groups`` ended within ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        for p in procs:
-            p.poll()  # reap: a zombie still counts as a member of its group
-        if not any(_group_alive(g) for g in groups):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.2)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def config_text(target: Target, work: Path) -> str:
     """cosmic-ray's config for ``target``, its test command filled in."""
     command = target.test_command.format(python=sys.executable, work=work)
@@ -268,53 +194,6 @@ def _db(path: Path) -> Iterator[Any]:
 def _key(item: Any) -> tuple[str, str, int]:
     m = item.mutations[0]
     return (str(m.module_path), m.operator_name, m.occurrence)
-
-
-Span = tuple[tuple[int, int], tuple[int, int]]
-
-
-def annotation_spans(source: str) -> list[Span]:
-    """Where ``source``'s annotations are, as (line, column) pairs (lines from 1, as
-    cosmic-ray counts them): arguments', returns' and annotated assignments'."""
-    found: list[ast.expr | None] = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            found.append(node.returns)
-        elif isinstance(node, ast.arg | ast.AnnAssign):
-            found.append(node.annotation)
-    spans: list[Span] = [
-        ((a.lineno, a.col_offset), (a.end_lineno, a.end_col_offset))
-        for a in found
-        if a is not None and a.end_lineno is not None and a.end_col_offset is not None
-    ]
-    return spans
-
-
-def in_annotation(start: tuple[int, int], spans: list[Span]) -> bool:
-    return any(lo <= tuple(start) < hi for lo, hi in spans)
-
-
-def _draw(kept: list[Any], sample: int, seed: int, tree: Path) -> tuple[list[Any], int]:
-    """``sample`` of ``kept`` drawn uniformly with ``seed``, none in an annotation: the
-    seed's draw over every kept mutant, less those in annotations, topped up from the
-    rest (a uniform subset of a uniform draw, topped up uniformly, is a uniform draw).
-    Returns the sample and how many mutants of ``kept`` are in annotations."""
-    spans = {
-        m: annotation_spans((tree / m).read_text())
-        for m in {str(i.mutations[0].module_path) for i in kept}
-    }
-
-    def annotated(i: Any) -> bool:
-        m = i.mutations[0]
-        return in_annotation(m.start_pos, spans[str(m.module_path)])
-
-    rng = random.Random(seed)
-    first = rng.sample(kept, min(sample, len(kept)))
-    chosen = [i for i in first if not annotated(i)]
-    drawn = {i.job_id for i in first}
-    rest = [i for i in kept if i.job_id not in drawn and not annotated(i)]
-    chosen += rng.sample(rest, min(sample - len(chosen), len(rest)))
-    return chosen, sum(map(annotated, kept))
 
 
 def _skip(db: Any, job_ids: list[str], why: str) -> None:
@@ -376,7 +255,7 @@ class Session:
         with _db(first / "session.sqlite") as db:
             items = sorted(db.pending_work_items, key=_key)
             kept = [i for i in items if not excluded.match(i.mutations[0].operator_name)]
-            chosen, annotations = _draw(kept, sample, seed, first)
+            chosen, annotations = draw(kept, sample, seed, first)
             ids = {i.job_id for i in chosen}
             _skip(db, [i.job_id for i in items if i.job_id not in ids], SAMPLED_OUT)
         log(
@@ -550,7 +429,7 @@ class Session:
                     last = now
                     log(f"{self.target.name}: {self.progress()} after {now - started:.0f} s")
         finally:
-            stopped = _stop(procs)
+            stopped = stop(procs)
             meta = self.meta()
             meta["seconds"] = meta.get("seconds", 0.0) + time.monotonic() - started
             self.meta_path.write_text(json.dumps(meta, indent=1))

@@ -19,6 +19,7 @@ import pytest
 
 import tests.mutation.session as session_module
 from tests.mutation.__main__ import again_jobs, set_timeout
+from tests.mutation.sampling import annotation_spans, draw, in_annotation
 from tests.mutation.score import (
     Score,
     mutant_key,
@@ -30,10 +31,7 @@ from tests.mutation.session import (
     ROOT,
     Session,
     Target,
-    _draw,
-    annotation_spans,
     copy_tree,
-    in_annotation,
 )
 
 # The smallest configs of spec-check that use the quorum arithmetic, and a hand-written
@@ -127,7 +125,7 @@ def test_the_sample_leaves_out_annotations_and_keeps_the_seed_s_other_draws(
         for n, pos in enumerate(annotated + code)
     ]
     for seed in range(20):
-        chosen, n_annotated = _draw(items, 5, seed, tmp_path)
+        chosen, n_annotated = draw(items, 5, seed, tmp_path)
         assert n_annotated == 3
         assert len(chosen) == len({i.job_id for i in chosen}) == 5
         assert not any(i.mutations[0].start_pos in annotated for i in chosen)
