@@ -85,6 +85,12 @@ def _metadata_and_bookies_ok(cfg: Config, s: State) -> bool:
     return (
         len(s.meta_status) == n_l
         and all(0 <= x <= CLOSED for x in s.meta_status)
+        # A ledger has segments once created: the create writes its first with OPEN.
+        and len(s.meta_segments) == n_l
+        and all(
+            (st == NONE) == (not segs)
+            for st, segs in zip(s.meta_status, s.meta_segments, strict=True)
+        )
         and all(
             len(ens) == cfg.ensemble
             and len(set(ens)) == cfg.ensemble

@@ -10,6 +10,8 @@ from bkref.spec.configs import NAMED
 from bkref.spec.invariants import TypeOK
 from bkref.spec.protocol import (
     B_REPAIR_FAIL,
+    NONE,
+    OPEN,
     State,
     budget_bounds,
     initial_state,
@@ -89,3 +91,18 @@ def test_a_signed_lac_is_held_for_the_entries_a_bookie_stores_and_only_those() -
 
     assert not TypeOK(cfg, signed(b_in, -2))  # e0 stored there, signed with nothing
     assert not TypeOK(cfg, signed(b_out, -1))  # e0 not stored there, signed all the same
+
+
+def test_a_ledger_has_segments_exactly_when_it_was_created() -> None:
+    # The writer's create writes a ledger's first segment with its OPEN status; no step
+    # removes the last one. worker_copies_fragment's verdict of equivalence
+    # (tests/mutation/verdicts.toml) rests on it: no segment of a NONE ledger exists.
+    cfg = NAMED["a-short"]
+    s = initial_state(cfg)
+    wl = cfg.writer_ledger
+    assert not cfg.writer_ledger_created
+    assert (s.meta_status[wl], s.meta_segments[wl]) == (NONE, ())
+    assert TypeOK(cfg, s)
+    segment = ((0, tuple(range(cfg.ensemble))),)
+    assert not TypeOK(cfg, s._replace(meta_segments=set_at(s.meta_segments, wl, segment)))
+    assert not TypeOK(cfg, s._replace(meta_status=set_at(s.meta_status, wl, OPEN)))
