@@ -95,6 +95,9 @@ def load_verdicts(path: Path = VERDICTS) -> dict[str, dict[str, str]]:
             raise SystemExit(
                 f"{path}: {m.get('key')}: a test (a pytest node id), with killed-by-test only"
             )
+        if m["key"] in out:
+            # The later table would win in silence, whatever the earlier one says.
+            raise SystemExit(f"{path}: {m['key']}: judged twice; keep one verdict")
         out[m["key"]] = m
     return out
 

@@ -56,7 +56,7 @@ def _mutated(source: str, diff: str, near: int, definition: str) -> str:
     return "".join(lines)
 
 
-KILLED_BY_CONFIG = "tests/data/mutation/spec-killed-by-config.json"
+EARLIER = "tests/data/mutation/spec-earlier-survivors.json"
 
 
 def _judged(kind: str) -> list[tuple[dict[str, Any], dict[str, str]]]:
@@ -65,7 +65,7 @@ def _judged(kind: str) -> list[tuple[dict[str, Any], dict[str, str]]]:
     in tests/data/mutation when a new run replaced their results)."""
     results = [
         r
-        for path in ("tests/mutation/results/spec.json", KILLED_BY_CONFIG)
+        for path in ("tests/mutation/results/spec.json", EARLIER)
         for r in json.loads((ROOT / path).read_text())["results"]
     ]
     source = (ROOT / PROTOCOL).read_text()
@@ -111,8 +111,11 @@ def _where(r: dict[str, Any]) -> str:
 
 def _cases(kind: str) -> list[Any]:
     """One test case per verdict of ``kind``: each has its own time limit, and a wrong
-    verdict fails alone, named by its mutant's function and line."""
-    return [pytest.param(r, v, id=f"{_where(r)}-line-{r['line']}") for r, v in _judged(kind)]
+    verdict fails alone, named by its mutant's function, line and operator."""
+    return [
+        pytest.param(r, v, id=f"{_where(r)}-line-{r['line']}-{str(r['operator']).split('/')[-1]}")
+        for r, v in _judged(kind)
+    ]
 
 
 def test_each_kind_of_later_kill_has_verdicts_to_check() -> None:
@@ -150,6 +153,27 @@ def test_a_survivor_judged_killed_by_a_later_test_is_killed_by_it(
     why = f"{v['test']} did not kill the mutant of line {r['line']}: {run.stdout[-2000:]}"
     assert run.returncode == 1, why
     assert "1 failed" in run.stdout, why  # the named test, not a collection error
+
+
+def test_a_verdicts_file_refuses_a_bad_table_with_its_key(tmp_path: Path) -> None:
+    # Two tables of one key: the later would win in silence (a first sample's
+    # "equivalent" stood beside a later "killed-by-test" of the same mutant). A kill
+    # without what kills it cannot be run.
+    key = "bkref/spec/protocol.py:f:core/Op:a == b => a != b"
+    table = f'[[mutant]]\nkey = "{key}"\nverdict = "equivalent"\nreason = "why"\n'
+    bad = {
+        "judged twice": table + table,
+        "a test (a pytest node id)": table.replace('"equivalent"', '"killed-by-test"'),
+        "a config, with killed-by-config only": table.replace('"equivalent"', '"killed-by-config"'),
+        "needs a verdict": table.replace('"equivalent"', '"dead"'),
+    }
+    for why, text in bad.items():
+        path = tmp_path / "verdicts.toml"
+        path.write_text(text)
+        with pytest.raises(SystemExit, match=f"{re.escape(key)}.*{re.escape(why)}"):
+            load_verdicts(path)
+    path.write_text(table)
+    assert load_verdicts(path)[key]["verdict"] == "equivalent"
 
 
 def test_an_equivalent_verdict_judges_every_line_its_key_names() -> None:
