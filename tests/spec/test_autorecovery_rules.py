@@ -15,13 +15,13 @@ from bkref.spec.protocol import (
     DOWN,
     UP,
     State,
+    _segment_needs_repair,
     auditor_checks_ledger_replicas,
     auditor_node,
     bit,
     initial_state,
     ledger_on,
     missing_entries,
-    segment_is_closed,
     segments_before_swaps,
     set_ledger_on,
     with_swap,
@@ -59,17 +59,17 @@ def test_a_worker_copies_the_fragment_of_a_bookie_down_at_its_lock_once_it_is_ba
         down += any(s.b_up[b] == DOWN for b in _ledger_bookies(s, ledger))
     assert down, "no worker took a lock while a bookie of its ledger was down"
     # And it copies such a bookie's fragment once the bookie is UP again, though the
-    # bookie misses no entry (its task lists it as lost, not as missing entries).
+    # bookie misses no entry: its view at the lock is all that names it.
     back = 0
     for s, (name, args), _t in c_lock:
         if name != "worker_copies_fragment":
             continue
         w, idx = (int(str(x)) for x in args)
         ledger = s.wk[w][1]
-        for b in s.meta_segments[ledger][idx][1]:
-            seen_down = s.wk_seen[w] >> b & 1
-            if seen_down and s.b_up[b] == UP and not missing_entries(C_LOCK, s, ledger, idx, b):
-                back += segment_is_closed(s, ledger, idx)
+        copied = _segment_needs_repair(C_LOCK, s, ledger, idx, s.wk_seen[w])
+        if s.b_up[copied] == UP and not missing_entries(C_LOCK, s, ledger, idx, copied):
+            assert s.wk_seen[w] >> copied & 1
+            back += 1
     assert back, "no worker copied a fragment of a bookie back since its lock"
 
 
@@ -126,8 +126,9 @@ def test_a_worker_s_copy_does_not_wait_for_another_worker_s_lost_lock(
 
 def test_a_failure_is_recorded_only_in_a_task_still_there(c_lock: list[Step]) -> None:
     # bkref's record_failure writes the task at the version it read; a task another worker
-    # deleted at that version is gone (no znode), and nothing is written. The trace check
-    # calls the recording release for a release its trace logs as failed.
+    # deleted at that version is gone (no znode), and nothing is written. next_states and
+    # the trace check offer the recording release only while the task is there
+    # (shares_task); the action holds to it on its own, whoever calls it.
     deleted = 0
     for s, _label, _t in c_lock:
         for w, (_b, ledger, tv, _p) in enumerate(s.wk):
