@@ -1,7 +1,7 @@
-"""AutoRecovery's rules that no invariant reads: each would break nothing if it were lost,
-so each is shown here, on the reachable steps of a config that takes it or called as the
-trace check and the refinement machine call it. Each test kills a spec mutant that
-survived every config (tests/mutation/verdicts.toml names which)."""
+"""AutoRecovery's rules that no invariant reads: a spec that broke one would still pass
+every config, so each is shown here, on the reachable steps of a config that takes it, or
+called as the trace check and the refinement machine call it. Each test kills a spec
+mutant that survived every config (tests/mutation/verdicts.toml names which)."""
 
 from __future__ import annotations
 
