@@ -58,8 +58,9 @@ def test_a_worker_copies_the_fragment_of_a_bookie_down_at_its_lock_once_it_is_ba
         assert t.wk_seen[w] == want, (s, args)
         down += any(s.b_up[b] == DOWN for b in _ledger_bookies(s, ledger))
     assert down, "no worker took a lock while a bookie of its ledger was down"
-    # And it copies such a bookie's fragment once the bookie is UP again, though the
-    # bookie misses no entry: its view at the lock is all that names it.
+    # And it copies the fragment of a bookie its view names once that bookie is UP again
+    # and misses no entry: nothing but the view at the lock names such a bookie (the task
+    # lists it as lost, and it is not lost now).
     back = 0
     for s, (name, args), _t in c_lock:
         if name != "worker_copies_fragment":
@@ -75,7 +76,7 @@ def test_a_worker_copies_the_fragment_of_a_bookie_down_at_its_lock_once_it_is_ba
 
 def test_a_bookie_misses_only_the_entries_of_its_own_write_sets() -> None:
     # Striped (E = 3 > Wq = 2): e0 belongs on b0 and b1 only, so b2, holding nothing,
-    # misses nothing, and the periodic check must not list it (nor a worker copy to it).
+    # misses nothing: the periodic check must not list it, nor a worker repair it.
     cfg = NAMED["m-742"]
     s = initial_state(cfg)
     wl = cfg.writer_ledger
@@ -110,7 +111,8 @@ def test_a_worker_s_copy_does_not_wait_for_another_worker_s_lost_lock(
 ) -> None:
     # A worker that lost its lock (wk_unlocked) copies no more; the others go on. Whether
     # a worker may copy depends on its own bit only, and c-lock reaches a copy beside
-    # another worker's lost lock.
+    # the lost lock of a worker numbered above it (where a shift without its mask, the
+    # mutant, would still see a bit).
     beside = 0
     for s, (name, args), _t in c_lock:
         for w in range(len(s.wk)):
@@ -120,8 +122,8 @@ def test_a_worker_s_copy_does_not_wait_for_another_worker_s_lost_lock(
                 assert may == (worker_copies_fragment(C_LOCK, alone, w, idx) is not None)
         if name == "worker_copies_fragment":
             w = int(str(args[0]))
-            beside += bool(s.wk_unlocked & ~bit(w))
-    assert beside, "no copy beside another worker's lost lock"
+            beside += bool(s.wk_unlocked >> (w + 1))
+    assert beside, "no copy beside the lost lock of a worker numbered above"
 
 
 def test_a_failure_is_recorded_only_in_a_task_still_there(c_lock: list[Step]) -> None:

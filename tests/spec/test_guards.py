@@ -20,6 +20,7 @@ from bkref.spec.protocol import (
     W_CLOSED,
     W_WITHDRAWN,
     bookie_crashes,
+    bookie_handles_fencing_lac_read,
     bookie_loses_session,
     bookie_restarts,
     bookie_restarts_with_wiped_disk,
@@ -165,3 +166,16 @@ def test_only_a_fencing_or_reading_recovery_retries_a_request() -> None:
         r = recovery_of(lost, 0)._replace(phase=phase)
         past = lost._replace(rc=with_recovery(lost, 0, r))
         assert recovery_client_retries_request(CFG, past, 0, 0) is None
+
+
+def test_a_recovery_retries_a_fence_only_to_a_bookie_of_the_ensemble_yet_to_answer() -> None:
+    # next_states offers a fence's retry only to a live bookie of the last ensemble whose
+    # fence has not been answered; the refinement machine applies the step by name.
+    fencing = _step(recovery_client_starts_recovery(CFG, _created(), 0))
+    fence_b1 = next(m for m in fencing.msgs if m[0] == FENCE and m[1] == 1)
+    answered = _step(bookie_handles_fencing_lac_read(CFG, fencing, fence_b1, 0))
+    assert recovery_of(answered, 0).fenced == 0b0010
+    assert not any(m[0] == FENCE and m[1] == 1 for m in answered.msgs)
+    assert recovery_client_retries_request(CFG, answered, 0, 1) is None  # b1 has answered
+    assert answered.b_up[3] == UP
+    assert recovery_client_retries_request(CFG, answered, 0, 3) is None  # b3: not in it
