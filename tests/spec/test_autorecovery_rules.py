@@ -17,11 +17,13 @@ from bkref.spec.protocol import (
     State,
     _segment_needs_repair,
     auditor_checks_ledger_replicas,
+    auditor_loses_session,
     auditor_node,
     bit,
     initial_state,
     ledger_on,
     missing_entries,
+    operator_disables_autorecovery,
     segments_before_swaps,
     set_ledger_on,
     with_swap,
@@ -104,6 +106,26 @@ def test_the_periodic_check_rewrites_a_task_only_for_a_bookie_new_to_it() -> Non
     assert marked is not None
     assert marked.meta_task[0] == (s.meta_task[0][0] + 1, bit(2))
     assert auditor_checks_ledger_replicas(cfg, marked, 0) is None  # b2 is listed already
+
+
+def test_only_a_leading_auditor_with_autorecovery_enabled_checks_replicas() -> None:
+    # BookKeeper's periodic check is a task of the elected Auditor, and an audit is
+    # skipped while ledger replication is disabled. next_states offers the check only
+    # then; the trace check and the refinement machine call it by name.
+    cfg = replace(NAMED["c"], periodic_check=True, elections=1, toggles=1)
+    s = initial_state(cfg)
+    lost = s._replace(b_ledgers=set_ledger_on(s, 2, 0, (0, *ledger_on(s, 2, 0)[1:])))
+    assert auditor_checks_ledger_replicas(cfg, lost, 0) is not None
+    leaderless = auditor_loses_session(cfg, lost)
+    assert leaderless is not None
+    assert auditor_node(leaderless) < 0
+    assert leaderless.meta_autorecovery
+    assert auditor_checks_ledger_replicas(cfg, leaderless, 0) is None
+    disabled = operator_disables_autorecovery(cfg, lost)
+    assert disabled is not None
+    assert auditor_node(disabled) >= 0
+    assert not disabled.meta_autorecovery
+    assert auditor_checks_ledger_replicas(cfg, disabled, 0) is None
 
 
 def test_a_worker_s_copy_does_not_wait_for_another_worker_s_lost_lock(
