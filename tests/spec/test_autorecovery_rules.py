@@ -15,11 +15,13 @@ from bkref.spec.protocol import (
     DOWN,
     UP,
     State,
+    _ledger_bookies,
     _segment_needs_repair,
     auditor_checks_ledger_replicas,
     auditor_loses_session,
     auditor_node,
     bit,
+    bookies_of,
     initial_state,
     ledger_on,
     missing_entries,
@@ -40,8 +42,9 @@ def c_lock() -> list[Step]:
     return list(_steps(C_LOCK))
 
 
-def _ledger_bookies(s: State, ledger: int) -> set[int]:
-    return {b for _f, ens in s.meta_segments[ledger] for b in ens}
+def _without_entries(s: State, b: int, ledger: int) -> State:
+    """``s`` with bookie ``b``'s replicas of ``ledger`` lost (an add that never arrived)."""
+    return s._replace(b_ledgers=set_ledger_on(s, b, ledger, (0, *ledger_on(s, b, ledger)[1:])))
 
 
 def test_a_worker_copies_the_fragment_of_a_bookie_down_at_its_lock_once_it_is_back(
@@ -56,9 +59,10 @@ def test_a_worker_copies_the_fragment_of_a_bookie_down_at_its_lock_once_it_is_ba
     down = 0
     for s, args, t in locks:
         w, ledger = (int(str(x)) for x in args)
-        want = sum(bit(b) for b in _ledger_bookies(s, ledger) if s.b_up[b] != UP)
+        named = tuple(bookies_of(_ledger_bookies(s, ledger)))
+        want = sum(bit(b) for b in named if s.b_up[b] != UP)
         assert t.wk_seen[w] == want, (s, args)
-        down += any(s.b_up[b] == DOWN for b in _ledger_bookies(s, ledger))
+        down += any(s.b_up[b] == DOWN for b in named)
     assert down, "no worker took a lock while a bookie of its ledger was down"
     # And it copies the fragment of a bookie its view names once that bookie is UP again
     # and misses no entry: nothing but the view at the lock names such a bookie (the task
@@ -86,8 +90,7 @@ def test_a_bookie_misses_only_the_entries_of_its_own_write_sets() -> None:
     assert s.meta_segments[wl] == ((0, (0, 1, 2)),)
     assert [ledger_on(s, b, wl)[0] for b in (0, 1, 2)] == [1, 1, 0]  # e0 on b0, b1
     assert [missing_entries(cfg, s, wl, 0, b) for b in (0, 1, 2)] == [0, 0, 0]
-    lost_e0 = set_ledger_on(s, 0, wl, (0, *ledger_on(s, 0, wl)[1:]))
-    assert missing_entries(cfg, s._replace(b_ledgers=lost_e0), wl, 0, 0) == 1
+    assert missing_entries(cfg, _without_entries(s, 0, wl), wl, 0, 0) == 1
 
 
 def test_the_periodic_check_rewrites_a_task_only_for_a_bookie_new_to_it() -> None:
@@ -99,7 +102,7 @@ def test_the_periodic_check_rewrites_a_task_only_for_a_bookie_new_to_it() -> Non
     s = initial_state(cfg)
     assert s.meta_status[0] == CLOSED
     assert auditor_node(s) >= 0
-    lost = s._replace(b_ledgers=set_ledger_on(s, 2, 0, (0, *ledger_on(s, 2, 0)[1:])))
+    lost = _without_entries(s, 2, 0)
     assert missing_entries(cfg, lost, 0, 0, 2) == 1
     assert auditor_checks_ledger_replicas(cfg, s, 0) is None  # nothing missing
     marked = auditor_checks_ledger_replicas(cfg, lost, 0)
@@ -114,7 +117,7 @@ def test_only_a_leading_auditor_with_autorecovery_enabled_checks_replicas() -> N
     # then; the trace check and the refinement machine call it by name.
     cfg = replace(NAMED["c"], periodic_check=True, elections=1, toggles=1)
     s = initial_state(cfg)
-    lost = s._replace(b_ledgers=set_ledger_on(s, 2, 0, (0, *ledger_on(s, 2, 0)[1:])))
+    lost = _without_entries(s, 2, 0)
     assert auditor_checks_ledger_replicas(cfg, lost, 0) is not None
     leaderless = auditor_loses_session(cfg, lost)
     assert leaderless is not None
