@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from bkref.spec.configs import NAMED
@@ -14,6 +16,7 @@ from bkref.spec.protocol import (
     RC_FENCING,
     RC_IDLE,
     RC_READING,
+    SERVING,
     UP,
     bookies_of,
     ensemble_mask,
@@ -53,6 +56,11 @@ def test_a_recovery_gives_up_only_when_every_bookie_it_waits_for_is_down(
         assert recovery_of(t, c).phase == RC_IDLE
         assert s.meta_status[wl] == t.meta_status[wl] == IN_RECOVERY
         assert not any(m[4] == (c + 1 if m[0] == ADD else c) for m in t.msgs)
+        # Each of the attempt's requests to a bookie still serving stays in flight as the
+        # same request to the same bookie, heard by nobody; those to a bookie down are gone.
+        own = [m for m in s.msgs if m[4] == (c + 1 if m[0] == ADD else c)]
+        unheard = [(k, b, e, x, ORPHAN) for k, b, e, x, _ in own if s.b_up[b] in SERVING]
+        assert Counter(t.msgs) == Counter(s.msgs) - Counter(own) + Counter(unheard)
         assert t.budget[B_GIVE_UP] == s.budget[B_GIVE_UP] - 1
     # Both of bkref's and BookKeeper's failure points are reached.
     assert phases == {RC_FENCING, RC_READING}
