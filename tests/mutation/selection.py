@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 ALL = None  # the selection of a change every config may see
+BODIES = ("body", "handlers", "orelse", "finalbody")  # a compound statement's, in order
 
 
 def tree() -> Path:
@@ -83,22 +84,28 @@ def changed_lines(before: str, after: str) -> set[int]:
 
 
 def statements(source: str, lines: set[int]) -> set[int] | None:
-    """The first line of the innermost statement holding each of ``lines``, as
-    coverage.py reports an executed statement; ``ALL`` when one of them is outside
-    every function body (executed at import, by every config)."""
+    """Every line of the innermost statement holding each of ``lines`` (a compound
+    statement's header, up to its body); ``ALL`` when one of them is outside every
+    function body (executed at import, by every config).
+
+    A statement executed when coverage.py recorded any of these lines. It records the
+    lines its bytecode sits on, not the statement's first line: the ``if (`` of a
+    condition spread over lines has none, and a run that took the ``if`` records only
+    the lines of the operands it evaluated."""
     tree = ast.parse(source)
     out: set[int] = set()
     for line in lines:
         found = _innermost(tree, line)
         if found is None:
             return ALL
-        out.add(found)
+        out.update(range(found[0], found[1] + 1))
     return out
 
 
-def _innermost(tree: ast.Module, line: int) -> int | None:
-    """The innermost statement inside a function body that spans ``line``."""
-    best: int | None = None
+def _innermost(tree: ast.Module, line: int) -> tuple[int, int] | None:
+    """The first and last lines of the innermost statement inside a function body
+    that spans ``line`` (of a compound statement, its header)."""
+    best: tuple[int, int] | None = None
 
     def visit(body: list[ast.stmt], in_function: bool) -> bool:
         nonlocal best
@@ -117,10 +124,12 @@ def _innermost(tree: ast.Module, line: int) -> int | None:
                 return visit(st.body, in_function)
             if not in_function:
                 return False
-            best = st.lineno
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                inner = getattr(st, field, None)
-                if inner and visit(inner, True):
+            inner = [b[0].lineno for f in BODIES if (b := getattr(st, f, None))]
+            inner += [c.pattern.lineno for c in getattr(st, "cases", [])]
+            best = (st.lineno, max(st.lineno, min(inner) - 1) if inner else end)
+            for field in BODIES:
+                nested = getattr(st, field, None)
+                if nested and visit(nested, True):
                     return True
             for case in getattr(st, "cases", []):
                 if visit(case.body, True):

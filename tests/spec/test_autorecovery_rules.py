@@ -27,8 +27,10 @@ from bkref.spec.protocol import (
     missing_entries,
     operator_disables_autorecovery,
     segments_before_swaps,
+    set_at,
     set_ledger_on,
     with_swap,
+    worker_acquires_ledger_lock,
     worker_copies_fragment,
     worker_releases_lock,
 )
@@ -129,6 +131,31 @@ def test_only_a_leading_auditor_with_autorecovery_enabled_checks_replicas() -> N
     assert auditor_node(disabled) >= 0
     assert not disabled.meta_autorecovery
     assert auditor_checks_ledger_replicas(cfg, disabled, 0) is None
+
+
+def test_a_worker_takes_a_lock_only_while_idle_with_autorecovery_enabled() -> None:
+    # BookKeeper's ReplicationWorker takes one ledger at a time, and takes none while
+    # ledger replication is disabled (LedgerUnderreplicationManager.
+    # getLedgerToRereplicate waits until it is enabled again). next_states offers the
+    # lock only then; the trace check and the refinement machine call it by name.
+    # Config c with the check on: its closed ledger 0 gets a task, b2 having lost e0.
+    cfg = replace(NAMED["c"], periodic_check=True, toggles=1)
+    marked = auditor_checks_ledger_replicas(cfg, _without_entries(initial_state(cfg), 2, 0), 0)
+    assert marked is not None
+    assert marked.meta_task[0][1] == bit(2)
+    w = 0
+    locked = worker_acquires_ledger_lock(cfg, marked, w, 0)
+    assert locked is not None
+    assert locked.wk[w][1] == 0
+    # Holding ledger 0's lock, the worker takes no other ledger's, though it has a task.
+    second = locked._replace(meta_task=set_at(locked.meta_task, 1, (1, bit(2))))
+    assert second.meta_lock[1] < 0
+    assert worker_acquires_ledger_lock(cfg, second, w, 1) is None
+    # With AutoRecovery disabled, an idle worker takes no lock.
+    disabled = operator_disables_autorecovery(cfg, marked)
+    assert disabled is not None
+    assert not disabled.meta_autorecovery
+    assert worker_acquires_ledger_lock(cfg, disabled, w, 0) is None
 
 
 def test_a_worker_s_copy_does_not_wait_for_another_worker_s_lost_lock(

@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,7 +27,7 @@ from tests.mutation.score import (
     outcome,
     wilson,
 )
-from tests.mutation.selection import ALL, changed_lines, statements
+from tests.mutation.selection import ALL, changed_lines, measure, runs, statements
 from tests.mutation.session import (
     ROOT,
     Session,
@@ -82,14 +83,51 @@ def test_a_change_maps_to_its_innermost_statement_or_to_every_config() -> None:
     assert changed_lines(SOURCE, SOURCE.replace("n > cap", "n >= cap")) == {9}
     assert statements(SOURCE, {9}) == {9}  # the if's test
     assert statements(SOURCE, {10}) == {10}
-    # A multi-line statement is reported by its first line, as coverage.py does.
-    assert statements(SOURCE, {12}) == {11}
+    # A statement over several lines is seen on any of them (below).
+    assert statements(SOURCE, {12}) == {11, 12}
     assert statements(SOURCE, {10, 13}) == {10, 13}
     # Executed at import, by every config: a constant, a class attribute, a default.
     assert statements(SOURCE, {1}) is ALL
     assert statements(SOURCE, {5}) is ALL
     assert statements(SOURCE, {8}) is ALL
     assert statements(SOURCE, {7}) is ALL  # a decorator
+
+
+SPREAD = """\
+def repair(pending: int, swapping: bool) -> bool:
+    if (
+        pending != 1
+        and not swapping
+    ):
+        return False
+    return True
+"""
+
+
+def test_a_run_that_took_a_condition_spread_over_lines_sees_a_change_to_it(
+    tmp_path: Path,
+) -> None:
+    # coverage.py records the lines an `if (` runs bytecode on: not the `if (` itself,
+    # and not an operand its `and` skipped. A change to the skipped operand (line 4)
+    # is still seen by the run, since the run took the `if`: that once sent the spec
+    # sample's mutant of such an operand to no config at all.
+    (tmp_path / "spread.py").write_text(SPREAD)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        _, lines = measure(
+            tmp_path, ["spread.py"], lambda: import_module("spread").repair(1, False)
+        )
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("spread", None)
+    assert {2, 4} & set(lines["spread.py"]) == set()
+    stmts = statements(SPREAD, changed_lines(SPREAD, SPREAD.replace("not swapping", "swapping")))
+    assert stmts == {2, 3, 4, 5}
+    assert runs(lines, {}, "spread.py", stmts)
+    # A change to the body only is seen only by a run that took the body.
+    assert not runs(lines, {}, "spread.py", statements(SPREAD, {6}))
+    # A compound statement on one line is that line.
+    assert statements("def f(x):\n    if x: return 1\n", {2}) == {2}
 
 
 ANNOTATED = """\
