@@ -85,30 +85,49 @@ def changed_lines(before: str, after: str) -> set[int]:
 
 def statements(source: str, lines: set[int]) -> set[int] | None:
     """Every line of the innermost statement holding each of ``lines`` (a compound
-    statement's header, up to its body); ``ALL`` when one of them is outside every
-    function body (executed at import, by every config).
+    statement's header, up to its body), and of each enclosing header that holds it
+    too; ``ALL`` when one of them is outside every function body (executed at import,
+    by every config).
 
     A statement executed when coverage.py recorded any of these lines. It records the
     lines its bytecode sits on, not the statement's first line: the ``if (`` of a
     condition spread over lines has none, and a run that took the ``if`` records only
-    the lines of the operands it evaluated."""
+    the lines of the operands it evaluated. A header that ends on its body's line
+    (``and b): return 1``) holds that line as well as the body does."""
     tree = ast.parse(source)
     out: set[int] = set()
     for line in lines:
         found = _innermost(tree, line)
         if found is None:
             return ALL
-        out.update(range(found[0], found[1] + 1))
+        out |= found
     return out
 
 
-def _innermost(tree: ast.Module, line: int) -> tuple[int, int] | None:
-    """The first and last lines of the innermost statement inside a function body
-    that spans ``line`` (of a compound statement, its header)."""
-    best: tuple[int, int] | None = None
+def _header(st: ast.stmt) -> tuple[int, int]:
+    """The first and last lines of ``st`` less its nested bodies: a simple statement's
+    every line; a compound one's header, from its keyword to the end of its own
+    expressions or the line before its first body, whichever is later."""
+    nested = [b[0].lineno for f in BODIES if (b := getattr(st, f, None))]
+    nested += [c.pattern.lineno for c in getattr(st, "cases", [])]
+    if not nested:
+        return st.lineno, st.end_lineno or st.lineno
+    own: list[int] = [
+        end
+        for child in ast.iter_child_nodes(st)
+        if not isinstance(child, ast.stmt | ast.excepthandler | ast.match_case)
+        for n in ast.walk(child)
+        if (end := getattr(n, "end_lineno", None))
+    ]
+    return st.lineno, max([st.lineno, min(nested) - 1, *own])
+
+
+def _innermost(tree: ast.Module, line: int) -> set[int] | None:
+    """The lines (:func:`_header`) of the innermost statement inside a function body
+    that spans ``line``, and of each enclosing statement whose header spans it."""
+    found: set[int] = set()
 
     def visit(body: list[ast.stmt], in_function: bool) -> bool:
-        nonlocal best
         for st in body:
             end = st.end_lineno or st.lineno
             first = min([st.lineno, *(d.lineno for d in getattr(st, "decorator_list", []))])
@@ -124,20 +143,16 @@ def _innermost(tree: ast.Module, line: int) -> tuple[int, int] | None:
                 return visit(st.body, in_function)
             if not in_function:
                 return False
-            inner = [b[0].lineno for f in BODIES if (b := getattr(st, f, None))]
-            inner += [c.pattern.lineno for c in getattr(st, "cases", [])]
-            best = (st.lineno, max(st.lineno, min(inner) - 1) if inner else end)
-            for field in BODIES:
-                nested = getattr(st, field, None)
-                if nested and visit(nested, True):
-                    return True
-            for case in getattr(st, "cases", []):
-                if visit(case.body, True):
-                    return True
+            head, tail = _header(st)
+            inner = [*(getattr(st, f, None) or [] for f in BODIES)]
+            inner += [c.body for c in getattr(st, "cases", [])]
+            in_body = [visit(b, True) for b in inner]  # each: a body may share a line
+            if head <= line <= tail or not any(in_body):
+                found.update(range(head, tail + 1))
             return True
         return False
 
-    return best if visit(tree.body, False) else None
+    return found if visit(tree.body, False) else None
 
 
 def selected(baseline: dict[str, Any], root: Path) -> tuple[str, set[int] | None, str]:

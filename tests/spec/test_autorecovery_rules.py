@@ -135,9 +135,10 @@ def test_only_a_leading_auditor_with_autorecovery_enabled_checks_replicas() -> N
 
 def test_a_worker_takes_a_lock_only_while_idle_with_autorecovery_enabled() -> None:
     # BookKeeper's ReplicationWorker takes one ledger at a time, and takes none while
-    # ledger replication is disabled (LedgerUnderreplicationManager.
-    # getLedgerToRereplicate waits until it is enabled again). next_states offers the
-    # lock only then; the trace check and the refinement machine call it by name.
+    # ledger replication is disabled (ZkLedgerUnderreplicationManager.
+    # getLedgerToRereplicate waits in waitIfLedgerReplicationDisabled). next_states
+    # offers the lock to every idle worker: this guard alone refuses it while
+    # AutoRecovery is off, and the refinement machine calls it by name.
     # Config c with the check on: its closed ledger 0 gets a task, b2 having lost e0.
     cfg = replace(NAMED["c"], periodic_check=True, toggles=1)
     marked = auditor_checks_ledger_replicas(cfg, _without_entries(initial_state(cfg), 2, 0), 0)

@@ -107,27 +107,32 @@ def repair(pending: int, swapping: bool) -> bool:
 def test_a_run_that_took_a_condition_spread_over_lines_sees_a_change_to_it(
     tmp_path: Path,
 ) -> None:
-    # coverage.py records the lines an `if (` runs bytecode on: not the `if (` itself,
-    # and not an operand its `and` skipped. A change to the skipped operand (line 4)
-    # is still seen by the run, since the run took the `if`: that once sent the spec
-    # sample's mutant of such an operand to no config at all.
+    # coverage.py records the lines an `if (` runs bytecode on: the operands it
+    # evaluated, never the `if (` itself. A run that evaluated line 4 (c-lock's, on the
+    # spec sample's mutant of such an operand) must see a change to it; when only the
+    # `if (` line counted, that mutant ran no config at all.
     (tmp_path / "spread.py").write_text(SPREAD)
     sys.path.insert(0, str(tmp_path))
     try:
-        _, lines = measure(
-            tmp_path, ["spread.py"], lambda: import_module("spread").repair(1, False)
-        )
+        module = import_module("spread")
+        _, took = measure(tmp_path, ["spread.py"], lambda: module.repair(2, False))
+        _, skipped = measure(tmp_path, ["spread.py"], lambda: module.repair(1, False))
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("spread", None)
-    assert {2, 4} & set(lines["spread.py"]) == set()
+    assert {3, 4, 6} <= set(took["spread.py"])
+    assert 2 not in set(took["spread.py"]) | set(skipped["spread.py"])  # Python 3.11's lines
     stmts = statements(SPREAD, changed_lines(SPREAD, SPREAD.replace("not swapping", "swapping")))
     assert stmts == {2, 3, 4, 5}
-    assert runs(lines, {}, "spread.py", stmts)
+    assert runs(took, {}, "spread.py", stmts)
+    assert runs(skipped, {}, "spread.py", stmts)  # it evaluated line 3 of the statement
     # A change to the body only is seen only by a run that took the body.
-    assert not runs(lines, {}, "spread.py", statements(SPREAD, {6}))
-    # A compound statement on one line is that line.
+    assert runs(took, {}, "spread.py", statements(SPREAD, {6}))
+    assert not runs(skipped, {}, "spread.py", statements(SPREAD, {6}))
+    # A compound statement on one line is that line; a header that ends on its body's
+    # line holds that line too, so a run that stopped at its first operand sees it.
     assert statements("def f(x):\n    if x: return 1\n", {2}) == {2}
+    assert statements("def f(a, b):\n    if (a\n            and b): return 1\n", {3}) == {2, 3}
 
 
 ANNOTATED = """\
