@@ -104,12 +104,19 @@ def statements(source: str, lines: set[int]) -> set[int] | None:
     return out
 
 
-def _header(st: ast.stmt) -> tuple[int, int]:
-    """The first and last lines of ``st`` less its nested bodies: a simple statement's
-    every line; a compound one's header, from its keyword to the end of its own
-    expressions or the line before its first body, whichever is later."""
-    nested = [b[0].lineno for f in BODIES if (b := getattr(st, f, None))]
-    nested += [c.pattern.lineno for c in getattr(st, "cases", [])]
+def _bodies(st: ast.stmt) -> list[tuple[int, list[Any]]]:
+    """Each body nested in ``st``, with the line it starts on (a case's, its pattern's).
+    A ``handlers`` body holds except clauses, visited as statements."""
+    out = [(b[0].lineno, b) for f in BODIES if (b := getattr(st, f, None))]
+    out += [(c.pattern.lineno, c.body) for c in getattr(st, "cases", [])]
+    return out
+
+
+def _header(st: ast.stmt, nested: list[int]) -> tuple[int, int]:
+    """The first and last lines of ``st`` less its bodies, which start on the lines
+    ``nested``: a simple statement's every line; a compound one's header, from its
+    keyword to the end of its own expressions or the line before its first body,
+    whichever is later."""
     if not nested:
         return st.lineno, st.end_lineno or st.lineno
     own: list[int] = [
@@ -143,10 +150,9 @@ def _innermost(tree: ast.Module, line: int) -> set[int] | None:
                 return visit(st.body, in_function)
             if not in_function:
                 return False
-            head, tail = _header(st)
-            inner = [*(getattr(st, f, None) or [] for f in BODIES)]
-            inner += [c.body for c in getattr(st, "cases", [])]
-            in_body = [visit(b, True) for b in inner]  # each: a body may share a line
+            bodies = _bodies(st)
+            head, tail = _header(st, [start for start, _b in bodies])
+            in_body = [visit(b, True) for _start, b in bodies]  # each: a body may share a line
             if head <= line <= tail or not any(in_body):
                 found.update(range(head, tail + 1))
             return True

@@ -18,6 +18,7 @@ from bkref.spec.protocol import (
     RC_READING,
     SERVING,
     UP,
+    Msg,
     bookies_of,
     ensemble_mask,
     recovery_of,
@@ -31,6 +32,11 @@ CFG = NAMED["a-give-up"]
 @pytest.fixture(scope="module")
 def steps() -> list[Step]:
     return list(_steps(CFG))
+
+
+def _attempts(m: Msg, c: int) -> bool:
+    """Whether ``m`` is recovery client ``c``'s own (an add's sender is ``c + 1``)."""
+    return m[4] == (c + 1 if m[0] == ADD else c)
 
 
 def test_a_recovery_gives_up_only_when_every_bookie_it_waits_for_is_down(
@@ -55,10 +61,10 @@ def test_a_recovery_gives_up_only_when_every_bookie_it_waits_for_is_down(
         # request in flight is the attempt's own any more (its answers are heard by nobody).
         assert recovery_of(t, c).phase == RC_IDLE
         assert s.meta_status[wl] == t.meta_status[wl] == IN_RECOVERY
-        assert not any(m[4] == (c + 1 if m[0] == ADD else c) for m in t.msgs)
+        assert not any(_attempts(m, c) for m in t.msgs)
         # Each of the attempt's requests to a bookie still serving stays in flight as the
         # same request to the same bookie, heard by nobody; those to a bookie down are gone.
-        own = [m for m in s.msgs if m[4] == (c + 1 if m[0] == ADD else c)]
+        own = [m for m in s.msgs if _attempts(m, c)]
         unheard = [(k, b, e, x, ORPHAN) for k, b, e, x, _ in own if s.b_up[b] in SERVING]
         assert Counter(t.msgs) == Counter(s.msgs) - Counter(own) + Counter(unheard)
         assert t.budget[B_GIVE_UP] == s.budget[B_GIVE_UP] - 1
